@@ -1,0 +1,111 @@
+-- The ledger's schema, version 1. Units: GPU-hours (_gpu_hours), hours (_hours), seconds (_s),
+-- gigabytes (_gb). Times are UTC TIMESTAMPs. lib/ledger.py applies this file to a new ledger and
+-- records schema_version in meta; later versions add migrations there, never edits here.
+
+CREATE TABLE IF NOT EXISTS meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL
+);
+
+-- One row per team: its policy as loaded from data/teams.toml (or created by an import).
+CREATE TABLE IF NOT EXISTS teams (
+    team                            VARCHAR PRIMARY KEY,
+    reserved_gpus                   INTEGER NOT NULL CHECK (reserved_gpus >= 0),
+    retraining_reserved_gpus        INTEGER NOT NULL DEFAULT 0 CHECK (retraining_reserved_gpus >= 0),
+    max_gpus_per_job                INTEGER NOT NULL CHECK (max_gpus_per_job >= 0),
+    max_gpu_mem_gb                  DOUBLE  NOT NULL CHECK (max_gpu_mem_gb >= 0),
+    max_runtime_hours               DOUBLE  NOT NULL CHECK (max_runtime_hours >= 0),
+    monthly_budget_gpu_hours        DOUBLE  NOT NULL CHECK (monthly_budget_gpu_hours >= 0),
+    pilot_required_above_gpu_hours  DOUBLE  NOT NULL DEFAULT 50,
+    budget_basis_production         VARCHAR NOT NULL DEFAULT 'upper',
+    budget_basis_exploratory        VARCHAR NOT NULL DEFAULT 'median',
+    budget_basis_retraining         VARCHAR NOT NULL DEFAULT 'upper',
+    preemptible_partitions          VARCHAR[] NOT NULL DEFAULT [],
+    policy_version                  VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS snapshots (
+    snapshot    VARCHAR PRIMARY KEY,
+    team        VARCHAR,            -- NULL: usable by every team
+    created_at  TIMESTAMP
+);
+
+-- One row per run ID. The estimate and the observed spend of a run live here together, whichever
+-- source (csv, sacct, submit, finish, demo) brought them. A reservation is a run with reserved_* set.
+CREATE TABLE IF NOT EXISTS runs (
+    run_id                      VARCHAR PRIMARY KEY,
+    team                        VARCHAR NOT NULL,
+    kind                        VARCHAR NOT NULL CHECK (kind IN ('exploratory', 'production', 'retraining')),
+    capacity                    VARCHAR NOT NULL DEFAULT 'stable' CHECK (capacity IN ('stable', 'preemptible')),
+    gpus                        INTEGER NOT NULL CHECK (gpus >= 0),
+    gpu_mem_gb                  DOUBLE,
+    data_snapshot               VARCHAR,
+    job_name                    VARCHAR,
+    -- the estimate (GPU-hours) and where it came from: pilot | stated | requested (time limit x GPUs,
+    -- i.e. requested, not measured)
+    estimated_gpu_hours         DOUBLE CHECK (estimated_gpu_hours >= 0),
+    estimate_source             VARCHAR CHECK (estimate_source IN ('pilot', 'stated', 'requested')),
+    est_compute_gpu_hours       DOUBLE,
+    est_checkpoint_gpu_hours    DOUBLE,
+    est_eval_gpu_hours          DOUBLE,
+    est_data_loading_gpu_hours  DOUBLE,
+    est_restart_gpu_hours       DOUBLE,
+    budget_gpu_hours            DOUBLE CHECK (budget_gpu_hours >= 0),
+    max_runtime_hours           DOUBLE CHECK (max_runtime_hours >= 0),
+    -- the reservation: window and GPU-hours held for the run
+    reserved_from               TIMESTAMP,
+    reserved_until              TIMESTAMP,
+    reserved_gpu_hours          DOUBLE CHECK (reserved_gpu_hours >= 0),
+    started_at                  TIMESTAMP,
+    ended_at                    TIMESTAMP,
+    -- observed spend (GPU-hours) and its items
+    actual_gpu_hours            DOUBLE CHECK (actual_gpu_hours >= 0),
+    act_checkpoint_gpu_hours    DOUBLE,
+    act_retry_gpu_hours         DOUBLE,
+    act_eval_gpu_hours          DOUBLE,
+    act_lost_work_gpu_hours     DOUBLE,
+    -- how it stopped: completed | early-stop | budget | wall-clock | failed-steps | preempted |
+    -- failed | cancelled | out-of-memory | node-fail | requeued (NULL while unfinished)
+    stop_reason                 VARCHAR,
+    interruptions               INTEGER CHECK (interruptions >= 0),
+    restarts                    INTEGER CHECK (restarts >= 0),
+    artifact_status             VARCHAR CHECK (artifact_status IN ('complete', 'incomplete', 'none')),
+    last_valid_checkpoint       VARCHAR,
+    full_evaluation             BOOLEAN,
+    holdout_reads               INTEGER CHECK (holdout_reads >= 0),
+    holdout_allowance           INTEGER CHECK (holdout_allowance >= 0),
+    source                      VARCHAR NOT NULL,
+    updated_at                  TIMESTAMP NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS pilots (
+    run_id                       VARCHAR NOT NULL,
+    measured_at                  TIMESTAMP NOT NULL,
+    steps_per_second             DOUBLE,
+    worst_case_steps_per_second  DOUBLE,
+    worst_case_share             DOUBLE,
+    peak_mem_gb                  DOUBLE,
+    checkpoint_write_s           DOUBLE,
+    planned_steps                BIGINT,
+    checkpoint_interval_steps    BIGINT,
+    pilot_json                   VARCHAR NOT NULL
+);
+
+CREATE SEQUENCE IF NOT EXISTS decision_seq START 1;
+
+-- Append-only: every check (when recorded) and every submit.
+CREATE TABLE IF NOT EXISTS decisions (
+    decision_id     BIGINT PRIMARY KEY DEFAULT nextval('decision_seq'),
+    decided_at      TIMESTAMP NOT NULL,
+    run_id          VARCHAR,
+    team            VARCHAR,
+    kind            VARCHAR,
+    state           VARCHAR NOT NULL CHECK (state IN ('admit', 'defer', 'reject')),
+    reason_codes    VARCHAR[] NOT NULL,
+    judged_gpu_hours DOUBLE,
+    reserved_gpu_hours DOUBLE,
+    policy_version  VARCHAR,
+    origin          VARCHAR NOT NULL,   -- cli | slurm | app | demo
+    request_json    VARCHAR NOT NULL,
+    decision_json   VARCHAR NOT NULL
+);
