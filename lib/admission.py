@@ -1,0 +1,288 @@
+"""Admission: the one function that decides, called by the queue, the command line and the what-if form.
+
+`admit_training` keeps the source document's four-argument contract exactly (same argument order,
+same returned dicts), minus its NaN hole. `decide(request, policy, state)` is the full decision: pure
+over plain data (a snapshot, the way Kueue admits), so it is tested without a database. It reports
+every failing check at once, in the order of lib.reasons.CODES, each with the numbers behind it and a
+fix. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+
+from lib.calibration import calibrate
+from lib.estimate import estimate_request
+from lib.reasons import in_order, reason
+from lib.request import validate
+
+BASES = ("raw", "median", "upper")
+
+
+def _finite_non_negative(name: str, value) -> float:
+    if type(value) not in (int, float):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be nonnegative, got {value!r}")  # the source's check
+    return value
+
+
+def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):
+    """The source document's admission rule: budget first, then recovery; else reserve the estimate.
+
+    Raises ValueError naming the argument for negative, NaN, ±inf, bool, str or None numbers, a
+    non-bool checkpoint_supported and a non-integral interruption count.
+    """
+    _finite_non_negative("estimated_gpu_hours", estimated_gpu_hours)
+    _finite_non_negative("budget_gpu_hours", budget_gpu_hours)
+    _finite_non_negative("expected_interruptions", expected_interruptions)
+    if expected_interruptions != int(expected_interruptions):
+        raise ValueError(f"expected_interruptions must be a whole number, got {expected_interruptions!r}")
+    if type(checkpoint_supported) is not bool:
+        raise ValueError(f"checkpoint_supported must be True or False, got {checkpoint_supported!r}")
+    if estimated_gpu_hours > budget_gpu_hours:
+        return {"state": "defer", "reason": "budget"}
+    if expected_interruptions > 0 and not checkpoint_supported:
+        return {"state": "defer", "reason": "no-recovery"}
+    return {"state": "admit", "reserved_gpu_hours": estimated_gpu_hours}
+
+
+def fingerprint(obj) -> str | None:
+    """A short stable hash of a JSON-able object (the frozen stop policy), or None."""
+    if obj is None:
+        return None
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _next_month(now: datetime) -> str:
+    return (datetime(now.year + 1, 1, 1) if now.month == 12
+            else datetime(now.year, now.month + 1, 1)).date().isoformat()
+
+
+_last_stamp: list = [None, ""]
+
+
+def _stamp(now: datetime) -> str:
+    """now as ISO seconds; the queue decides many requests against one snapshot time, so memoise."""
+    if _last_stamp[0] != now:
+        _last_stamp[:] = [now, now.isoformat(timespec="seconds")]
+    return _last_stamp[1]
+
+
+def _decision(request, state: str, reasons, *, policy=None, estimate=None, notes=(), now, reserved=None,
+              stop_fp=None, extra=None) -> dict:
+    d = {
+        "state": state,
+        "run_id": request.get("run_id") if type(request) is dict else None,
+        "team": request.get("team") if type(request) is dict else None,
+        "kind": request.get("kind") if type(request) is dict else None,
+        "reasons": reasons,
+        "notes": list(notes),
+        "estimate": estimate,
+        "reserved_gpu_hours": reserved,
+        "policy_version": policy.get("policy_version") if policy else None,
+        "stop_policy_fingerprint": stop_fp,
+        "decided_at": _stamp(now),
+    }
+    if extra:
+        d.update(extra)
+    return d
+
+
+def reject(request, problems: list[dict], *, policy=None, now=None) -> dict:
+    """A `reject` decision for an invalid request (problems: invalid-request reasons)."""
+    return _decision(request, "reject", in_order(problems), policy=policy, now=now or _utcnow())
+
+
+def unknown_team(request, *, now=None) -> dict:
+    """A `reject` for a request naming a team that has no policy in the ledger."""
+    team = request.get("team") if type(request) is dict else None
+    return reject(request, [reason("invalid-request", f"team {team!r} has no policy in the ledger",
+                                   fix="use a team from data/teams.toml, or ask a planner to add it",
+                                   field="team")], now=now)
+
+
+def _judged(raw: float, cal: dict, basis: str, notes: list) -> tuple[float, str, float, float | None]:
+    median = raw * cal["factor"]
+    upper = raw * cal["upper_factor"] if cal["upper_factor"] is not None else None
+    if basis == "upper" and upper is None:
+        notes.append(f"calibration upper bound unknown ({cal['note']}); judged at the median instead")
+        basis = "median"
+    value = {"raw": raw, "median": median, "upper": upper}[basis]
+    return value, basis, median, upper
+
+
+def decide(request, policy: dict | None, state: dict) -> dict:
+    """Admit, defer or reject `request` for the team `policy` describes, given its current `state`.
+
+    state: {"now": datetime, "reservations": [{run_id, kind, gpus, reserved_gpu_hours,
+    reserved_until}], "period_spent_gpu_hours", "snapshots": set, "calibration" (a
+    lib.calibration.calibrate result) or "calibration_history" (rows for it)}.
+    """
+    now = state.get("now") or _utcnow()
+    req, problems = validate(request)
+    if problems:
+        return reject(request, problems, policy=policy, now=now)
+    if policy is None or policy.get("team") != req["team"]:
+        return unknown_team(request, now=now)
+
+    kind, gpus = req["kind"], req["gpus"]
+    est = estimate_request(req)
+    cal = state.get("calibration")
+    if cal is None:
+        cal = calibrate(state.get("calibration_history", ()), req["team"], kind, now=now)
+    notes: list[str] = []
+    basis = policy.get(f"budget_basis_{kind}", "raw")
+    judged, judged_at, median, upper = _judged(est["raw_gpu_hours"], cal, basis, notes)
+    wall_h = judged / gpus
+    est.update(median_gpu_hours=median, upper_gpu_hours=upper, judged_gpu_hours=judged,
+               judged_at=judged_at, wall_hours=wall_h, calibration=cal)
+
+    reasons: list[dict] = []
+    add = reasons.append
+    snap = req["data_snapshot"]
+    if not snap:
+        add(reason("no-snapshot", "no data snapshot named", fix="name the data snapshot the run reads",
+                   field="data_snapshot"))
+    elif snap not in state.get("snapshots", ()):
+        add(reason("no-snapshot", f"data snapshot {snap!r} is not in the snapshot list",
+                   requested=snap, fix="register the snapshot, or name one the list knows",
+                   field="data_snapshot"))
+
+    threshold = policy["pilot_required_above_gpu_hours"]
+    if "pilot" not in req and judged > threshold:
+        add(reason("no-pilot", f"{judged:.1f} GPU-h requested without pilot measurements",
+                   requested=round(judged, 2), limit=threshold, unit="GPU-h",
+                   fix=f"run a pilot and submit its measurements, or stay ≤ {threshold:g} GPU-h"))
+
+    budget = req["budget_gpu_hours"]
+    if judged > budget:
+        add(reason("budget", f"{judged_at} estimate {judged:.1f} GPU-h exceeds the budget {budget:g} GPU-h",
+                   requested=round(judged, 2), limit=budget, unit="GPU-h",
+                   fix=f"fits if budget_gpu_hours ≥ {math.ceil(judged * 10) / 10:.1f}, "
+                       f"or with {judged - budget:.1f} GPU-h less work"))
+
+    spent = state.get("period_spent_gpu_hours", 0.0)
+    reservations = state.get("reservations", ())
+    committed = sum(r["reserved_gpu_hours"] or 0.0 for r in reservations)
+    monthly = policy["monthly_budget_gpu_hours"]
+    if spent + committed + judged > monthly:
+        left = max(0.0, monthly - spent - committed)
+        add(reason("period-budget",
+                   f"this month: {spent:.1f} spent + {committed:.1f} committed + {judged:.1f} requested "
+                   f"> {monthly:g} GPU-h", requested=round(judged, 2), limit=monthly,
+                   in_use=round(spent + committed, 2), unit="GPU-h",
+                   fix=f"fits if this run needs ≤ {left:.1f} GPU-h, or from {_next_month(now)} "
+                       "(next period)"))
+
+    cap = policy["max_gpus_per_job"]
+    if gpus > cap:
+        add(reason("gpu-cap", f"{gpus} accelerators requested, the per-job cap is {cap}",
+                   requested=gpus, limit=cap, unit="GPUs", field="gpus",
+                   fix=f"fits with {gpus - cap} fewer accelerators (≤ {cap})"))
+    cap = policy["max_gpu_mem_gb"]
+    if req["gpu_mem_gb"] > cap:
+        add(reason("memory-cap", f"{req['gpu_mem_gb']:g} GB per accelerator requested, the cap is {cap:g} GB",
+                   requested=req["gpu_mem_gb"], limit=cap, unit="GB", field="gpu_mem_gb",
+                   fix=f"fits with gpu_mem_gb ≤ {cap:g}"))
+    cap = policy["max_runtime_hours"]
+    runtime = max(req["max_runtime_hours"], wall_h)
+    if runtime > cap:
+        what = "requested runtime" if req["max_runtime_hours"] >= wall_h else "estimated wall clock"
+        add(reason("runtime-cap", f"{what} {runtime:.1f} h exceeds the per-job cap {cap:g} h",
+                   requested=round(runtime, 2), limit=cap, unit="h", field="max_runtime_hours",
+                   fix=f"fits with max_runtime_hours ≤ {cap:g} and an estimated wall clock ≤ {cap:g} h "
+                       f"(more accelerators or fewer steps)"))
+    if wall_h > req["max_runtime_hours"]:
+        notes.append(f"estimated wall clock {wall_h:.1f} h exceeds the requested max_runtime_hours "
+                     f"{req['max_runtime_hours']:g}: the run would stop on wall clock")
+
+    if "pilot" in req and req["pilot"]["peak_mem_gb"] > req["gpu_mem_gb"]:
+        peak = req["pilot"]["peak_mem_gb"]
+        add(reason("memory", f"pilot peak memory {peak:g} GB does not fit {req['gpu_mem_gb']:g} GB accelerators",
+                   requested=peak, limit=req["gpu_mem_gb"], unit="GB", field="gpu_mem_gb",
+                   fix=f"fits with gpu_mem_gb ≥ {peak:g}, or a smaller micro-batch / activation checkpointing"))
+
+    interruptions = req["expected_interruptions"]
+    if (interruptions > 0 or req["capacity"] == "preemptible") and not req["checkpoint_supported"]:
+        why = "preemptible capacity" if req["capacity"] == "preemptible" else f"{interruptions:g} expected interruptions"
+        add(reason("no-recovery", f"{why} and the job cannot checkpoint", requested=interruptions,
+                   limit=0, unit="interruptions", field="checkpoint_supported",
+                   fix="enable checkpointing, or run on stable capacity with no expected interruptions"))
+
+    extra = None
+    reserved_gpus = policy["reserved_gpus"]
+    set_aside = policy["retraining_reserved_gpus"]
+    in_use = in_use_retraining = 0
+    for r in reservations:
+        in_use += r["gpus"]
+        if r["kind"] == "retraining":
+            in_use_retraining += r["gpus"]
+    if kind == "retraining":
+        # experiments' holdings never defer scheduled retraining: they are preempted instead
+        if in_use_retraining + gpus > reserved_gpus:
+            add(_capacity_reason("capacity", gpus, reserved_gpus, in_use_retraining,
+                                 [r for r in reservations if r["kind"] == "retraining"],
+                                 "the team's reserved accelerators"))
+        elif in_use + gpus > reserved_gpus:
+            extra = {"preempts_experiment_gpus": in_use + gpus - reserved_gpus}
+            notes.append(f"scheduled retraining takes {in_use + gpus - reserved_gpus} accelerators that "
+                         "experiments hold: the scheduler preempts them")
+    else:
+        if in_use + gpus > reserved_gpus:
+            add(_capacity_reason("capacity", gpus, reserved_gpus, in_use, reservations,
+                                 "the team's reserved accelerators"))
+        in_use_experiments = in_use - in_use_retraining
+        if set_aside and in_use_experiments + gpus > reserved_gpus - set_aside:
+            add(_capacity_reason("retraining-protection", gpus, reserved_gpus - set_aside,
+                                 in_use_experiments,
+                                 [r for r in reservations if r["kind"] != "retraining"],
+                                 f"accelerators left to experiments ({set_aside} set aside for retraining)"))
+
+    # checks above append in the documented order of lib.reasons.CODES (a test holds them to it)
+    reserved = judged if not reasons else None
+    return _decision(req, "defer" if reasons else "admit", reasons, policy=policy, estimate=est, notes=notes, now=now,
+                     reserved=reserved, stop_fp=fingerprint(req.get("stop_policy")), extra=extra)
+
+
+def _capacity_reason(code, gpus, limit, in_use, holders, what) -> dict:
+    """A capacity-type reason with the fix: fewer accelerators, or when enough reservations end."""
+    free = max(0, limit - in_use)
+    if gpus > limit:
+        fix = f"{what} ({limit}) can never hold {gpus}: ask the planners for a larger quota or use ≤ {limit}"
+    else:
+        fix = f"fits with {gpus - free} fewer accelerators (≤ {free} free now)"
+        when = earliest_fit(gpus, limit, holders)
+        if when is not None:
+            fix += f", or from {when.isoformat(timespec='minutes')} when running reservations end"
+    return reason(code, f"{in_use} of {limit} {what} in use, {gpus} more requested",
+                  requested=gpus, limit=limit, in_use=in_use, unit="GPUs", field="gpus", fix=fix)
+
+
+def earliest_fit(gpus: int, limit: int, holders) -> datetime | None:
+    """When `gpus` more accelerators fit under `limit`, given each holder's reserved_until.
+
+    None when it never fits or some needed holder has no end time.
+    """
+    if gpus > limit:
+        return None
+    in_use = sum(r["gpus"] for r in holders)
+    if in_use + gpus <= limit:
+        return None
+    ends = sorted(holders, key=lambda r: (r.get("reserved_until") is None, r.get("reserved_until")))
+    for r in ends:
+        if r.get("reserved_until") is None:
+            return None
+        in_use -= r["gpus"]
+        if in_use + gpus <= limit:
+            return r["reserved_until"]
+    return None

@@ -1,0 +1,75 @@
+"""A run's cost from its pilot, itemised in GPU-hours (domain notes §1 rule 1 and §4).
+
+The pilot measures steps/s on a representative slice and on the worst-case input shape; the tail
+share of steps is budgeted at the worst-case rate, never at the pilot mean. On top of compute come
+data-loading stalls, checkpoint writes, evaluation and the expected cost of interruptions (restart
+time plus the work lost since the last checkpoint). Every item is GPU-hours: wall hours × GPUs.
+"""
+from __future__ import annotations
+
+import math
+
+ITEMS = ("compute_typical", "compute_worst_case", "data_loading", "checkpoint", "evaluation",
+         "restarts_and_lost_work")
+
+
+def from_pilot(pilot: dict, *, gpus: int, expected_interruptions: float,
+               checkpoint_supported: bool, skip_full_evaluation: bool) -> dict:
+    """Itemised estimate from a (validated, defaulted) pilot.
+
+    pilot keys: steps_per_second, worst_case_steps_per_second (steps/s), worst_case_share (0..1 of
+    steps), planned_steps, checkpoint_interval_steps, checkpoint_write_s (s per checkpoint),
+    eval_gpu_hours, data_loading_fraction (share of wall time stalled on input, 0..1),
+    restart_minutes (reload + warm-up per interruption).
+    Returns {"items_gpu_hours": {...}, "raw_gpu_hours", "wall_hours"}.
+    """
+    steps = pilot["planned_steps"]
+    share = pilot["worst_case_share"]
+    typical_h = steps * (1.0 - share) / pilot["steps_per_second"] / 3600.0
+    worst_h = steps * share / pilot["worst_case_steps_per_second"] / 3600.0
+    compute_h = typical_h + worst_h
+    f = pilot["data_loading_fraction"]
+    loading_h = compute_h * f / (1.0 - f)  # stalls are f of the wall time: wall = compute / (1 - f)
+    interval = pilot["checkpoint_interval_steps"]
+    n_checkpoints = math.ceil(steps / interval) if checkpoint_supported else 0
+    checkpoint_h = n_checkpoints * pilot["checkpoint_write_s"] / 3600.0
+    eval_gpu_hours = 0.0 if skip_full_evaluation else pilot["eval_gpu_hours"]
+    run_h = compute_h + loading_h + checkpoint_h
+    if checkpoint_supported:
+        # an interruption lands on average halfway through a segment (its compute and its write)
+        segment_h = (compute_h + loading_h) * min(interval, steps) / steps \
+            + pilot["checkpoint_write_s"] / 3600.0
+        lost_h = segment_h / 2.0
+    else:
+        lost_h = run_h / 2.0
+    restart_h = expected_interruptions * (pilot["restart_minutes"] / 60.0 + lost_h)
+    items = {
+        "compute_typical": typical_h * gpus,
+        "compute_worst_case": worst_h * gpus,
+        "data_loading": loading_h * gpus,
+        "checkpoint": checkpoint_h * gpus,
+        "evaluation": eval_gpu_hours,
+        "restarts_and_lost_work": restart_h * gpus,
+    }
+    total = sum(items.values())
+    return {"items_gpu_hours": items, "raw_gpu_hours": total, "wall_hours": total / gpus}
+
+
+def from_stated(estimated_gpu_hours: float, *, gpus: int) -> dict:
+    """A team's stated estimate, taken whole (no items to show): GPU-hours and wall hours."""
+    return {"items_gpu_hours": {"stated": estimated_gpu_hours},
+            "raw_gpu_hours": estimated_gpu_hours, "wall_hours": estimated_gpu_hours / gpus}
+
+
+def estimate_request(req: dict) -> dict:
+    """The raw estimate of a validated request, from its pilot or its stated GPU-hours."""
+    if "pilot" in req:
+        est = from_pilot(req["pilot"], gpus=req["gpus"],
+                         expected_interruptions=req["expected_interruptions"],
+                         checkpoint_supported=req["checkpoint_supported"],
+                         skip_full_evaluation=req["skip_full_evaluation"])
+        est["source"] = "pilot"
+    else:
+        est = from_stated(req["estimated_gpu_hours"], gpus=req["gpus"])
+        est["source"] = "stated"
+    return est

@@ -1,0 +1,233 @@
+"""The request format and its validation: every field problem found at once, never a crash.
+
+A request is a plain dict (parsed JSON). `validate(request)` returns `(normalized, problems)`: the
+request with defaults filled in, and a list of `invalid-request` reasons, one per bad field, each
+naming the field (dotted for nested ones, e.g. `pilot.steps_per_second`). Numbers must be real
+finite numbers: bools, strings, None, NaN and ±inf are refused.
+"""
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timezone
+
+from lib.reasons import reason
+
+KINDS = ("exploratory", "production", "retraining")
+CAPACITIES = ("stable", "preemptible")
+HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (domain notes §6)
+
+_INF = math.inf
+
+
+def _number_problem(value, minimum, strict, integral, maximum, below):
+    """The problem with a value that failed a number check, as text."""
+    if type(value) not in (int, float):
+        return f"must be a number, got {type(value).__name__} {value!r}"
+    if not math.isfinite(value):
+        return f"must be finite, got {value!r}"
+    if integral and value != int(value):
+        return f"must be a whole number, got {value!r}"
+    if value < minimum or (strict and value == minimum):
+        return f"must be {'>' if strict else '≥'} {minimum:g}, got {value!r}"
+    if maximum is not None and value > maximum:
+        return f"must be ≤ {maximum:g}, got {value!r}"
+    return f"must be < {below:g}, got {value!r}"
+
+
+def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=None):
+    """A check: None for a finite real number in range (never a bool), else the problem as text."""
+    hi = _INF if maximum is None else maximum
+    lt = _INF if below is None else below
+
+    def check(value):
+        t = type(value)
+        if (t is int or t is float) and (value > minimum if strict else value >= minimum) \
+                and value <= hi and value < lt and value < _INF and (not integral or value == int(value)):
+            return None
+        return _number_problem(value, minimum, strict, integral, maximum, below)
+    return check
+
+
+def _text(value, *, max_len=200):
+    if type(value) is not str or not value.strip():
+        return f"must be a non-empty string, got {value!r}"
+    if len(value) > max_len:
+        return f"must be at most {max_len} characters, got {len(value)}"
+    return None
+
+
+def _bool(value):
+    return None if type(value) is bool else f"must be true or false, got {value!r}"
+
+
+def _choice(options):
+    def check(value):
+        return None if value in options else f"must be one of {', '.join(options)}; got {value!r}"
+    return check
+
+
+# field -> check(value) -> problem text or None. Order = the order problems are reported in.
+_REQUIRED = {
+    "run_id": _text,
+    "team": _text,
+    "kind": _choice(KINDS),
+    "gpus": number(1, integral=True),
+    "gpu_mem_gb": number(strict=True),
+    "max_runtime_hours": number(strict=True),
+    "budget_gpu_hours": number(),
+    "checkpoint_supported": _bool,
+    "expected_interruptions": number(),
+    "capacity": _choice(CAPACITIES),
+}
+_OPTIONAL = {
+    # missing or null is not malformed: the gate defers it with `no-snapshot`
+    "data_snapshot": lambda v: None if v is None or type(v) is str else f"must be a string, got {v!r}",
+    "estimated_gpu_hours": number(),
+    "pilot": None,        # checked by _check_pilot
+    "stop_policy": None,  # checked by _check_stop_policy
+    "skip_full_evaluation": _bool,
+    "holdout_allowance": number(integral=True),
+    "submitted_at": lambda v: None if _parse_time(v) else f"must be an ISO-8601 time, got {v!r}",
+    "note": lambda v: _text(v, max_len=2000),
+}
+PILOT_FIELDS = {
+    "steps_per_second": number(strict=True),
+    "worst_case_steps_per_second": number(strict=True),
+    "worst_case_share": number(maximum=1),
+    "peak_mem_gb": number(strict=True),
+    "checkpoint_write_s": number(),
+    "planned_steps": number(1, integral=True),
+    "checkpoint_interval_steps": number(1, integral=True),
+    "eval_gpu_hours": number(),
+    "data_loading_fraction": number(below=1),
+    "restart_minutes": number(),
+}
+PILOT_DEFAULTS = {"worst_case_share": 0.0, "checkpoint_write_s": 0.0, "eval_gpu_hours": 0.0,
+                  "data_loading_fraction": 0.0, "restart_minutes": 5.0}
+PILOT_REQUIRED = ("steps_per_second", "planned_steps", "peak_mem_gb")
+_PILOT_REQUIRED = dict.fromkeys(PILOT_REQUIRED).keys()  # ordered, and set-comparable
+_EARLY_STOP_REQUIRED = dict.fromkeys(("metric", "mode")).keys()
+STOP_FIELDS = {
+    "max_wall_clock_hours": number(strict=True),
+    "spend_limit_gpu_hours": number(strict=True),
+    "max_failed_steps": number(integral=True),
+    "early_stop": None,
+}
+EARLY_STOP_FIELDS = {
+    "metric": _text,
+    "mode": _choice(("min", "max")),
+    "patience": number(integral=True),
+    "min_delta": number(),
+}
+_SPEC = {**_REQUIRED, **_OPTIONAL}
+_UNKNOWN = object()
+_REQUIRED_NAMES = _REQUIRED.keys()
+FIELDS = tuple(_SPEC)
+
+
+def _parse_time(value):
+    if type(value) is not str:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+def _problem(field, text):
+    return reason("invalid-request", f"{field} {text}", fix=f"correct {field} and resubmit", field=field)
+
+
+def _check_fields(obj, spec, prefix, problems, *, required=(), allow_unknown=False):
+    if type(obj) is not dict:
+        problems.append(_problem(prefix.rstrip(".") or "request", f"must be a JSON object, got {obj!r}"))
+        return
+    if required and not required <= obj.keys():
+        for name in required:
+            if name not in obj:
+                problems.append(_problem(prefix + name, "is required"))
+    for name, value in obj.items():
+        check = spec.get(name, _UNKNOWN)
+        if check is _UNKNOWN:
+            if not allow_unknown:
+                known = ", ".join(sorted(spec))
+                problems.append(_problem(prefix + str(name), f"is not a known field (known: {known})"))
+            continue
+        if check is not None:
+            text = check(value)
+            if text:
+                problems.append(_problem(prefix + name, text))
+
+
+def _check_pilot(pilot, problems):
+    _check_fields(pilot, PILOT_FIELDS, "pilot.", problems, required=_PILOT_REQUIRED)
+
+
+def reads_holdout(metric: str) -> bool:
+    """True when a metric name reads the final holdout (a word 'holdout' or 'test' in it)."""
+    return bool(HOLDOUT_METRIC_WORDS & set(re.split(r"[^a-z0-9]+", metric.lower())))
+
+
+def _check_stop_policy(policy, problems):
+    _check_fields(policy, STOP_FIELDS, "stop_policy.", problems)
+    if type(policy) is dict and "early_stop" in policy:
+        es = policy["early_stop"]
+        _check_fields(es, EARLY_STOP_FIELDS, "stop_policy.early_stop.", problems,
+                      required=_EARLY_STOP_REQUIRED)
+        metric = es.get("metric") if type(es) is dict else None
+        if type(metric) is str and reads_holdout(metric):
+            problems.append(reason(
+                "invalid-request",
+                f"stop_policy.early_stop.metric {metric!r} reads the final holdout; early stopping "
+                "must use a development metric",
+                fix="name a validation (development) metric, e.g. 'val_loss'",
+                field="stop_policy.early_stop.metric"))
+
+
+def validate_stop_policy(policy) -> list[dict]:
+    """The invalid-request reasons of a stop policy on its own (empty when valid)."""
+    problems: list[dict] = []
+    _check_stop_policy(policy, problems)
+    return problems
+
+
+def validate(request) -> tuple[dict | None, list[dict]]:
+    """Check a request; return (normalized request with defaults, invalid-request reasons)."""
+    problems: list[dict] = []
+    if type(request) is not dict:
+        return None, [_problem("request", f"must be a JSON object, got {type(request).__name__}")]
+    _check_fields(request, _SPEC, "", problems, required=_REQUIRED_NAMES)
+    has_est = "estimated_gpu_hours" in request
+    has_pilot = "pilot" in request
+    if has_est == has_pilot:
+        problems.append(_problem("estimated_gpu_hours", "or pilot is required, exactly one of them"))
+    if has_pilot:
+        _check_pilot(request["pilot"], problems)
+    if "stop_policy" in request:
+        _check_stop_policy(request["stop_policy"], problems)
+    if request.get("kind") == "production" and request.get("skip_full_evaluation") is True:
+        problems.append(reason(
+            "invalid-request", "a production candidate may not skip full evaluation",
+            fix="set skip_full_evaluation to false and budget the evaluation (pilot.eval_gpu_hours)",
+            field="skip_full_evaluation"))
+    pilot = request.get("pilot")
+    if (request.get("kind") == "production" and not request.get("skip_full_evaluation")
+            and type(pilot) is dict and pilot.get("eval_gpu_hours", 0) == 0):
+        problems.append(reason(
+            "invalid-request", "a production candidate's pilot must budget its full evaluation",
+            fix="set pilot.eval_gpu_hours to the measured cost of the full evaluation (> 0)",
+            field="pilot.eval_gpu_hours"))
+    if problems:
+        return None, problems
+    out = dict(request)
+    out.setdefault("data_snapshot", None)
+    out.setdefault("skip_full_evaluation", False)
+    out.setdefault("holdout_allowance", 0)
+    out["submitted_at"] = _parse_time(request["submitted_at"]) if "submitted_at" in request else None
+    if has_pilot:
+        out["pilot"] = {**PILOT_DEFAULTS, **request["pilot"]}
+        out["pilot"].setdefault("checkpoint_interval_steps", out["pilot"]["planned_steps"])
+        out["pilot"].setdefault("worst_case_steps_per_second", out["pilot"]["steps_per_second"])
+    return out, []
