@@ -46,31 +46,48 @@ def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=Non
                 and value <= hi and value < lt and value < _INF and (not integral or value == int(value)):
             return None
         return _number_problem(value, minimum, strict, integral, maximum, below)
+    check.fast = (f"(type(v) is int or type(v) is float) and v {'>' if strict else '>='} {minimum!r}"
+                  f" and v <= {hi!r} and v < {lt!r} and v < _INF" + (" and v == int(v)" if integral else ""))
     return check
 
 
-def _text(value, *, max_len=200):
-    if type(value) is not str or not value.strip():
-        return f"must be a non-empty string, got {value!r}"
-    if len(value) > max_len:
-        return f"must be at most {max_len} characters, got {len(value)}"
-    return None
+def text(max_len=200):
+    """A check: None for a non-empty string of at most `max_len` characters."""
+    def check(value):
+        if type(value) is not str or not value.strip():
+            return f"must be a non-empty string, got {value!r}"
+        if len(value) > max_len:
+            return f"must be at most {max_len} characters, got {len(value)}"
+        return None
+    check.fast = f"type(v) is str and len(v) <= {max_len} and not v.isspace() and v != ''"
+    return check
 
 
 def _bool(value):
     return None if type(value) is bool else f"must be true or false, got {value!r}"
 
 
+_bool.fast = "type(v) is bool"
+
+
 def _choice(options):
     def check(value):
         return None if value in options else f"must be one of {', '.join(options)}; got {value!r}"
+    check.fast = f"type(v) is str and v in {tuple(options)!r}"
     return check
+
+
+def _optional_text(value):
+    return None if value is None or type(value) is str else f"must be a string, got {value!r}"
+
+
+_optional_text.fast = "v is None or type(v) is str"
 
 
 # field -> check(value) -> problem text or None. Order = the order problems are reported in.
 _REQUIRED = {
-    "run_id": _text,
-    "team": _text,
+    "run_id": text(),
+    "team": text(),
     "kind": _choice(KINDS),
     "gpus": number(1, integral=True),
     "gpu_mem_gb": number(strict=True),
@@ -82,14 +99,14 @@ _REQUIRED = {
 }
 _OPTIONAL = {
     # missing or null is not malformed: the gate defers it with `no-snapshot`
-    "data_snapshot": lambda v: None if v is None or type(v) is str else f"must be a string, got {v!r}",
+    "data_snapshot": _optional_text,
     "estimated_gpu_hours": number(),
     "pilot": None,        # checked by _check_pilot
     "stop_policy": None,  # checked by _check_stop_policy
     "skip_full_evaluation": _bool,
     "holdout_allowance": number(integral=True),
     "submitted_at": lambda v: None if _parse_time(v) else f"must be an ISO-8601 time, got {v!r}",
-    "note": lambda v: _text(v, max_len=2000),
+    "note": text(2000),
 }
 PILOT_FIELDS = {
     "steps_per_second": number(strict=True),
@@ -115,7 +132,7 @@ STOP_FIELDS = {
     "early_stop": None,
 }
 EARLY_STOP_FIELDS = {
-    "metric": _text,
+    "metric": text(),
     "mode": _choice(("min", "max")),
     "patience": number(integral=True),
     "min_delta": number(),
@@ -186,6 +203,57 @@ def _check_stop_policy(policy, problems):
                 field="stop_policy.early_stop.metric"))
 
 
+def _compile_fast_check(spec: dict, required, nested: dict):
+    """One generated predicate that is True exactly when `_check_fields` would find no problem.
+
+    It is built from the same field table as the detailed checks (each check's `fast` expression), so
+    the rules live in one place; the detailed path runs only when the predicate says False, to name
+    every problem. A field whose check has no fast form, or a nested object not listed in `nested`,
+    sends the request down the detailed path.
+    """
+    consts: dict[str, frozenset] = {}
+
+    def const(names) -> str:  # key sets live in the namespace, not rebuilt on every call
+        consts[f"_K{len(consts)}"] = frozenset(names)
+        return f"_K{len(consts) - 1}"
+
+    lines = ["def fast(r):",
+             f"    if not (r.keys() <= {const(spec)} and {const(required)} <= r.keys()):",
+             "        return False"]
+    for name, check in spec.items():
+        cond = f"'{name}' in r" if name not in required else "True"
+        if name in nested:
+            sub_spec, sub_required = nested[name]
+            lines.append(f"    if {cond}:")
+            lines.append(f"        p = r['{name}']")
+            lines.append(f"        if type(p) is not dict or not (p.keys() <= {const(sub_spec)} "
+                         f"and {const(sub_required)} <= p.keys()):")
+            lines.append("            return False")
+            for sub, sub_check in sub_spec.items():
+                lines.append(f"        if '{sub}' in p:")
+                lines.append(f"            v = p['{sub}']")
+                lines.append(f"            if not ({sub_check.fast}):")
+                lines.append("                return False")
+            continue
+        expr = getattr(check, "fast", None)
+        if expr is None:
+            if check is None:
+                continue  # checked elsewhere (stop_policy)
+            lines.append(f"    if {cond}:\n        return False")
+            continue
+        lines.append(f"    if {cond}:")
+        lines.append(f"        v = r['{name}']")
+        lines.append(f"        if not ({expr}):")
+        lines.append("            return False")
+    lines.append("    return True")
+    namespace = {"_INF": _INF, "inf": _INF, **consts}
+    exec("\n".join(lines), namespace)  # noqa: S102 — generated from the constant field table above
+    return namespace["fast"]
+
+
+_fields_ok = _compile_fast_check(_SPEC, _REQUIRED_NAMES, {"pilot": (PILOT_FIELDS, _PILOT_REQUIRED)})
+
+
 def validate_stop_policy(policy) -> list[dict]:
     """The invalid-request reasons of a stop policy on its own (empty when valid)."""
     problems: list[dict] = []
@@ -198,12 +266,14 @@ def validate(request) -> tuple[dict | None, list[dict]]:
     problems: list[dict] = []
     if type(request) is not dict:
         return None, [_problem("request", f"must be a JSON object, got {type(request).__name__}")]
-    _check_fields(request, _SPEC, "", problems, required=_REQUIRED_NAMES)
     has_est = "estimated_gpu_hours" in request
     has_pilot = "pilot" in request
+    fields_ok = _fields_ok(request)
+    if not fields_ok:
+        _check_fields(request, _SPEC, "", problems, required=_REQUIRED_NAMES)
     if has_est == has_pilot:
         problems.append(_problem("estimated_gpu_hours", "or pilot is required, exactly one of them"))
-    if has_pilot:
+    if has_pilot and not fields_ok:
         _check_pilot(request["pilot"], problems)
     if "stop_policy" in request:
         _check_stop_policy(request["stop_policy"], problems)

@@ -4,6 +4,7 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from lib.admission import admit_training, decide
+from lib.request import FIELDS as REQUEST_FIELDS, PILOT_FIELDS as PILOT_KEYS
 from tests.fixtures_gate import PILOT, history, policy, request, reservation, state
 
 finite = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
@@ -101,3 +102,32 @@ def test_decide_agrees_with_the_source_function_on_its_own_checks(est, budget, c
         assert src["reason"] in {r["code"] for r in d["reasons"]}
     else:
         assert d["reserved_gpu_hours"] == src["reserved_gpu_hours"]
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
+              st.text(max_size=5), st.sampled_from(["exploratory", "production", "stable", "   "])),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
+    max_leaves=4)
+
+
+@settings(max_examples=500, deadline=None)
+@given(base=st.sampled_from([request(), request(estimated_gpu_hours=..., pilot=PILOT)]),
+       field=st.sampled_from(sorted(set(REQUEST_FIELDS) | {"pilot", "unknown"})),
+       pilot_field=st.sampled_from(sorted(PILOT_KEYS) + ["unknown"]), value=json_values,
+       where=st.sampled_from(["top", "pilot", "drop"]))
+def test_the_compiled_fast_check_agrees_with_the_detailed_checks(base, field, pilot_field, value, where):
+    """The generated fast path may only say 'fine' when the detailed checks find nothing."""
+    from lib.request import _PILOT_REQUIRED, _REQUIRED_NAMES, _SPEC, _check_fields, _check_pilot, _fields_ok
+    req = dict(base)
+    if where == "top":
+        req[field] = value
+    elif where == "pilot" and "pilot" in req:
+        req["pilot"] = {**req["pilot"], pilot_field: value}
+    else:
+        req.pop(field, None)
+    problems: list = []
+    _check_fields(req, _SPEC, "", problems, required=_REQUIRED_NAMES)
+    if "pilot" in req:
+        _check_pilot(req["pilot"], problems)
+    assert _fields_ok(req) == (not problems), problems
