@@ -13,6 +13,7 @@ Methods, and which one `calibrate` reports:
 - ``none``: too few runs: the factor is 1 (or the median of what there is) and the bound is None —
   unknown, never invented.
 Scope falls back from team × kind to team to everyone until a scope has enough runs for a bound.
+The rolling window is the last 365 days and at most the 1,000 most recent runs of a scope.
 """
 from __future__ import annotations
 
@@ -53,14 +54,21 @@ def conformal_quantile(done: list[float], n_censored: int, level: float) -> floa
     return ordered[k - 1] if k <= len(ordered) else None
 
 
-def _median(done: list[float], n_censored: int) -> float | None:
-    """Median with censored runs as +inf (they needed at least their stop value)."""
-    n = len(done) + n_censored
+def _median(done: list[float], cens: list[float]) -> float | None:
+    """Median log ratio with censored runs as +inf (they needed at least their stop value).
+
+    When that median falls on a censored run, the median of the stop values themselves is used
+    instead: a lower bound on the true median, never the no-correction factor 1 by default.
+    """
+    n = len(done) + len(cens)
     if n == 0:
         return None
-    ordered = sorted(done) + [math.inf] * n_censored
-    mid = ordered[(n - 1) // 2], ordered[n // 2]
-    return None if math.isinf(mid[1]) else (mid[0] + mid[1]) / 2.0
+    ordered = sorted(done) + [math.inf] * len(cens)
+    low, high = ordered[(n - 1) // 2], ordered[n // 2]
+    if not math.isinf(high):
+        return (low + high) / 2.0
+    values = sorted(done + cens)
+    return (values[(n - 1) // 2] + values[n // 2]) / 2.0
 
 
 def tobit_fit(done: list[float], cens: list[float], iterations: int = 200) -> tuple[float, float]:
@@ -91,36 +99,30 @@ def _fit(done, cens, level):
     """(method, median r or None, upper q or None) for one scope's runs."""
     q = conformal_quantile(done, len(cens), level)
     if q is not None:
-        return "conformal", _median(done, len(cens)), q
+        return "conformal", _median(done, cens), q
     if cens and len(done) >= MIN_UNCENSORED_FOR_TOBIT and len(done) + len(cens) >= runs_needed(level):
         mu, sigma = tobit_fit(done, cens)
         return "tobit", mu, mu + _STD.inv_cdf(level) * sigma
-    return "none", _median(done, len(cens)), None
+    return "none", _median(done, cens), None
 
 
-def calibrate(history, team: str, kind: str, *, level: float = DEFAULT_LEVEL,
-              now: datetime | None = None, window_days: int = DEFAULT_WINDOW_DAYS) -> dict:
-    """The correction the gate applies to a raw estimate of `team`'s `kind` run.
+SCOPES = ("team×kind", "team", "all")
+DEFAULT_MAX_RUNS = 1000  # per scope: the most recent runs, so the calibration follows drift
 
-    history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,
-    ended_at (datetime); rows that ended before now - window_days are left out.
+
+def calibrate_scopes(scoped, *, level: float = DEFAULT_LEVEL) -> dict:
+    """The correction from the first scope that yields a bound, trying scopes in order.
+
+    scoped: iterable of (scope name, rows) in fallback order — team × kind, team, everyone — where
+    rows have estimated_gpu_hours, actual_gpu_hours, censored. It may be lazy (a generator that
+    queries the ledger scope by scope): later scopes are not read once one yields a bound.
     Returns {"scope", "method", "n", "n_censored", "level", "factor", "upper_factor",
     "runs_needed", "note"}: factor multiplies the raw estimate to give the median estimate,
     upper_factor (None when unknown) to give the upper bound.
     """
-    if now is not None:
-        since = now - timedelta(days=window_days)
-        history = [h for h in history if h.get("ended_at") is None or h["ended_at"] >= since]
-    else:
-        history = list(history)
-    scopes = (
-        ("team×kind", [h for h in history if h["team"] == team and h["kind"] == kind]),
-        ("team", [h for h in history if h["team"] == team]),
-        ("all", history),
-    )
     need = runs_needed(level)
     fallback = None
-    for scope, rows in scopes:
+    for scope, rows in scoped:
         done, cens = log_ratios(rows)
         if not done and not cens:
             continue
@@ -142,6 +144,33 @@ def calibrate(history, team: str, kind: str, *, level: float = DEFAULT_LEVEL,
     fallback["note"] = (f"bound unknown: {fallback['n']} runs of scope {fallback['scope']} "
                         f"({fallback['n_censored']} censored), needs {need} with few enough censored")
     return fallback
+
+
+def calibrate(history, team: str, kind: str, *, level: float = DEFAULT_LEVEL,
+              now: datetime | None = None, window_days: int = DEFAULT_WINDOW_DAYS,
+              max_runs: int = DEFAULT_MAX_RUNS) -> dict:
+    """The correction the gate applies to a raw estimate of `team`'s `kind` run (see calibrate_scopes).
+
+    history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,
+    ended_at (datetime). The rolling window keeps rows that ended within `window_days` before now,
+    and at most the `max_runs` most recent of each scope.
+    """
+    if now is not None:
+        since = now - timedelta(days=window_days)
+        history = [h for h in history if h.get("ended_at") is None or h["ended_at"] >= since]
+    else:
+        history = list(history)
+
+    def recent(rows):
+        if len(rows) <= max_runs:
+            return rows
+        return sorted(rows, key=lambda h: h.get("ended_at") or datetime.min)[-max_runs:]
+
+    def scoped():
+        yield "team×kind", recent([h for h in history if h["team"] == team and h["kind"] == kind])
+        yield "team", recent([h for h in history if h["team"] == team])
+        yield "all", recent(history)
+    return calibrate_scopes(scoped(), level=level)
 
 
 def coverage_backtest(history, *, level: float = DEFAULT_LEVEL, window_days: int = DEFAULT_WINDOW_DAYS,

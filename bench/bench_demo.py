@@ -1,0 +1,84 @@
+"""Benchmark: demo build time and rows for 10 000 and 1 000 000 runs, and what one ledger open costs.
+
+For each size: build the demo into a fresh file, then time `open_ledger()` open + close (read-only
+and read-write; median of 7) and one `check_request` (read-only open + policy + state + decide:
+what a scheduler hook or the what-if form pays). Prints a table.
+
+    python bench/bench_demo.py [--sizes 10000 1000000] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lib.demo import build_demo  # noqa: E402
+from lib.ledger import open_ledger  # noqa: E402
+
+
+def _median_s(fn, repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _open_close(path, read_only):
+    def go():
+        with open_ledger(path, read_only=read_only) as con:
+            con.execute("SELECT 1").fetchall()
+    return go
+
+
+def bench(size: int, folder: Path) -> dict:
+    path = folder / f"demo-{size}.duckdb"
+    path.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    c = build_demo(path, runs=size, seed=0)
+    build_s = time.perf_counter() - t0
+    ro = _median_s(_open_close(path, True))
+    rw = _median_s(_open_close(path, False))
+    check_s = None
+    try:
+        from lib.store import check_request
+        req = {"run_id": "bench-1", "team": "vision", "kind": "production", "gpus": 8, "gpu_mem_gb": 80,
+               "max_runtime_hours": 24, "budget_gpu_hours": 400, "checkpoint_supported": True,
+               "expected_interruptions": 1, "data_snapshot": "common-crawl-2025-04",
+               "capacity": "stable", "estimated_gpu_hours": 120}
+        check_s = _median_s(lambda: check_request(req, db=path), repeat=3)
+    except Exception as exc:  # noqa: BLE001 - the decision core may be mid-change; report, go on
+        print(f"  check_request failed on {size}: {exc}", file=sys.stderr)
+    return {"runs": size, "build_s": build_s, "decisions": c["decisions"], "pilots": c["pilots"],
+            "file_mb": path.stat().st_size / 1e6, "open_ro_ms": ro * 1e3, "open_rw_ms": rw * 1e3,
+            "check_ms": None if check_s is None else check_s * 1e3}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--keep", type=Path, help="write the ledgers here (default: a temp dir)")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = [bench(n, folder) for n in args.sizes]
+    head = (f"{'runs':>10} {'build s':>8} {'decisions':>10} {'pilots':>8} {'file MB':>8} "
+            f"{'open ro ms':>10} {'open rw ms':>10} {'check ms':>9}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        check = f"{r['check_ms']:9.0f}" if r["check_ms"] is not None else f"{'n/a':>9}"
+        print(f"{r['runs']:>10,} {r['build_s']:8.1f} {r['decisions']:>10,} {r['pilots']:>8,} "
+              f"{r['file_mb']:8.1f} {r['open_ro_ms']:10.1f} {r['open_rw_ms']:10.1f} {check}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
+
+Commands: check, submit, import, finish, demo, export, teams. Global options: --db PATH (else
+$GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
+terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
+JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
+
+Exit codes: 0 admit / success, 1 defer, 2 invalid request or input (message on stderr),
+3 ledger locked past the timeout, or any other gate failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger
+
+EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
+EXIT_OK = 0
+MAX_REQUEST_BYTES = 1_000_000
+STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
+                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
+
+
+class InputError(ValueError):
+    """Bad input from the user (exit code 2)."""
+
+
+# ------------------------------------------------------------------------------ output helpers
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class ProgressBar:
+    """A dependency-free text progress bar on stderr: progress(fraction, message)."""
+
+    def __init__(self, stream=None, width: int = 30):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.started = time.monotonic()
+        self._last = -1.0
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        fraction = min(1.0, max(0.0, float(fraction)))
+        if fraction < 1.0 and fraction - self._last < 0.005:
+            return
+        self._last = fraction
+        done = int(round(fraction * self.width))
+        bar = "#" * done + "-" * (self.width - done)
+        elapsed = time.monotonic() - self.started
+        line = f"\r[{bar}] {fraction * 100:5.1f}% {elapsed:6.1f}s {message[:60]:<60}"
+        self.stream.write(line)
+        if fraction >= 1.0:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _progress(args):
+    if getattr(args, "progress", False) or sys.stderr.isatty():
+        return ProgressBar()
+    return None
+
+
+def _json_default(o):
+    from datetime import date, datetime
+    if isinstance(o, (datetime, date)):
+        return o.isoformat()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+def dump_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=_json_default)
+
+
+def read_request(source: str):
+    """The request JSON from a file path or '-' (stdin); InputError when it is unreadable."""
+    try:
+        if source == "-":
+            raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        else:
+            with open(source, "rb") as f:
+                raw = f.read(MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read request {source}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise InputError(f"request {source} is larger than {MAX_REQUEST_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"request {source} is not UTF-8 (byte {exc.start})") from None
+    if not text.strip():
+        raise InputError(f"request {source} is empty")
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not a JSON number")
+    try:
+        return json.loads(text, parse_constant=no_constants)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"request {source} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                         f"column {exc.colno}") from None
+    except ValueError as exc:
+        raise InputError(f"request {source} is not valid JSON: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ commands
+
+def _decision_exit(decision: dict) -> int:
+    return {"admit": EXIT_ADMIT, "defer": EXIT_DEFER}.get(decision["state"], EXIT_INVALID)
+
+
+def _report_decision(decision: dict, verb: str) -> None:
+    from lib.reasons import summary
+    print(dump_json(decision))
+    if decision["state"] != "admit":
+        say(summary(decision))
+
+
+def cmd_check(args) -> int:
+    from lib.store import check_request
+    request = read_request(args.request)
+    decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
+    _report_decision(decision, "check")
+    say(f"check: {decision['state']} {decision.get('run_id')} (what-if: nothing written)")
+    return _decision_exit(decision)
+
+
+def cmd_submit(args) -> int:
+    from lib.store import submit_request
+    request = read_request(args.request)
+    decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
+                              timeout_s=args.timeout)
+    _report_decision(decision, "submit")
+    if decision["state"] == "admit":
+        est = decision.get("estimate") or {}
+        say(f"submit: admit {decision['run_id']}: recorded the decision and a reservation of "
+            f"{decision['reserved_gpu_hours']:.2f} GPU-h for {est.get('wall_hours', 0):.2f} h")
+    else:
+        say(f"submit: {decision['state']} {decision.get('run_id')}: recorded the decision, "
+            "no reservation")
+    return _decision_exit(decision)
+
+
+def cmd_import(args) -> int:
+    try:
+        from lib.importer import import_runs
+    except ImportError as exc:
+        raise LedgerError(f"the importer is not available: {exc}") from None
+    report = import_runs(args.file, fmt=args.format, db=args.db, create_teams=args.create_teams,
+                         dry_run=args.dry_run, progress=_progress(args))
+    if report.errors:
+        for e in report.errors:
+            say(f"line {e.get('line')}, column {e.get('column')}, value {e.get('value')!r}: "
+                f"{e.get('message')}")
+        say(f"import: refused {args.file}: {len(report.errors)} problem(s); nothing written")
+        return EXIT_INVALID
+    what = "would insert" if args.dry_run else "inserted"
+    say(f"import: {what} {report.inserted}, updated {report.updated}, unchanged {report.unchanged} "
+        f"run(s) from {args.file} ({report.fmt})" + (" — dry run, nothing written" if args.dry_run else ""))
+    return EXIT_OK
+
+
+def cmd_finish(args) -> int:
+    from lib.store import finish_run
+    row = finish_run(
+        args.run_id, actual_gpu_hours=args.actual_gpu_hours, stop_reason=args.stop_reason,
+        ended_at=args.ended_at, started_at=args.started_at,
+        last_valid_checkpoint=args.last_valid_checkpoint, interruptions=args.interruptions,
+        restarts=args.restarts, artifact_status=args.artifact_status,
+        full_evaluation=args.full_evaluation, holdout_reads=args.holdout_reads,
+        act_checkpoint_gpu_hours=args.checkpoint_gpu_hours, act_retry_gpu_hours=args.retry_gpu_hours,
+        act_eval_gpu_hours=args.eval_gpu_hours, act_lost_work_gpu_hours=args.lost_work_gpu_hours,
+        db=args.db, timeout_s=args.timeout)
+    print(dump_json(row))
+    say(f"finish: updated run {row['run_id']}: {row['actual_gpu_hours']:g} GPU-h, stopped "
+        f"{row['stop_reason']}, artifact {row['artifact_status']}")
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from lib.demo import build_demo
+    t0 = time.monotonic()
+    counts = build_demo(args.db, runs=args.runs, seed=args.seed, progress=_progress(args),
+                        teams_file=args.teams_file)
+    say(f"demo: inserted {counts['runs']:,} runs, {counts['decisions']:,} decisions "
+        f"({counts['deferred']:,} deferred), {counts['pilots']:,} pilots; replaced "
+        f"{counts['deleted_runs']:,} earlier demo runs; teams +{counts['teams_inserted']} "
+        f"~{counts['teams_updated']} in {time.monotonic() - t0:.1f} s -> {ledger_path(args.db)}")
+    return EXIT_OK
+
+
+FORMULA_PREFIX = r"^[=+\-@\t\r]"
+
+
+def export_query(con, what: str, neutralize: bool) -> str:
+    """SELECT for the export of `what`; text cells that a spreadsheet would run as a formula
+    (starting with = + - @ tab or CR) get a leading apostrophe when `neutralize`."""
+    cols = con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = ? ORDER BY ordinal_position", [what]).fetchall()
+    parts = []
+    for name, dtype in cols:
+        q = f'"{name}"'
+        if neutralize and (dtype == "VARCHAR" or dtype.endswith("[]")):
+            text = q if dtype == "VARCHAR" else f"CAST({q} AS VARCHAR)"
+            parts.append(f"CASE WHEN regexp_matches({text}, '{FORMULA_PREFIX}') "
+                         f"THEN '''' || {text} ELSE {text} END AS {q}")
+        else:
+            parts.append(q)
+    order = "run_id" if what == "runs" else "decision_id"
+    return f"SELECT {', '.join(parts)} FROM {what} ORDER BY {order}"
+
+
+def cmd_export(args) -> int:
+    fmt = args.format
+    if fmt == "parquet" and (not args.out or args.out == "-"):
+        raise InputError("export --format parquet needs --out PATH (Parquet is binary)")
+    to_stdout = not args.out or args.out == "-"
+    with open_ledger(args.db, read_only=True, timeout_s=args.timeout) as con:
+        query = export_query(con, args.what, neutralize=(fmt == "csv"))
+        rows = con.execute(f"SELECT count(*) FROM {args.what}").fetchall()[0][0]
+        opts = "FORMAT csv, HEADER true" if fmt == "csv" else "FORMAT parquet"
+        if to_stdout:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"export.{fmt}"
+                con.execute(f"COPY ({query}) TO '{_sql_path(path)}' ({opts})")
+                sys.stdout.flush()
+                with open(path, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+        else:
+            out = Path(args.out)
+            if out.parent and not out.parent.exists():
+                raise InputError(f"export: folder {out.parent} does not exist")
+            con.execute(f"COPY ({query}) TO '{_sql_path(out)}' ({opts})")
+    say(f"export: wrote {rows:,} {args.what} rows as {fmt} to {'stdout' if to_stdout else args.out}")
+    return EXIT_OK
+
+
+def _sql_path(p) -> str:
+    return str(p).replace("'", "''")
+
+
+def cmd_teams(args) -> int:
+    from lib.teams_file import sync_teams
+    with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
+        c = sync_teams(con, args.file)
+    say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "
+        f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
+        f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ parser
+
+def _nonneg_float(text):
+    import math
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def _nonneg_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def _positive_int(text):
+    v = _nonneg_int(text.replace("_", ""))
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return v
+
+
+def _timestamp(text):
+    from datetime import datetime, timezone
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {text!r}") from None
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors are bad input: exit 2 with the message on stderr
+        self.print_usage(sys.stderr)
+        say(f"{self.prog}: error: {message}")
+        raise SystemExit(EXIT_INVALID)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS,
+                        help="ledger file (default: $GATE_DB, else data/gate.duckdb)")
+    common.add_argument("--progress", action="store_true", default=argparse.SUPPRESS,
+                        help="draw the progress bar even when stderr is not a terminal")
+    common.add_argument("--timeout", type=_nonneg_float, default=argparse.SUPPRESS,
+                        help="seconds to wait for a ledger another process holds (default 10)")
+    p = _Parser(prog="python -m lib", description=__doc__.split("\n\n")[0], parents=[common],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    for name, helptext in (("check", "the what-if: decide, write nothing"),
+                           ("submit", "decide and record (a reservation on admit)")):
+        s = sub.add_parser(name, parents=[common], help=helptext)
+        s.add_argument("request", help="request JSON file, or - for stdin")
+        s.add_argument("--now", type=_timestamp, default=None,
+                       help="decide as of this ISO-8601 time (UTC) instead of now")
+        if name == "submit":
+            s.add_argument("--origin", default="cli", choices=("cli", "slurm", "app", "kueue", "hook"),
+                           help="who submitted (recorded with the decision)")
+
+    s = sub.add_parser("import", parents=[common], help="import run history (CSV or sacct)")
+    s.add_argument("file")
+    s.add_argument("--format", choices=("csv", "sacct"), default="csv")
+    s.add_argument("--create-teams", action="store_true", help="create unknown teams instead of refusing")
+    s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
+
+    s = sub.add_parser("finish", parents=[common], help="record a run's actuals and how it stopped")
+    s.add_argument("run_id")
+    s.add_argument("--actual-gpu-hours", type=_nonneg_float, required=True)
+    s.add_argument("--stop-reason", required=True, choices=STOP_REASONS)
+    s.add_argument("--ended-at", type=_timestamp)
+    s.add_argument("--started-at", type=_timestamp)
+    s.add_argument("--last-valid-checkpoint")
+    s.add_argument("--interruptions", type=_nonneg_int)
+    s.add_argument("--restarts", type=_nonneg_int)
+    s.add_argument("--artifact-status", choices=("complete", "incomplete", "none"))
+    s.add_argument("--full-evaluation", action=argparse.BooleanOptionalAction, default=None)
+    s.add_argument("--holdout-reads", type=_nonneg_int)
+    s.add_argument("--checkpoint-gpu-hours", type=_nonneg_float)
+    s.add_argument("--retry-gpu-hours", type=_nonneg_float)
+    s.add_argument("--eval-gpu-hours", type=_nonneg_float)
+    s.add_argument("--lost-work-gpu-hours", type=_nonneg_float)
+
+    s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
+    s.add_argument("--runs", type=_positive_int, default=10_000)
+    s.add_argument("--seed", type=_nonneg_int, default=0)
+    s.add_argument("--teams-file", default=None, help="teams file (default data/teams.toml)")
+
+    s = sub.add_parser("export", parents=[common], help="export runs or decisions as CSV or Parquet")
+    s.add_argument("--what", choices=("runs", "decisions"), default="runs")
+    s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.add_argument("--out", help="output file (CSV default: stdout)")
+
+    s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
+    s.add_argument("--file", default=None, help="teams file (default data/teams.toml)")
+    return p
+
+
+COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, "finish": cmd_finish,
+            "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    for name, default in (("db", None), ("progress", False), ("timeout", 10.0)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    from lib.store import UnknownRun
+    from lib.teams_file import TeamsFileError
+    try:
+        return COMMANDS[args.command](args)
+    except LedgerLocked as exc:
+        say(f"{args.command}: {exc}")
+        return EXIT_FAILURE
+    except (InputError, UnknownRun, TeamsFileError, ValueError) as exc:
+        say(f"{args.command}: {exc}")
+        return EXIT_INVALID
+    except LedgerError as exc:
+        say(f"{args.command}: gate failure: {exc}")
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        say(f"{args.command}: interrupted")
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a scheduler hook needs an exit code, not a traceback
+        say(f"{args.command}: gate failure: {type(exc).__name__}: {exc}")
+        return EXIT_FAILURE

@@ -1,0 +1,503 @@
+"""A realistic, seeded two-year run history for the demo ledger (and benchmarks).
+
+`build_demo(db, runs=10_000, seed=0)` syncs the teams of data/teams.toml, then generates runs ending
+at `now` (default: the current UTC minute) entirely with numpy (no per-row Python), and bulk-inserts
+them from a DataFrame with one INSERT ... SELECT per table (strings are built in SQL). What it models:
+
+- the teams' sizes (more runs for bigger teams) and kind mix (exploratory, production candidates,
+  scheduled retraining at a fixed time of day), growth over the two years;
+- estimates from a pilot (small error) or stated by the team (a team-specific median bias of actual /
+  estimate between 0.9 and 1.6 that drifts down over time, a log-normal spread, and a long tail of
+  overruns), itemised: compute + checkpoint + evaluation + data loading + restarts = the estimate;
+- stable and preemptible capacity; interruptions (Poisson, far more often on preemptible) with
+  restarts, retry GPU-hours and lost work; actual items (checkpoint, retry, evaluation, lost work) are
+  parts of the actual total, the rest being useful compute;
+- budget stops (actual capped at the budget, artifact incomplete, last valid checkpoint kept),
+  wall-clock stops at max_runtime_hours, early stops, failures, cancellations, out-of-memory;
+- reservations: late starts and early ends that leave reserved capacity idle, reservations never used,
+  a few runs still running and reservations starting in the future;
+- the decisions table: an admit for every run, plus deferred requests (about 8 % of runs) with
+  realistic reason codes, most of them admitted later under the same run ID;
+- pilots for pilot-estimated runs, holdout reads (a few over their allowance), full-evaluation flags.
+
+Re-running replaces the previous demo rows (source 'demo', origin 'demo') and nothing else.
+Same seed and same `now` -> the same ledger.
+"""
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+
+from lib.ledger import open_ledger, transaction
+from lib.teams_file import load_teams, sync_teams
+
+HISTORY_DAYS = 730
+KINDS = ("exploratory", "production", "retraining")
+CAPACITIES = ("stable", "preemptible")
+STOPS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted", "failed",
+         "cancelled", "out-of-memory", "node-fail")
+ARTIFACTS = ("complete", "incomplete", "none")
+SOURCES = ("pilot", "stated")
+GPU_CHOICES = np.array([1, 2, 4, 8, 16, 32, 64])
+# probabilities over GPU_CHOICES per kind
+GPU_P = {
+    "exploratory": [0.18, 0.17, 0.22, 0.25, 0.11, 0.05, 0.02],
+    "production": [0.02, 0.05, 0.13, 0.35, 0.25, 0.14, 0.06],
+    "retraining": [0.05, 0.10, 0.25, 0.35, 0.20, 0.05, 0.00],
+}
+# (median wall hours of the estimate, log sigma)
+WALL = {"exploratory": (4.0, 0.9), "production": (16.0, 0.7), "retraining": (5.0, 0.35)}
+# team -> (median actual/estimate for stated estimates, log sigma, long-tail probability, kind mix)
+TEAM_TRAITS = {
+    "nlp-research": (1.45, 0.40, 0.09, (0.72, 0.25, 0.03)),
+    "vision": (1.15, 0.30, 0.05, (0.55, 0.30, 0.15)),
+    "search": (1.05, 0.22, 0.04, (0.40, 0.30, 0.30)),
+    "ranking": (0.92, 0.18, 0.03, (0.35, 0.25, 0.40)),
+    "ads": (1.25, 0.28, 0.06, (0.35, 0.25, 0.40)),
+    "speech": (1.10, 0.25, 0.04, (0.55, 0.30, 0.15)),
+    "robotics": (1.60, 0.45, 0.10, (0.70, 0.25, 0.05)),
+    "safety": (1.00, 0.20, 0.03, (0.60, 0.35, 0.05)),
+}
+DEFER_CODES = ("no-snapshot", "no-pilot", "budget", "period-budget", "gpu-cap", "memory-cap",
+               "runtime-cap", "memory", "no-recovery", "capacity", "retraining-protection")
+DEFER_P = np.array([0.02, 0.08, 0.17, 0.12, 0.04, 0.02, 0.04, 0.02, 0.04, 0.39, 0.06])
+DEFER_MESSAGES = {
+    "no-snapshot": "data snapshot is not in the snapshot list",
+    "no-pilot": "estimate above the team's pilot threshold without pilot measurements",
+    "budget": "judged estimate exceeds the approved budget",
+    "period-budget": "the team's monthly GPU-hours would be exceeded",
+    "gpu-cap": "more accelerators than the team's per-job cap",
+    "memory-cap": "more accelerator memory than the team's per-job cap",
+    "runtime-cap": "estimated wall clock above the team's per-job cap",
+    "memory": "pilot peak memory does not fit the requested accelerator",
+    "no-recovery": "preemptible capacity without checkpoint support",
+    "capacity": "the team's concurrent reservations plus this request exceed its reserved accelerators",
+    "retraining-protection": "would take accelerators set aside for scheduled retraining",
+}
+DEFAULT_RUNS = 10_000
+
+
+def _traits(team: str, rng: np.random.Generator):
+    if team in TEAM_TRAITS:
+        return TEAM_TRAITS[team]
+    bias = float(rng.uniform(0.9, 1.6))
+    return (bias, float(rng.uniform(0.2, 0.4)), float(rng.uniform(0.03, 0.08)), (0.6, 0.3, 0.1))
+
+
+def _sql_list(values) -> str:
+    return "[" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + "]"
+
+
+def _ts(base: np.datetime64, hours: np.ndarray) -> np.ndarray:
+    """base + hours (float array, NaN -> NaT) as datetime64[us]."""
+    us = np.where(np.isfinite(hours), hours * 3.6e9, 0).astype("int64")
+    out = base + us.astype("timedelta64[us]")
+    out[~np.isfinite(hours)] = np.datetime64("NaT")
+    return out
+
+
+def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now: datetime) -> dict:
+    """The demo tables as DataFrames of codes and numbers (strings are made in SQL on insert)."""
+    rng = np.random.default_rng(seed)
+    T = len(teams)
+    names = [t["team"] for t in teams]
+    reserved = np.array([t["reserved_gpus"] for t in teams], float)
+    traits = [_traits(n, rng) for n in names]
+
+    # the few runs still running or reserved in the future: per team a share of its GPUs
+    active_rows = []
+    budget_active = max(0, min(runs // 10, 6 * T))
+    if budget_active:
+        for ti, t in enumerate(teams):
+            free = t["reserved_gpus"] - t["retraining_reserved_gpus"]
+            target = free * rng.uniform(0.3, 0.7)
+            used = 0
+            while len(active_rows) < budget_active and used < target:
+                cap = max(1, min(t["max_gpus_per_job"], int(target - used)))
+                g = int(rng.choice(GPU_CHOICES[GPU_CHOICES <= cap]))
+                active_rows.append((ti, int(rng.random() < 0.2), g))
+                used += g
+                if rng.random() < 0.15:
+                    break
+            if t["retraining_reserved_gpus"] and len(active_rows) < budget_active:
+                g = int(min(t["retraining_reserved_gpus"], 8))
+                active_rows.append((ti, 2, g))
+    A = len(active_rows)
+    H = runs - A  # finished (or abandoned) history
+
+    # ---- who, what, when --------------------------------------------------------------------
+    w = reserved ** 0.8
+    team_i = np.concatenate([rng.choice(T, size=H, p=w / w.sum()),
+                             np.array([r[0] for r in active_rows], dtype=np.int64)])
+    n = runs
+    mix = np.array([tr[3] for tr in traits])
+    mix = mix / mix.sum(axis=1, keepdims=True)
+    u = rng.random(n)
+    kind_i = (u[:, None] > np.cumsum(mix, axis=1)[team_i][:, :2]).sum(axis=1)
+    if A:
+        kind_i[H:] = [r[1] for r in active_rows]
+
+    # time in hours before now (negative = past). Growth: density ~ t^0.35 over the two years.
+    span_h = HISTORY_DAYS * 24.0
+    t_frac = rng.random(n) ** (1 / 1.35)
+    t_sub = -span_h * (1 - t_frac)
+    # scheduled retraining: daily, at 02:00 UTC + a per-team offset, a few minutes of jitter
+    now_np = np.datetime64(now, "us")
+    day0 = np.datetime64(now.replace(hour=0, minute=0, second=0, microsecond=0), "us")
+    hour_now = (now_np - day0) / np.timedelta64(1, "h")
+    is_rt = kind_i == 2
+    offset_h = 2 + (team_i % 4) * 0.5 + rng.random(n) / 6
+    t_sub = np.where(is_rt, np.floor((t_sub + hour_now) / 24) * 24 - hour_now + offset_h, t_sub)
+
+    gpus = np.empty(n, np.int64)
+    for k, kind in enumerate(KINDS):
+        m = kind_i == k
+        gpus[m] = rng.choice(GPU_CHOICES, size=int(m.sum()), p=GPU_P[kind])
+    team_cap = np.array([t["max_gpus_per_job"] for t in teams])[team_i]
+    gpus = np.maximum(1, np.minimum(gpus, team_cap))
+    if A:
+        gpus[H:] = [r[2] for r in active_rows]
+    mem_cap = np.array([t["max_gpu_mem_gb"] for t in teams])[team_i]
+    gpu_mem = np.minimum(np.where(rng.random(n) < 0.7, 80.0, 40.0), mem_cap)
+
+    has_spot = np.array([bool(t["preemptible_partitions"]) for t in teams])[team_i]
+    p_spot = np.array([0.35, 0.10, 0.05])[kind_i]
+    preempt = has_spot & (rng.random(n) < p_spot)
+
+    # ---- the estimate -------------------------------------------------------------------------
+    med = np.array([WALL[k][0] for k in KINDS])[kind_i]
+    sig = np.array([WALL[k][1] for k in KINDS])[kind_i]
+    team_rt = np.array([t["max_runtime_hours"] for t in teams])[team_i]
+    est_wall = np.clip(med * np.exp(sig * rng.standard_normal(n)), 0.25, team_rt * 0.9)
+    est = np.round(gpus * est_wall, 3)
+    threshold = np.array([t["pilot_required_above_gpu_hours"] for t in teams])[team_i]
+    pilot = np.where(est > threshold, rng.random(n) < 0.92, rng.random(n) < 0.25)
+
+    skip_eval = (kind_i == 0) & (rng.random(n) < 0.6)
+    s_ckpt = rng.uniform(0.01, 0.05, n)
+    s_eval = np.where(skip_eval, 0.0, np.where(kind_i == 0, rng.uniform(0.01, 0.05, n),
+                                               rng.uniform(0.04, 0.10, n)))
+    s_data = rng.uniform(0.01, 0.06, n)
+    s_rst = np.where(preempt, rng.uniform(0.04, 0.12, n), rng.uniform(0.0, 0.02, n))
+    e_ckpt = np.round(est * s_ckpt, 3)
+    e_eval = np.round(est * s_eval, 3)
+    e_data = np.round(est * s_data, 3)
+    e_rst = np.round(est * s_rst, 3)
+    e_comp = est - (e_ckpt + e_eval + e_data + e_rst)
+
+    # ---- what the run really needed --------------------------------------------------------------
+    bias = np.array([tr[0] for tr in traits])[team_i]
+    spread = np.array([tr[1] for tr in traits])[team_i]
+    tail_p = np.array([tr[2] for tr in traits])[team_i]
+    drift = np.exp(-0.15 * (t_frac - 0.5) * np.log(bias + 0.5))     # teams slowly learn
+    med_ratio = np.where(pilot, bias ** 0.2 * 1.02, bias * drift)
+    sd = np.where(pilot, 0.12, spread)
+    ratio = med_ratio * np.exp(sd * rng.standard_normal(n))
+    tail = rng.random(n) < np.where(pilot, tail_p / 3, tail_p)
+    ratio = np.where(tail, ratio * (1 + np.minimum(rng.pareto(1.6, n), 6.0)), ratio)
+    needed = est * ratio
+
+    margin = np.select([kind_i == 0, kind_i == 1], [rng.uniform(1.05, 1.6, n), rng.uniform(1.25, 1.8, n)],
+                       rng.uniform(1.25, 1.6, n))
+    budget = np.round(np.maximum(est * margin * np.where(pilot, 1.0, bias ** 0.7), 0.5), 1)
+    max_rt = np.round(np.minimum(team_rt, est_wall * rng.uniform(1.5, 3.0, n)), 1)
+    max_rt = np.maximum(max_rt, np.minimum(team_rt, 0.5))
+    ckpt_ok = rng.random(n) < np.select([kind_i == 1, kind_i == 2], [0.99, 0.97], 0.88)
+    holdout_allow = np.select([kind_i == 1, kind_i == 2], [rng.integers(1, 4, n), np.ones(n, np.int64)], 0)
+
+    # interruptions: mean time between interruptions per job, hours
+    mtbi = np.where(preempt, 7.0 / (1 + gpus / 16), 4000.0 / gpus)
+    run_wall = needed / gpus
+    interrupts = rng.poisson(run_wall / mtbi)
+    restart_min = rng.uniform(3, 20, n)
+    ckpt_interval_h = rng.uniform(0.5, 2.0, n)
+    lost_each = np.where(ckpt_ok, ckpt_interval_h / 2, run_wall * rng.uniform(0.1, 0.6, n))
+    lost = interrupts * lost_each * gpus * rng.uniform(0.6, 1.4, n)
+    retry = interrupts * restart_min / 60 * gpus
+    a_ckpt = needed * s_ckpt * rng.uniform(0.8, 1.6, n)
+    a_eval = needed * s_eval * rng.uniform(0.8, 1.5, n)
+    full = needed + lost + retry
+
+    # ---- how it ended --------------------------------------------------------------------------
+    stop = np.zeros(n, np.int64)  # completed
+    u = rng.random(n)
+    early = np.where(kind_i == 0, 0.15, np.where(kind_i == 1, 0.05, 0.0))
+    cuts = np.cumsum([early, np.full(n, 0.025), np.full(n, 0.02), np.full(n, 0.007),
+                      np.full(n, 0.008), np.full(n, 0.01), np.where(preempt & ~ckpt_ok, 0.25, 0.0),
+                      np.full(n, 0.025)], axis=0)
+    outcome = (u[None, :] > cuts).sum(axis=0)   # 0 early, 1 failed, 2 cancelled, 3 oom, 4 node-fail,
+    #                                             5 failed-steps, 6 preempted, 7 never used, 8 normal
+    scale = np.ones(n)
+    code_of = {0: 1, 1: 6, 2: 7, 3: 8, 4: 9, 5: 4, 6: 5}
+    for o, s in code_of.items():
+        m = outcome == o
+        stop[m] = s
+        lo, hi = {0: (0.35, 0.85), 3: (0.005, 0.05)}.get(o, (0.05, 0.8))
+        scale[m] = rng.uniform(lo, hi, int(m.sum()))
+    never = outcome == 7
+    stop[never] = 7
+    scale[never] = 0.0
+    actual = full * scale
+    limit_wall = gpus * max_rt
+    limit = np.minimum(budget, limit_wall)
+    over = (actual > limit) & ~never
+    stop = np.where(over & (stop == 0) | over & (stop == 1),
+                    np.where(budget <= limit_wall, 2, 3), stop)
+    stop = np.where(over & (stop > 3), np.where(budget <= limit_wall, 2, 3), stop)
+    actual = np.where(over, limit, actual)
+    k = np.where(full > 0, actual / full, 0.0)
+    a_ckpt, a_eval, lost, retry = (np.round(x * k, 4) for x in (a_ckpt, a_eval, lost, retry))
+    actual = np.round(actual, 3)
+    parts = a_ckpt + a_eval + lost + retry
+    actual = np.maximum(actual, np.round(parts + 5e-4, 3))  # items never exceed the total
+    frac_done = np.where(full > 0, np.minimum(1.0, actual / np.maximum(full, 1e-9)), 0)
+    interrupts = np.round(interrupts * frac_done).astype(np.int64)
+    restarts = np.where((stop == 5) & (interrupts > 0), interrupts - 1, interrupts)
+    artifact = np.select([np.isin(stop, (0, 1)), np.isin(stop, (2, 3, 4))], [0, 1], 2)
+    full_eval = np.select([stop == 0, stop == 1], [~skip_eval & (rng.random(n) < 0.97),
+                                                    ~skip_eval & (rng.random(n) < 0.5)], False)
+    reads = np.where(kind_i > 0, rng.binomial(np.maximum(holdout_allow, 1), 0.6), 0)
+    reads = np.minimum(reads, holdout_allow)
+    over_read = rng.random(n) < np.where(kind_i == 0, 0.03, 0.04)
+    reads = np.where(over_read, holdout_allow + rng.integers(1, 4, n), reads)
+    reads = np.where(never | ~np.isin(stop, (0, 1, 2, 3)), np.where(never, 0, reads // 2), reads)
+    has_ckpt = ckpt_ok & ~never & (actual > 0) & ~np.isin(stop, (7, 8))
+    ckpt_step = np.floor(frac_done * rng.integers(2_000, 200_000, n) / 500) * 500
+
+    # ---- reservation and times (hours relative to now) ------------------------------------------
+    res_from = t_sub
+    wall_est = est_wall * np.where(kind_i == 1, 1.15, 1.05)
+    res_until = res_from + wall_est
+    reserved_gh = np.round(np.minimum(est * np.where(kind_i == 0, 1.05, 1.2), budget), 3)
+    late = np.where(rng.random(n) < 0.12, rng.exponential(2.0, n), rng.exponential(0.1, n))
+    started = res_from + late
+    wall_actual = actual / gpus + restarts * restart_min / 60
+    ended = started + wall_actual
+    ended = np.where(never, res_until, ended)
+    started = np.where(never, np.nan, started)
+    # history must have ended before now: shift runs that would still be going back in time
+    hist = np.arange(n) < H
+    shift = np.where(hist & (ended > -0.25), ended + 0.25 + rng.uniform(0, 48, n), 0.0)
+    res_from, res_until, started, ended, t_sub = (x - shift for x in (res_from, res_until, started,
+                                                                      ended, t_sub))
+    # active runs: running (started a while ago) or reserved in the future (not started)
+    if A:
+        act = ~hist
+        fut = act & (rng.random(n) < 0.35)
+        run_ = act & ~fut
+        elapsed = wall_est * rng.uniform(0.05, 0.8, n)
+        res_from = np.where(run_, -elapsed, np.where(fut, rng.uniform(1, 72, n), res_from))
+        t_sub = np.where(act, np.minimum(res_from, 0) - rng.uniform(0, 0.5, n), t_sub)
+        res_until = np.where(act, res_from + wall_est, res_until)
+        started = np.where(run_, res_from + np.minimum(late, elapsed / 2), np.where(fut, np.nan, started))
+        ended = np.where(act, np.nan, ended)
+    active = ~hist
+
+    runs_df = pd.DataFrame({
+        "i": np.arange(n), "team_i": team_i, "kind_i": kind_i, "cap_i": preempt.astype(np.int64),
+        "gpus": gpus, "gpu_mem_gb": gpu_mem,
+        "est": est, "src_i": np.where(pilot, 0, 1),
+        "e_comp": np.round(e_comp, 3), "e_ckpt": e_ckpt, "e_eval": e_eval, "e_data": e_data,
+        "e_rst": e_rst, "budget": budget, "max_rt": max_rt,
+        "reserved_from": _ts(now_np, res_from), "reserved_until": _ts(now_np, res_until),
+        "reserved_gh": reserved_gh, "submitted_at": _ts(now_np, t_sub),
+        "started_at": _ts(now_np, started), "ended_at": _ts(now_np, ended),
+        "actual": np.where(active, np.nan, actual),
+        "a_ckpt": np.where(active, np.nan, a_ckpt), "a_retry": np.where(active, np.nan, retry),
+        "a_eval": np.where(active, np.nan, a_eval), "a_lost": np.where(active, np.nan, lost),
+        "stop_i": np.where(active, -1, stop), "interrupts": np.where(active, -1, interrupts),
+        "restarts": np.where(active, -1, restarts), "artifact_i": np.where(active, -1, artifact),
+        "has_ckpt": has_ckpt & ~active, "ckpt_step": ckpt_step.astype(np.int64),
+        "full_eval": np.where(active, False, full_eval), "active": active,
+        "reads": np.where(active, -1, reads), "allow": holdout_allow,
+        "ckpt_ok": ckpt_ok, "skip_eval": skip_eval, "exp_int": np.round(wall_est / mtbi, 2),
+        "snap_u": rng.random(n),
+    })
+
+    # pilots of pilot-estimated runs
+    p = pilot
+    sps = rng.uniform(0.5, 8.0, n)
+    pilots_df = pd.DataFrame({
+        "i": np.arange(n)[p],
+        "measured_at": _ts(now_np, (t_sub - rng.uniform(1, 48, n))[p]),
+        "sps": np.round(sps, 3)[p],
+        "wc_sps": np.round(sps * rng.uniform(0.45, 0.9, n), 3)[p],
+        "wc_share": np.round(rng.uniform(0.0, 0.15, n), 3)[p],
+        "peak_mem": np.round(gpu_mem * rng.uniform(0.45, 0.95, n), 1)[p],
+        "ckpt_s": np.round(rng.uniform(15, 300, n), 0)[p],
+        "steps": np.maximum(1, np.round(e_comp / gpus * 3600 * sps)).astype(np.int64)[p],
+        "interval": rng.choice(np.array([250, 500, 1000, 2000, 5000]), n)[p],
+        "eval_gh": e_eval[p], "dl_frac": np.round(s_data, 3)[p],
+        "restart_min": np.round(restart_min, 1)[p],
+    })
+
+    # deferred requests: ~8 % of runs; 60 % of them were admitted later under the same run ID
+    n_def = int(round(0.08 * H))
+    later = rng.random(n_def) < 0.6
+    of_run = rng.integers(0, max(H, 1), n_def)
+    c1 = rng.choice(len(DEFER_CODES), n_def, p=DEFER_P / DEFER_P.sum())
+    c2 = np.where(rng.random(n_def) < 0.15, rng.choice(len(DEFER_CODES), n_def, p=DEFER_P / DEFER_P.sum()), -1)
+    c2 = np.where(c2 == c1, -1, c2)
+    d_time = np.where(later, res_from[of_run] - rng.uniform(0.3, 36, n_def), -span_h * rng.random(n_def))
+    deferred_df = pd.DataFrame({
+        "j": np.arange(n_def), "later": later, "i": of_run,
+        "team_i": np.where(later, team_i[of_run], rng.choice(T, n_def, p=w / w.sum())),
+        "kind_i": np.where(later, kind_i[of_run], rng.choice(3, n_def, p=[0.6, 0.3, 0.1])),
+        "c_lo": np.where(c2 < 0, c1, np.minimum(c1, c2)), "c_hi": np.where(c2 < 0, -1, np.maximum(c1, c2)),
+        "decided_at": _ts(now_np, d_time),
+        "judged": np.round(np.where(later, est[of_run] * rng.uniform(1.0, 1.4, n_def),
+                                    rng.lognormal(3.5, 1.2, n_def)), 3),
+    }) if H else pd.DataFrame()
+    return {"runs": runs_df, "pilots": pilots_df, "deferred": deferred_df, "teams": names,
+            "snapshots": snapshots, "active": A}
+
+
+def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
+    """SQL expression picking a data snapshot for a run from its team's (and shared) snapshots."""
+    per_team = []
+    for name in teams:
+        snaps = [s["snapshot"] for s in snapshots if s["team"] in (None, name)] or [f"{name}-data"]
+        per_team.append(_sql_list(snaps))
+    return (f"(list_value({', '.join(per_team)})[team_i + 1])"
+            f"[1 + floor(snap_u * len(list_value({', '.join(per_team)})[team_i + 1]))::INT]")
+
+
+def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
+               teams_file=None, timeout_s: float = 30.0) -> dict:
+    """Build the demo history into the ledger (replacing an earlier demo); returns row counts."""
+    if type(runs) is not int or runs < 1:
+        raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
+    say = progress or (lambda fraction, message: None)
+    now = now or datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+    teams, snapshots = load_teams(teams_file)
+    say(0.02, f"generating {runs:,} runs")
+    data = generate(teams, snapshots, runs, seed, now)
+    say(0.30, "writing teams and snapshots")
+    counts = {}
+    with open_ledger(db, read_only=False, timeout_s=timeout_s) as con:
+        con.execute("SET enable_progress_bar = false")
+        counts.update(sync_teams(con, teams_file))
+        names = data["teams"]
+        with transaction(con):
+            say(0.35, "removing the previous demo")
+            counts["deleted_runs"] = con.execute(
+                "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
+            con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
+            con.execute("DELETE FROM runs WHERE source = 'demo'")
+            con.execute("DELETE FROM decisions WHERE origin = 'demo'")
+            con.register("demo_runs", data["runs"])
+            T, K, C, S = (_sql_list(x) for x in (names, KINDS, CAPACITIES, STOPS))
+            run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(['x', 'p', 'r'])}[kind_i + 1] || '-' || "
+                      "strftime(submitted_at, '%y%m%d') || '-' || lpad(i::VARCHAR, 7, '0')")
+            say(0.40, "inserting runs")
+            con.execute(f"""
+                CREATE TEMP TABLE demo_ids AS
+                SELECT i, {run_id} AS run_id, {_snapshot_sql(names, snapshots)} AS snap FROM demo_runs""")
+            con.execute(f"""
+                INSERT INTO runs (run_id, team, kind, capacity, gpus, gpu_mem_gb, data_snapshot, job_name,
+                    estimated_gpu_hours, estimate_source, est_compute_gpu_hours, est_checkpoint_gpu_hours,
+                    est_eval_gpu_hours, est_data_loading_gpu_hours, est_restart_gpu_hours, budget_gpu_hours,
+                    max_runtime_hours, reserved_from, reserved_until, reserved_gpu_hours, started_at,
+                    ended_at, actual_gpu_hours, act_checkpoint_gpu_hours, act_retry_gpu_hours,
+                    act_eval_gpu_hours, act_lost_work_gpu_hours, stop_reason, interruptions, restarts,
+                    artifact_status, last_valid_checkpoint, full_evaluation, holdout_reads,
+                    holdout_allowance, source, updated_at)
+                SELECT d.run_id, {T}[team_i + 1], {K}[kind_i + 1], {C}[cap_i + 1], gpus, gpu_mem_gb, d.snap,
+                    {K}[kind_i + 1] || '-' || {_sql_list(['lm', 'vit', 'asr', 'rank', 'ctr', 'policy', 'rm', 'retr'])}[1 + i % 8]
+                        || '-v' || (1 + i % 13)::VARCHAR,
+                    est, {_sql_list(SOURCES)}[src_i + 1], e_comp, e_ckpt, e_eval, e_data, e_rst, budget,
+                    max_rt, reserved_from, reserved_until, reserved_gh, started_at, ended_at, actual,
+                    a_ckpt, a_retry, a_eval, a_lost,
+                    CASE WHEN stop_i >= 0 THEN {S}[stop_i + 1] END,
+                    CASE WHEN interrupts >= 0 THEN interrupts END, CASE WHEN restarts >= 0 THEN restarts END,
+                    CASE WHEN artifact_i >= 0 THEN {_sql_list(ARTIFACTS)}[artifact_i + 1] END,
+                    CASE WHEN has_ckpt THEN 'ckpt://' || d.run_id || '/step-' || ckpt_step::VARCHAR END,
+                    CASE WHEN NOT active THEN full_eval END, CASE WHEN reads >= 0 THEN reads END, allow,
+                    'demo', coalesce(ended_at, submitted_at)
+                FROM demo_runs JOIN demo_ids d USING (i)""")
+            counts["runs"] = con.execute("SELECT count(*) FROM demo_ids").fetchall()[0][0]
+            say(0.60, "inserting pilots")
+            con.register("demo_pilots", data["pilots"])
+            con.execute("""
+                INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second,
+                    worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps,
+                    checkpoint_interval_steps, pilot_json)
+                SELECT d.run_id, measured_at, sps, wc_sps, wc_share, peak_mem, ckpt_s, steps, interval,
+                    to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
+                        worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
+                        planned_steps := steps, checkpoint_interval_steps := interval,
+                        eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
+                        restart_minutes := restart_min))::VARCHAR
+                FROM demo_pilots JOIN demo_ids d USING (i)""")
+            counts["pilots"] = len(data["pilots"])
+            say(0.70, "inserting decisions")
+            pv = "(SELECT policy_version FROM teams t WHERE t.team = r.team)"
+            con.execute(f"""
+                INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours,
+                    reserved_gpu_hours, policy_version, origin, request_json, decision_json)
+                SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
+                    'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
+                    to_json(struct_pack(run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus,
+                        gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours,
+                        budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity,
+                        data_snapshot := r.data_snapshot, estimated_gpu_hours := r.estimated_gpu_hours,
+                        estimate_source := r.estimate_source, checkpoint_supported := x.ckpt_ok,
+                        expected_interruptions := x.exp_int, skip_full_evaluation := x.skip_eval,
+                        holdout_allowance := r.holdout_allowance))::VARCHAR,
+                    to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
+                        reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
+                        estimate := struct_pack(source := r.estimate_source,
+                            raw_gpu_hours := r.estimated_gpu_hours, judged_gpu_hours := r.reserved_gpu_hours,
+                            wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
+                        decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
+                        origin := 'demo'))::VARCHAR
+                FROM runs r JOIN demo_ids d ON d.run_id = r.run_id JOIN demo_runs x ON x.i = d.i""")
+            n_def = len(data["deferred"])
+            if n_def:
+                con.register("demo_deferred", data["deferred"])
+                codes = _sql_list(DEFER_CODES)
+                msgs = "MAP {" + ", ".join(f"'{c}': " + _sql_list([m])[1:-1] for c, m in DEFER_MESSAGES.items()) + "}"
+                con.execute(f"""
+                    INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
+                        judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
+                        decision_json)
+                    SELECT decided_at, rid, tm, kd, 'defer', codes, judged, NULL,
+                        (SELECT policy_version FROM teams t WHERE t.team = tm), 'demo',
+                        to_json(struct_pack(run_id := rid, team := tm, kind := kd))::VARCHAR,
+                        to_json(struct_pack(state := 'defer', run_id := rid, team := tm, kind := kd,
+                            reasons := list_transform(codes, lambda c: struct_pack(code := c,
+                                message := {msgs}[c])),
+                            estimate := struct_pack(judged_gpu_hours := judged),
+                            decided_at := strftime(decided_at, '%Y-%m-%dT%H:%M:%S'),
+                            origin := 'demo'))::VARCHAR
+                    FROM (
+                        SELECT f.decided_at, f.judged,
+                            CASE WHEN f.later THEN d.run_id
+                                 ELSE {T}[f.team_i + 1] || '-deferred-' || lpad(f.j::VARCHAR, 7, '0') END AS rid,
+                            {T}[f.team_i + 1] AS tm, {K}[f.kind_i + 1] AS kd,
+                            CASE WHEN f.c_hi < 0 THEN [{codes}[f.c_lo + 1]]
+                                 ELSE [{codes}[f.c_lo + 1], {codes}[f.c_hi + 1]] END AS codes
+                        FROM demo_deferred f LEFT JOIN demo_ids d ON d.i = f.i)""")
+            counts["decisions"] = counts["runs"] + n_def
+            counts["deferred"] = n_def
+            counts["active"] = data["active"]
+            for name in ("demo_runs", "demo_pilots", "demo_deferred"):
+                with contextlib.suppress(Exception):
+                    con.unregister(name)
+            con.execute("DROP TABLE demo_ids")
+            say(0.95, "committing")
+    say(1.0, f"demo ledger built: {counts['runs']:,} runs")
+    return counts
+
+
+def ensure_demo_history(db=None, **kwargs) -> bool:
+    """Build the default demo when the ledger has no runs at all; True when it did."""
+    with open_ledger(db, read_only=True) as con:
+        empty = con.execute("SELECT count(*) = 0 FROM runs").fetchall()[0][0]
+    if not empty:
+        return False
+    build_demo(db, **kwargs)
+    return True

@@ -1,0 +1,443 @@
+"""The ledger's service functions for the gate: policy and state in, decisions and runs out.
+
+`check_request` and `submit_request` call the same pure `lib.admission.decide(request, policy, state)`
+over the same policy and state built here; `check_request` opens the ledger read-only and writes
+nothing, `submit_request` does everything in ONE write transaction (read policy + state, decide,
+append the decision, reserve on admit). DuckDB admits one writing process per file, and
+`lib.ledger.open_ledger` retries a locked file for a bounded time, so concurrent submitters
+serialize: each one sees every reservation committed before it, and none is double-booked.
+Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
+from lib.request import KINDS
+from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger, transaction
+from lib.teams_file import POLICY_FIELDS
+
+CALIBRATION_WINDOW_DAYS = 365
+CENSORED_STOPS = ("budget", "wall-clock")
+# stop reasons whose actual GPU-hours say something about the estimate: complete runs, and the
+# censored ones (their actual is a lower bound). Failed, cancelled, preempted ... runs do not.
+CALIBRATION_STOPS = ("completed", "early-stop", *CENSORED_STOPS)
+STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
+                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
+INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")
+COMPLETE_STOPS = ("completed", "early-stop")
+ARTIFACT_STATUSES = ("complete", "incomplete", "none")
+
+
+class UnknownRun(LedgerError):
+    """finish_run was given a run ID the ledger does not know."""
+
+
+def utcnow() -> datetime:
+    """Now as a naive UTC datetime (the ledger's convention)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _naive_utc(t) -> datetime | None:
+    if t is None:
+        return None
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc).replace(tzinfo=None)
+    return t
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+def team_policy(con, team) -> dict | None:
+    """The team's policy row as a dict (contract 'Policy'), or None for an unknown team."""
+    if type(team) is not str:
+        return None
+    cols = ("team", *POLICY_FIELDS, "policy_version")
+    row = con.execute(f"SELECT {', '.join(cols)} FROM teams WHERE team = ?", [team]).fetchone()
+    if row is None:
+        return None
+    policy = dict(zip(cols, row))
+    policy["preemptible_partitions"] = list(policy["preemptible_partitions"] or [])
+    return policy
+
+
+def team_state(con, team, now=None, *, kind: str | None = None,
+               window_days: int = CALIBRATION_WINDOW_DAYS) -> dict:
+    """The team's state at `now` (contract 'State').
+
+    reservations: the team's runs with reserved_gpu_hours set, not ended, and reserved_until unset
+    or after now. period_spent_gpu_hours: actual GPU-hours of the team's runs that ended in now's
+    calendar month (UTC). calibration: the correction for the team's `kind` runs (see
+    `calibration`), read scope by scope from the ledger; None when no kind is given.
+    """
+    now = _naive_utc(now) or utcnow()
+    month_start = datetime(now.year, now.month, 1)
+    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
+    reservations = [
+        {"run_id": r[0], "kind": r[1], "gpus": int(r[2]), "reserved_gpu_hours": float(r[3]),
+         "reserved_until": r[4]}
+        for r in con.execute(
+            "SELECT run_id, kind, gpus, reserved_gpu_hours, reserved_until FROM runs "
+            "WHERE team = ? AND reserved_gpu_hours IS NOT NULL AND ended_at IS NULL "
+            "AND (reserved_until IS NULL OR reserved_until > ?) ORDER BY run_id",
+            [team, now]).fetchall()
+    ]
+    spent = con.execute(
+        "SELECT coalesce(sum(actual_gpu_hours), 0) FROM runs "
+        "WHERE team = ? AND ended_at >= ? AND ended_at < ?",
+        [team, month_start, next_month]).fetchone()[0]
+    snapshots = {r[0] for r in con.execute(
+        "SELECT snapshot FROM snapshots WHERE team = ? OR team IS NULL", [team]).fetchall()}
+    return {
+        "now": now,
+        "reservations": reservations,
+        "period_spent_gpu_hours": float(spent),
+        "snapshots": snapshots,
+        "calibration_history": [],
+        "calibration": (calibration(con, team, kind, now, window_days=window_days)
+                        if kind is not None else None),
+    }
+
+
+_CALIBRATION_SQL = (
+    "SELECT estimated_gpu_hours, actual_gpu_hours, stop_reason IN ('budget', 'wall-clock') AS censored "
+    "FROM runs WHERE ended_at > ? AND ended_at <= ? {scope} "
+    "AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
+    "AND estimate_source IS DISTINCT FROM 'requested' "
+    "AND stop_reason IN ('completed', 'early-stop', 'budget', 'wall-clock') "
+    "ORDER BY ended_at DESC, run_id LIMIT ?")
+
+
+def calibration(con, team: str, kind: str, now: datetime, *,
+                window_days: int = CALIBRATION_WINDOW_DAYS, max_runs: int = DEFAULT_MAX_RUNS) -> dict:
+    """lib.calibration for `team`'s `kind` runs, reading the ledger one scope at a time.
+
+    Only finished runs whose estimate was measured or stated (not 'requested') and whose stop
+    reason says something about the estimate (completed, early-stop; budget and wall-clock as
+    censored) count; each scope reads at most its `max_runs` most recent runs in the window.
+    """
+    since = now - timedelta(days=window_days)
+
+    def rows(scope_sql, params):
+        sql = _CALIBRATION_SQL.format(scope=scope_sql)
+        got = con.execute(sql, [since, now, *params, max_runs]).fetchall()
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c} for e, a, c in got]
+
+    def scoped():
+        yield "team×kind", rows("AND team = ? AND kind = ?", [team, kind])
+        yield "team", rows("AND team = ?", [team])
+        yield "all", rows("", [])
+    return calibrate_scopes(scoped())
+
+
+def _to_datetime(t) -> datetime:
+    if isinstance(t, datetime):
+        return t
+    # numpy datetime64 -> python datetime (microsecond precision)
+    return datetime(1970, 1, 1) + timedelta(microseconds=int(t.astype("datetime64[us]").astype("int64")))
+
+
+# ---------------------------------------------------------------------------------------- deciding
+
+def _reject(request, field: str, message: str, fix: str, now: datetime) -> dict:
+    """A reject decision built without deciding (unknown team, run ID already booked)."""
+    from lib.admission import reject
+    from lib.reasons import reason
+
+    return reject(request if isinstance(request, dict) else {},
+                  [reason("invalid-request", message, fix=fix, field=field)], now=now)
+
+
+def _booked(con, run_id) -> bool:
+    """True when the run ID already holds a reservation or has run (a resubmission would double-book)."""
+    if type(run_id) is not str:
+        return False
+    row = con.execute(
+        "SELECT reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL "
+        "FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return bool(row and row[0])
+
+
+def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
+    """(decision, policy) for the request against the ledger as `con` sees it."""
+    from lib.admission import decide
+
+    team = request.get("team") if isinstance(request, dict) else None
+    policy = team_policy(con, team) if isinstance(team, str) else None
+    if policy is None:
+        # no usable team: every problem of the request, plus the unknown team, in one reject
+        from lib.reasons import reason
+        from lib.request import validate
+        _, problems = validate(request)
+        if isinstance(team, str) and team.strip():
+            known = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+            problems.append(reason(
+                "invalid-request", f"team {team!r} is not known to the gate",
+                fix=(f"use one of: {', '.join(known)}" if known
+                     else "load data/teams.toml into the ledger (python -m lib teams)"),
+                field="team"))
+        if not problems:  # validate() accepts it but there is no team: cannot happen, be safe
+            problems.append(reason("invalid-request", "team is required", fix="name the team",
+                                   field="team"))
+        from lib.admission import reject
+        return reject(request if isinstance(request, dict) else {}, problems, now=now), None
+    if _booked(con, request.get("run_id")):
+        return _reject(
+            request, "run_id", f"run_id {request['run_id']!r} already holds a reservation or has run",
+            "choose a new run_id (one run ID per submission)", now), policy
+    kind = request.get("kind")
+    state = team_state(con, team, now, kind=kind if kind in KINDS else None)
+    return decide(request, policy, state), policy
+
+
+def check_request(request, *, db=None, now=None, timeout_s: float = 10.0) -> dict:
+    """The what-if: the decision submit would give now, from a read-only open. Writes nothing."""
+    now = _naive_utc(now) or utcnow()
+    with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
+        decision, _ = _decide(con, request, now)
+    return decision
+
+
+def _json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=_json_default, ensure_ascii=False)
+
+
+def _json_default(o):
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+def _num(x):
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+# estimate item columns <- item keys that decide() may use (first match wins)
+_EST_ITEMS = {
+    "est_compute_gpu_hours": ("compute",),   # compute_typical + compute_worst_case
+    "est_checkpoint_gpu_hours": ("checkpoint",),
+    "est_eval_gpu_hours": ("eval", "evaluation"),
+    "est_data_loading_gpu_hours": ("data_loading", "data-loading", "dataloading"),
+    "est_restart_gpu_hours": ("restart", "restarts", "lost_work", "restarts_and_lost_work"),
+}
+
+
+def estimate_items(items: dict | None) -> dict:
+    """Map an estimate's itemised GPU-hours onto the runs table's est_* columns (summing parts).
+
+    A stated estimate has no items (its only key is 'stated'): its est_* columns stay NULL.
+    """
+    out = dict.fromkeys(_EST_ITEMS)
+    for key, value in (items or {}).items():
+        v = _num(value)
+        if v is None:
+            continue
+        k = key.lower().removesuffix("_gpu_hours")
+        for col, names in _EST_ITEMS.items():
+            if any(k == n or k.startswith(n) for n in names):
+                out[col] = (out[col] or 0.0) + v
+                break
+    return out
+
+
+@contextlib.contextmanager
+def writer_turn(db=None, timeout_s: float = 10.0):
+    """Wait for this process's turn among the gate's writers of this ledger; yields the time left.
+
+    Submitters on one machine queue on a cheap OS lock (flock on `<ledger>.writer-lock`) instead of
+    all polling DuckDB's file lock at once: with 20 submitters, polling DuckDB starves the process
+    that holds the file of CPU on a small machine. DuckDB's own lock (and lib.ledger's bounded retry)
+    still guards against every other process (the app, an import). Without fcntl (Windows) this is
+    a no-op. Raises LedgerLocked after `timeout_s`.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux
+        yield timeout_s
+        return
+    path = ledger_path(db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".writer-lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        delay_s = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LedgerLocked(
+                        f"ledger {path} is locked by another process (waited {timeout_s:.1f} s for "
+                        "other submitters); try again when they have finished") from None
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.05)
+        yield max(0.05, deadline - time.monotonic())
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0) -> dict:
+    """Decide and record, in one write transaction; on admit the run becomes a reservation."""
+    now = _naive_utc(now) or utcnow()
+    with writer_turn(db, timeout_s) as left_s, \
+            open_ledger(db, read_only=False, timeout_s=left_s) as con:
+        with transaction(con):
+            decision, policy = _decide(con, request, now)
+            _record(con, request, decision, origin, now)
+    return decision
+
+
+def _record(con, request, decision: dict, origin: str, now: datetime) -> None:
+    est = decision.get("estimate") or {}
+    req = request if isinstance(request, dict) else {}
+    con.execute(
+        "INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, "
+        "reserved_gpu_hours, policy_version, origin, request_json, decision_json) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [now, decision.get("run_id"), decision.get("team"), decision.get("kind"), decision["state"],
+         [r["code"] for r in decision.get("reasons", [])], _num(est.get("judged_gpu_hours")),
+         _num(decision.get("reserved_gpu_hours")), decision.get("policy_version"), origin,
+         _json(request), _json(decision)])
+    if decision["state"] != "admit":
+        return
+    wall_h = _num(est.get("wall_hours")) or _num(req.get("max_runtime_hours"))
+    reserved_until = now + timedelta(hours=wall_h) if wall_h is not None else None
+    items = estimate_items(est.get("items_gpu_hours"))
+    row = {
+        "run_id": req["run_id"], "team": req["team"], "kind": req["kind"],
+        "capacity": req.get("capacity", "stable"), "gpus": int(req["gpus"]),
+        "gpu_mem_gb": _num(req.get("gpu_mem_gb")), "data_snapshot": req.get("data_snapshot"),
+        "job_name": req.get("note"),
+        "estimated_gpu_hours": _num(est.get("raw_gpu_hours")),
+        "estimate_source": est.get("source"), **items,
+        "budget_gpu_hours": _num(req.get("budget_gpu_hours")),
+        "max_runtime_hours": _num(req.get("max_runtime_hours")),
+        "reserved_from": now, "reserved_until": reserved_until,
+        "reserved_gpu_hours": _num(decision.get("reserved_gpu_hours")),
+        "holdout_allowance": int(req.get("holdout_allowance") or 0),
+        "source": "submit", "updated_at": now,
+    }
+    cols = list(row)
+    con.execute(
+        f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)}) "
+        f"ON CONFLICT (run_id) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in cols if c != "run_id"),
+        [row[c] for c in cols])
+    pilot = req.get("pilot")
+    if isinstance(pilot, dict):
+        con.execute(
+            "INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second, "
+            "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
+            "pilot_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [req["run_id"], now, _num(pilot.get("steps_per_second")),
+             _num(pilot.get("worst_case_steps_per_second")), _num(pilot.get("worst_case_share")),
+             _num(pilot.get("peak_mem_gb")), _num(pilot.get("checkpoint_write_s")),
+             _int(pilot.get("planned_steps")), _int(pilot.get("checkpoint_interval_steps")),
+             _json(pilot)])
+
+
+def _int(x):
+    v = _num(x)
+    return int(v) if v is not None else None
+
+
+# ---------------------------------------------------------------------------------------- finishing
+
+def _check_hours(name, value, *, required=False):
+    if value is None:
+        if required:
+            raise ValueError(f"{name} is required")
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _check_count(name, value):
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_at=None,
+               last_valid_checkpoint=None, interruptions=None, restarts=None, artifact_status=None,
+               full_evaluation=None, holdout_reads=None, act_checkpoint_gpu_hours=None,
+               act_retry_gpu_hours=None, act_eval_gpu_hours=None, act_lost_work_gpu_hours=None,
+               db=None, timeout_s: float = 10.0) -> dict:
+    """Record a run's actuals and how it stopped against its run ID; returns the updated run row.
+
+    ended_at defaults to now, started_at to what the ledger has (else the reservation start).
+    artifact_status defaults from the stop reason: budget / wall-clock / failed-steps -> incomplete,
+    completed / early-stop -> complete, anything else -> none. The act_* items are parts of
+    actual_gpu_hours (the rest is useful compute), so they may not sum to more than it.
+    Raises UnknownRun for a run ID not in the ledger, ValueError for bad values.
+    """
+    actual = _check_hours("actual_gpu_hours", actual_gpu_hours, required=True)
+    if stop_reason not in STOP_REASONS:
+        raise ValueError(f"stop_reason must be one of {', '.join(STOP_REASONS)}; got {stop_reason!r}")
+    items = {
+        "act_checkpoint_gpu_hours": _check_hours("act_checkpoint_gpu_hours", act_checkpoint_gpu_hours),
+        "act_retry_gpu_hours": _check_hours("act_retry_gpu_hours", act_retry_gpu_hours),
+        "act_eval_gpu_hours": _check_hours("act_eval_gpu_hours", act_eval_gpu_hours),
+        "act_lost_work_gpu_hours": _check_hours("act_lost_work_gpu_hours", act_lost_work_gpu_hours),
+    }
+    parts = sum(v for v in items.values() if v is not None)
+    if parts > actual * (1 + 1e-9) + 1e-9:
+        raise ValueError(f"the act_* items sum to {parts:g} GPU-h, more than actual_gpu_hours {actual:g}")
+    if artifact_status is None:
+        artifact_status = ("incomplete" if stop_reason in INCOMPLETE_STOPS
+                           else "complete" if stop_reason in COMPLETE_STOPS else "none")
+    elif artifact_status not in ARTIFACT_STATUSES:
+        raise ValueError(f"artifact_status must be one of {', '.join(ARTIFACT_STATUSES)}")
+    if stop_reason in INCOMPLETE_STOPS and artifact_status == "complete":
+        raise ValueError(f"a run stopped for {stop_reason} cannot have a complete artifact")
+    interruptions = _check_count("interruptions", interruptions)
+    restarts = _check_count("restarts", restarts)
+    holdout_reads = _check_count("holdout_reads", holdout_reads)
+    if full_evaluation is not None and type(full_evaluation) is not bool:
+        raise ValueError("full_evaluation must be true or false")
+    if last_valid_checkpoint is not None and (type(last_valid_checkpoint) is not str or
+                                              len(last_valid_checkpoint) > 2000):
+        raise ValueError("last_valid_checkpoint must be a string of at most 2000 characters")
+    now = utcnow()
+    ended = _naive_utc(ended_at) or now
+    started = _naive_utc(started_at)
+    with writer_turn(db, timeout_s) as left_s, \
+            open_ledger(db, read_only=False, timeout_s=left_s) as con:
+        with transaction(con):
+            row = con.execute(
+                "SELECT started_at, reserved_from FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise UnknownRun(f"run {run_id!r} is not in the ledger (submit or import it first)")
+            started = started or row[0] or row[1]
+            if started is not None and ended < started:
+                raise ValueError(f"ended_at {ended.isoformat()} is before started_at {started.isoformat()}")
+            sets = {
+                "actual_gpu_hours": actual, "stop_reason": stop_reason, "ended_at": ended,
+                "started_at": started, "artifact_status": artifact_status,
+                "last_valid_checkpoint": last_valid_checkpoint, "interruptions": interruptions,
+                "restarts": restarts, "full_evaluation": full_evaluation,
+                "holdout_reads": holdout_reads, **items, "updated_at": now,
+            }
+            # keep what the ledger already has for optional fields left unset
+            keep = {"last_valid_checkpoint", "interruptions", "restarts", "full_evaluation",
+                    "holdout_reads", *items}
+            assignments = ", ".join(
+                f"{c} = coalesce(?, {c})" if c in keep else f"{c} = ?" for c in sets)
+            con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*sets.values(), run_id])
+            cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+            names = [d[0] for d in cur.description]
+            out = dict(zip(names, cur.fetchone()))
+    return out

@@ -1,0 +1,255 @@
+"""data/teams.toml: the planner-edited team policy, parsed, validated and synced into the ledger.
+
+Layout: a `[defaults]` table (values every team inherits), one `[teams.NAME]` table per team, and a
+`[[snapshots]]` list (`snapshot`, optional `team` — omitted means every team may use it — and optional
+`created_at`). Every problem is reported at once, each naming the team (or snapshot) and the key.
+
+Each team's `policy_version` is a short hash of its normalized policy (all fields, sorted, numbers as
+floats or ints as the schema types them), so changing any number gives the team a new version.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tomllib
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+DEFAULT_TEAMS_FILE = Path(__file__).resolve().parent.parent / "data" / "teams.toml"
+BASES = ("upper", "median", "raw")
+TEAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+# policy key -> (kind, default). kind: "int" (whole number >= 0), "float" (finite number >= 0),
+# "basis", "partitions". Default None = required.
+POLICY_FIELDS: dict[str, tuple[str, object]] = {
+    "reserved_gpus": ("int", None),
+    "retraining_reserved_gpus": ("int", 0),
+    "max_gpus_per_job": ("int", None),
+    "max_gpu_mem_gb": ("float", None),
+    "max_runtime_hours": ("float", None),
+    "monthly_budget_gpu_hours": ("float", None),
+    "pilot_required_above_gpu_hours": ("float", 50.0),
+    "budget_basis_production": ("basis", "upper"),
+    "budget_basis_exploratory": ("basis", "median"),
+    "budget_basis_retraining": ("basis", "upper"),
+    "preemptible_partitions": ("partitions", []),
+}
+COLUMNS = ("team", *POLICY_FIELDS, "policy_version")
+
+
+class TeamsFileError(ValueError):
+    """data/teams.toml cannot be used; `problems` lists every problem found (one line each)."""
+
+    def __init__(self, path, problems: list[str]):
+        self.path = str(path)
+        self.problems = list(problems)
+        super().__init__(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
+def _check_value(kind: str, value):
+    """(normalized value, None) or (None, problem text)."""
+    if kind in ("int", "float"):
+        if type(value) not in (int, float):
+            return None, f"must be a number, got {type(value).__name__} {value!r}"
+        if not math.isfinite(value):
+            return None, f"must be finite, got {value!r}"
+        if value < 0:
+            return None, f"must be >= 0, got {value!r}"
+        if kind == "int":
+            if value != int(value):
+                return None, f"must be a whole number, got {value!r}"
+            return int(value), None
+        return float(value), None
+    if kind == "basis":
+        if value not in BASES:
+            return None, f"must be one of {', '.join(BASES)}; got {value!r}"
+        return value, None
+    if kind == "partitions":
+        if type(value) is not list or not all(type(v) is str and v.strip() for v in value):
+            return None, f"must be a list of partition names, got {value!r}"
+        return sorted(set(value)), None
+    raise AssertionError(kind)
+
+
+def policy_version(policy: dict) -> str:
+    """A short, stable hash of a team's normalized policy (policy_version itself excluded)."""
+    body = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _as_timestamp(value):
+    if value is None:
+        return None, None
+    if isinstance(value, datetime):
+        if value.tzinfo:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value, None
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day), None
+    if isinstance(value, str):
+        try:
+            return _as_timestamp(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    return None, f"must be a TOML date-time (e.g. 2025-01-31T00:00:00), got {value!r}"
+
+
+def parse_teams(text: str, path="teams.toml") -> tuple[list[dict], list[dict]]:
+    """(teams, snapshots) from the TOML text; raises TeamsFileError listing every problem."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TeamsFileError(path, [f"not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots"}
+    for key in sorted(unknown_top):
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots)")
+
+    defaults = doc.get("defaults", {})
+    if type(defaults) is not dict:
+        problems.append("[defaults] must be a table")
+        defaults = {}
+    merged_defaults = {k: d for k, (_, d) in POLICY_FIELDS.items() if d is not None}
+    for key, value in defaults.items():
+        if key not in POLICY_FIELDS:
+            problems.append(f"[defaults] {key}: unknown key (known: {', '.join(POLICY_FIELDS)})")
+            continue
+        norm, err = _check_value(POLICY_FIELDS[key][0], value)
+        if err:
+            problems.append(f"[defaults] {key}: {err}")
+        else:
+            merged_defaults[key] = norm
+
+    teams_doc = doc.get("teams", {})
+    if type(teams_doc) is not dict or not teams_doc:
+        problems.append("[teams]: at least one [teams.NAME] table is required")
+        teams_doc = {} if type(teams_doc) is not dict else teams_doc
+    teams: list[dict] = []
+    for name, table in teams_doc.items():
+        where = f"[teams.{name}]"
+        if not TEAM_NAME.match(name):
+            problems.append(f"{where}: team name must be lower-case letters, digits, '-', '_' or '.'")
+        if type(table) is not dict:
+            problems.append(f"{where}: must be a table")
+            continue
+        policy = {"team": name}
+        ok = True
+        for key in table:
+            if key not in POLICY_FIELDS:
+                problems.append(f"{where} {key}: unknown key (known: {', '.join(POLICY_FIELDS)})")
+                ok = False
+        for key, (kind, _) in POLICY_FIELDS.items():
+            if key in table:
+                norm, err = _check_value(kind, table[key])
+                if err:
+                    problems.append(f"{where} {key}: {err}")
+                    ok = False
+                    continue
+                policy[key] = norm
+            elif key in merged_defaults:
+                policy[key] = merged_defaults[key]
+            else:
+                problems.append(f"{where} {key}: required (set it here or in [defaults])")
+                ok = False
+        if ok and policy["retraining_reserved_gpus"] > policy["reserved_gpus"]:
+            problems.append(
+                f"{where} retraining_reserved_gpus: {policy['retraining_reserved_gpus']} is more than "
+                f"reserved_gpus {policy['reserved_gpus']}")
+            ok = False
+        if ok:
+            policy["policy_version"] = policy_version(policy)
+            teams.append(policy)
+
+    snaps_doc = doc.get("snapshots", [])
+    snapshots: list[dict] = []
+    if type(snaps_doc) is not list:
+        problems.append("snapshots: must be a list of tables ([[snapshots]])")
+        snaps_doc = []
+    seen: set[str] = set()
+    for i, s in enumerate(snaps_doc, start=1):
+        where = f"[[snapshots]] #{i}"
+        if type(s) is not dict:
+            problems.append(f"{where}: must be a table")
+            continue
+        for key in s:
+            if key not in ("snapshot", "team", "created_at"):
+                problems.append(f"{where} {key}: unknown key (known: snapshot, team, created_at)")
+        name = s.get("snapshot")
+        if type(name) is not str or not name.strip():
+            problems.append(f"{where} snapshot: required, a non-empty string")
+            continue
+        where = f"[[snapshots]] {name!r}"
+        if name in seen:
+            problems.append(f"{where}: listed twice")
+        seen.add(name)
+        team = s.get("team")
+        if team is not None and team not in teams_doc:
+            problems.append(f"{where} team: {team!r} is not a team in this file")
+        created, err = _as_timestamp(s.get("created_at"))
+        if err:
+            problems.append(f"{where} created_at: {err}")
+        snapshots.append({"snapshot": name, "team": team, "created_at": created})
+    if problems:
+        raise TeamsFileError(path, problems)
+    return teams, snapshots
+
+
+def load_teams(path=None) -> tuple[list[dict], list[dict]]:
+    """Read and validate the teams file (default data/teams.toml)."""
+    p = Path(path) if path else DEFAULT_TEAMS_FILE
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise TeamsFileError(p, ["file not found"]) from None
+    except UnicodeDecodeError as exc:
+        raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
+    return parse_teams(text, p)
+
+
+def sync_teams(con, path=None) -> dict:
+    """Upsert the file's teams and snapshots into the ledger in one transaction.
+
+    Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
+    left alone. Returns counts: teams_inserted, teams_updated, teams_unchanged, snapshots_inserted,
+    snapshots_updated, snapshots_unchanged.
+    """
+    from lib.ledger import transaction
+
+    teams, snapshots = load_teams(path)
+    counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",
+                            "snapshots_inserted", "snapshots_updated", "snapshots_unchanged"), 0)
+    with transaction(con):
+        existing = {r[0]: r[1] for r in con.execute("SELECT team, policy_version FROM teams").fetchall()}
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "team")
+        for t in teams:
+            if t["team"] not in existing:
+                counts["teams_inserted"] += 1
+            elif existing[t["team"]] != t["policy_version"]:
+                counts["teams_updated"] += 1
+            else:
+                counts["teams_unchanged"] += 1
+                continue
+            con.execute(
+                f"INSERT INTO teams ({', '.join(COLUMNS)}) VALUES ({placeholders}) "
+                f"ON CONFLICT (team) DO UPDATE SET {updates}",
+                [t[c] for c in COLUMNS])
+        have = {r[0]: (r[1], r[2]) for r in
+                con.execute("SELECT snapshot, team, created_at FROM snapshots").fetchall()}
+        for s in snapshots:
+            old = have.get(s["snapshot"])
+            if old is None:
+                counts["snapshots_inserted"] += 1
+            elif old == (s["team"], s["created_at"]):
+                counts["snapshots_unchanged"] += 1
+                continue
+            else:
+                counts["snapshots_updated"] += 1
+            con.execute(
+                "INSERT INTO snapshots (snapshot, team, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (snapshot) DO UPDATE SET team = excluded.team, created_at = excluded.created_at",
+                [s["snapshot"], s["team"], s["created_at"]])
+    return counts

@@ -1,0 +1,156 @@
+"""`python -m lib`: real processes, JSON on stdout, messages on stderr, documented exit codes."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import duckdb
+import pytest
+
+from lib.store import submit_request
+from tests.fixtures_ledger import (NOW, counts, demo_template, ledger, query, request,  # noqa: F401
+                                   run_cli, tiny_ledger, tiny_request, write_json)
+
+AT = ["--now", NOW.isoformat()]
+
+
+def test_check_prints_the_decision_and_writes_nothing(ledger, tmp_path):
+    before = counts(ledger)
+    p = run_cli("check", write_json(tmp_path / "r.json", request()), *AT, db=ledger)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["state"] == "admit" and d["run_id"] == "vision-test-0001"
+    assert p.stdout == json.dumps(d, sort_keys=True, indent=2, ensure_ascii=False) + "\n"  # stable
+    assert "nothing written" in p.stderr
+    assert counts(ledger) == before
+
+
+def test_submit_from_stdin_records_and_says_so(ledger):
+    p = run_cli("submit", "-", *AT, db=ledger, stdin=json.dumps(request()))
+    assert p.returncode == 0, p.stderr
+    assert "reservation" in p.stderr
+    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
+    assert query(ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
+
+
+def test_defer_exits_1_with_the_reasons_on_stderr(ledger, tmp_path):
+    p = run_cli("submit", write_json(tmp_path / "r.json", request(budget_gpu_hours=1)), *AT, db=ledger)
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["reasons"][0]["code"] == "budget"
+    assert "[budget]" in p.stderr
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("", "empty"),
+    ("{bad json", "not valid JSON"),
+    ('{"x": NaN}', "not valid JSON"),
+    ("[1, 2]", None),
+])
+def test_bad_request_input_exits_2(ledger, body, needle):
+    before = counts(ledger)
+    p = run_cli("check", "-", db=ledger, stdin=body)
+    assert p.returncode == 2
+    if needle:
+        assert needle in p.stderr
+    else:
+        assert json.loads(p.stdout)["state"] == "reject"
+    assert counts(ledger) == before
+
+
+def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(ledger, tmp_path):
+    p = run_cli("submit", write_json(tmp_path / "r.json", request(team="marketing", gpus="two")),
+                *AT, db=ledger)
+    assert p.returncode == 2
+    fields = [r.get("field") for r in json.loads(p.stdout)["reasons"]]
+    assert "gpus" in fields
+    p = run_cli("submit", write_json(tmp_path / "r.json", request(team="marketing")), *AT, db=ledger)
+    assert p.returncode == 2
+    assert json.loads(p.stdout)["reasons"][0]["field"] == "team"
+    assert query(ledger, "SELECT count(*) FROM decisions WHERE origin = 'cli'") == [(2,)]
+
+
+def test_missing_request_file_exits_2(ledger, tmp_path):
+    p = run_cli("check", tmp_path / "nope.json", db=ledger)
+    assert p.returncode == 2 and "cannot read" in p.stderr
+
+
+def test_finish_records_actuals_and_refuses_unknown_runs(tiny_ledger, tmp_path):
+    assert run_cli("submit", write_json(tmp_path / "r.json", tiny_request(1)), *AT,
+                   db=tiny_ledger).returncode == 0
+    p = run_cli("finish", "tiny-001", "--actual-gpu-hours", "7.5", "--stop-reason", "wall-clock",
+                "--last-valid-checkpoint", "ckpt/step-400", "--ended-at", "2026-06-15T15:00:00",
+                "--interruptions", "1", "--no-full-evaluation", db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    assert "updated run tiny-001" in p.stderr
+    assert query(tiny_ledger, "SELECT actual_gpu_hours, stop_reason, artifact_status, last_valid_checkpoint, "
+                              "full_evaluation FROM runs") == [(7.5, "wall-clock", "incomplete",
+                                                                "ckpt/step-400", False)]
+    p = run_cli("finish", "nope", "--actual-gpu-hours", "1", "--stop-reason", "completed", db=tiny_ledger)
+    assert p.returncode == 2 and "not in the ledger" in p.stderr
+    p = run_cli("finish", "tiny-001", "--actual-gpu-hours", "-1", "--stop-reason", "completed",
+                db=tiny_ledger)
+    assert p.returncode == 2
+    p = run_cli("finish", "tiny-001", "--actual-gpu-hours", "1", "--stop-reason", "exploded",
+                db=tiny_ledger)
+    assert p.returncode == 2
+
+
+def test_export_csv_neutralises_formula_cells(tiny_ledger, tmp_path):
+    for i, note in enumerate(["=HYPERLINK(\"http://x\")", "+1+1", "-2", "@SUM(A1)", "plain <b>html</b>"]):
+        d = submit_request(tiny_request(i, note=note, gpus=1), db=tiny_ledger, now=NOW)
+        assert d["state"] == "admit"
+    p = run_cli("export", "--what", "runs", db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    assert "wrote 5 runs rows" in p.stderr
+    names = [r["job_name"] for r in csv.DictReader(io.StringIO(p.stdout))]
+    assert names == ["'=HYPERLINK(\"http://x\")", "'+1+1", "'-2", "'@SUM(A1)", "plain <b>html</b>"]
+    out = tmp_path / "runs.parquet"
+    p = run_cli("export", "--what", "runs", "--format", "parquet", "--out", out, db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    raw = duckdb.sql(f"SELECT job_name FROM '{out}' ORDER BY run_id").fetchall()
+    assert raw[0] == ('=HYPERLINK("http://x")',)  # Parquet is typed data: kept as it is
+    out = tmp_path / "decisions.csv"
+    p = run_cli("export", "--what", "decisions", "--out", out, db=tiny_ledger)
+    assert p.returncode == 0 and len(out.read_text().splitlines()) == 6
+    p = run_cli("export", "--format", "parquet", db=tiny_ledger)
+    assert p.returncode == 2 and "--out" in p.stderr
+
+
+def test_teams_syncs_the_file_and_reports_problems(tmp_path):
+    db = tmp_path / "g.duckdb"
+    p = run_cli("teams", db=db)
+    assert p.returncode == 0, p.stderr
+    assert "inserted 8" in p.stderr
+    p = run_cli("teams", db=db)
+    assert "unchanged 8" in p.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[teams.vision]\nreserved_gpus = -4\nmax_gpus_per_job = 8\n", encoding="utf-8")
+    p = run_cli("teams", "--file", bad, db=db)
+    assert p.returncode == 2
+    assert "[teams.vision] reserved_gpus" in p.stderr and "[teams.vision] max_gpu_mem_gb" in p.stderr
+
+
+def test_demo_builds_a_ledger_where_db_or_gate_db_points(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    p = run_cli("--db", db, "demo", "--runs", "150", "--seed", "3")
+    assert p.returncode == 0, p.stderr
+    assert "inserted 150 runs" in p.stderr
+    assert counts(db)["runs"] == 150
+    p = run_cli("demo", "--runs", "0", db=db)
+    assert p.returncode == 2
+
+
+def test_import_of_bad_input_exits_2_and_writes_nothing(ledger, tmp_path):
+    before = counts(ledger)
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    p = run_cli("import", empty, db=ledger)
+    assert p.returncode == 2, p.stderr
+    assert "nothing written" in p.stderr
+    assert counts(ledger) == before
+
+
+def test_usage_errors_exit_2():
+    p = run_cli("frobnicate")
+    assert p.returncode == 2 and "invalid choice" in p.stderr
