@@ -1,0 +1,981 @@
+"""Atomic, explainable imports of run history into the ledger: a CSV users write, and Slurm `sacct`.
+
+    report = import_runs("history.csv")                       # CSV (the format below)
+    report = import_runs(sacct_bytes, fmt="sacct")              # `sacct --parsable2` output
+    report = import_runs("history.csv", dry_run=True)           # validate + preview, write nothing
+
+Atomic: the whole file lands in one transaction (lib.ledger.transaction), or - on any problem - nothing
+is written and `report.errors` lists EVERY problem found (capped at MAX_ERRORS, with a last row saying
+how many more), each as {"line", "column", "value", "message"}. Line numbers are the file's lines as an
+editor shows them (the header is line 1; a quoted field spanning lines counts all its lines).
+Re-importing the same file changes nothing (its rows count as `unchanged`); a changed row updates its run
+(`updated`). Rows are upserted by run_id with INSERT ... ON CONFLICT (run_id) DO UPDATE.
+
+CSV format (template: data/runs_template.csv)
+--------------------------------------------
+UTF-8 (with or without BOM), comma-separated, '"' quotes (a '"' inside quotes is doubled), LF or CRLF
+line ends; quoted fields may hold commas and line breaks. The first line is the header. Column names are
+the `runs` columns users can supply (CSV_COLUMNS, any order); run_id, team, kind, gpus are required, the
+others may be left out of the header. An unknown header name is an error naming it and the closest known
+name: a renamed column is never silently mapped. Values:
+
+- run_id, team, data_snapshot, job_name, last_valid_checkpoint: text, at most MAX_TEXT_CHARS characters.
+  Stored exactly as written: HTML or SQL is plain text (never executed or rendered), and cells starting
+  with = + - @ are kept unchanged, so EXPORTS MUST NEUTRALISE formula-like cells (e.g. prefix a ').
+- kind: exploratory | production | retraining.  capacity: stable | preemptible (default stable).
+  estimate_source: pilot | stated | requested (default 'stated' when the file brings an estimate).
+  stop_reason: completed | early-stop | budget | wall-clock | failed-steps | preempted | failed |
+  cancelled | out-of-memory | node-fail | requeued (empty: unfinished).
+  artifact_status: complete | incomplete | none.
+- numbers (GPU-hours, hours, GB): finite and >= 0 ('.' decimal point; NaN and inf are errors).
+- gpus, interruptions, restarts, holdout_reads, holdout_allowance: whole numbers >= 0.
+- reserved_from, reserved_until, started_at, ended_at: ISO 8601 date-times, e.g. 2024-05-01T13:00:00Z;
+  an offset is converted to UTC, a time without offset is taken as UTC; years 2000-2099.
+  Order: reserved_from <= started_at <= ended_at and reserved_from <= reserved_until (checked on the
+  run as it will be stored, i.e. after merging with what the ledger already holds).
+- full_evaluation: true/false (also yes/no, 1/0).
+- A run_id may appear once per file. Teams must exist in the ledger (see create_teams).
+
+Merging with the ledger: the estimate and the observed spend of a run live on the same run_id whichever
+file brings them. run_id, team, kind and gpus (required) take the file's value. EVERY optional column
+behaves as COALESCE(file, ledger): an empty cell or an absent column never erases a value the ledger
+holds (so a file of actuals does not wipe the estimate a pilot recorded, and vice versa); the CSV import
+cannot clear a stored value. `source` keeps the source that created the run; updated_at is set on change.
+
+Slurm format: see `_parse_sacct` (fields, run id rule, mapping, merge rules).
+
+create_teams=True creates unknown teams in `teams` with a deliberately conservative placeholder policy
+(DEFAULT_TEAM_POLICY): no reserved GPUs, every per-job cap 0 and a zero monthly budget, budgets judged at
+the upper bound, policy_version 'import-placeholder' - so such a team's history is recorded but nothing
+it requests is admitted until a planner gives it a real policy in data/teams.toml.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import difflib
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from lib.ledger import open_ledger, transaction
+
+MAX_IMPORT_BYTES = 512 * 1024 * 1024      # size limit of one import file (bytes)
+MAX_TEXT_CHARS = 1000                      # longest text value accepted in a field (characters)
+MAX_ERRORS = 1000                          # errors listed before one summary row
+PREVIEW_ROWS = 50
+IMPORT_MEMORY_LIMIT = "600MB"              # DuckDB's buffer limit while importing (spills beyond)
+MAX_LINE_BYTES = 2 * 1024 * 1024           # DuckDB's reader refuses longer lines (max_line_size)
+
+TEXT_COLUMNS = ["run_id", "team", "data_snapshot", "job_name", "last_valid_checkpoint"]
+ENUMS = {
+    "kind": ("exploratory", "production", "retraining"),
+    "capacity": ("stable", "preemptible"),
+    "estimate_source": ("pilot", "stated", "requested"),
+    "stop_reason": ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
+                    "failed", "cancelled", "out-of-memory", "node-fail", "requeued"),
+    "artifact_status": ("complete", "incomplete", "none"),
+}
+NUMBER_COLUMNS = [
+    "gpu_mem_gb", "estimated_gpu_hours", "est_compute_gpu_hours", "est_checkpoint_gpu_hours",
+    "est_eval_gpu_hours", "est_data_loading_gpu_hours", "est_restart_gpu_hours", "budget_gpu_hours",
+    "max_runtime_hours", "reserved_gpu_hours", "actual_gpu_hours", "act_checkpoint_gpu_hours",
+    "act_retry_gpu_hours", "act_eval_gpu_hours", "act_lost_work_gpu_hours",
+]
+INTEGER_COLUMNS = ["gpus", "interruptions", "restarts", "holdout_reads", "holdout_allowance"]
+TIME_COLUMNS = ["reserved_from", "reserved_until", "started_at", "ended_at"]
+BOOL_COLUMNS = ["full_evaluation"]
+
+# The runs columns a file can supply, in the ledger's order (source and updated_at are the importer's).
+CSV_COLUMNS = [
+    "run_id", "team", "kind", "capacity", "gpus", "gpu_mem_gb", "data_snapshot", "job_name",
+    "estimated_gpu_hours", "estimate_source", "est_compute_gpu_hours", "est_checkpoint_gpu_hours",
+    "est_eval_gpu_hours", "est_data_loading_gpu_hours", "est_restart_gpu_hours", "budget_gpu_hours",
+    "max_runtime_hours", "reserved_from", "reserved_until", "reserved_gpu_hours", "started_at",
+    "ended_at", "actual_gpu_hours", "act_checkpoint_gpu_hours", "act_retry_gpu_hours",
+    "act_eval_gpu_hours", "act_lost_work_gpu_hours", "stop_reason", "interruptions", "restarts",
+    "artifact_status", "last_valid_checkpoint", "full_evaluation", "holdout_reads", "holdout_allowance",
+]
+REQUIRED_COLUMNS = ["run_id", "team", "kind", "gpus"]
+_SQL_TYPE = {
+    **{c: "VARCHAR" for c in TEXT_COLUMNS}, **{c: "VARCHAR" for c in ENUMS},
+    **{c: "DOUBLE" for c in NUMBER_COLUMNS}, **{c: "INTEGER" for c in INTEGER_COLUMNS},
+    **{c: "TIMESTAMP" for c in TIME_COLUMNS}, **{c: "BOOLEAN" for c in BOOL_COLUMNS},
+}
+assert set(_SQL_TYPE) == set(CSV_COLUMNS)
+# how DuckDB's CSV reader reads each column (see _typed_expr)
+_READ_TYPE = {c: ("DOUBLE" if c in NUMBER_COLUMNS or c in INTEGER_COLUMNS else "VARCHAR") for c in CSV_COLUMNS}
+
+DEFAULT_TEAM_POLICY = {
+    "reserved_gpus": 0, "retraining_reserved_gpus": 0, "max_gpus_per_job": 0, "max_gpu_mem_gb": 0.0,
+    "max_runtime_hours": 0.0, "monthly_budget_gpu_hours": 0.0, "pilot_required_above_gpu_hours": 0.0,
+    "budget_basis_production": "upper", "budget_basis_exploratory": "upper",
+    "budget_basis_retraining": "upper", "preemptible_partitions": [],
+    "policy_version": "import-placeholder",
+}
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, with errors or dry_run, would have done: then nothing was written)."""
+    fmt: str
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    errors: list = field(default_factory=list)       # [{"line", "column", "value", "message"}]
+    preview: pd.DataFrame | None = None              # first PREVIEW_ROWS rows as they would be stored
+    rows_read: int = 0                               # data rows (CSV) / job lines (sacct) read
+    dry_run: bool = False
+    written: bool = False                            # True only when the transaction committed
+    teams_created: list = field(default_factory=list)
+    skipped: int = 0                                 # sacct: job lines without GPUs, folded steps
+    notes: list = field(default_factory=list)        # non-blocking remarks
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class _Abort(Exception):
+    """Raised inside the transaction to roll it back (errors found, or dry run)."""
+
+
+def _noop(_fraction: float, _message: str) -> None:
+    pass
+
+
+def _err(line, column, value, message) -> dict:
+    if isinstance(value, str) and len(value) > 200:
+        value = value[:200] + f"... ({len(value)} characters)"
+    return {"line": line, "column": column, "value": value, "message": message}
+
+
+def _cap(errors: list) -> list:
+    errors = sorted(errors, key=lambda e: (e["line"] if e["line"] is not None else 0,
+                                           _col_order(e["column"])))
+    if len(errors) > MAX_ERRORS:
+        more = len(errors) - MAX_ERRORS
+        errors = errors[:MAX_ERRORS] + [_err(None, None, None,
+                                             f"... and {more} more errors not listed (fix these first)")]
+    return errors
+
+
+def _col_order(column) -> int:
+    try:
+        return CSV_COLUMNS.index(column)
+    except ValueError:
+        return -1 if column is None else len(CSV_COLUMNS)
+
+
+@contextlib.contextmanager
+def _source_path(source):
+    """A path to read: `source` itself, or a temporary file holding the given bytes."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        fd, name = tempfile.mkstemp(prefix="gate-import-", suffix=".dat")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(source)
+            yield Path(name)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+    else:
+        yield Path(source)
+
+
+def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False,
+                dry_run: bool = False, progress: Progress | None = None) -> ImportReport:
+    """Import run history from `source` (a path, or the file's bytes) into the ledger `db`.
+
+    fmt: "csv" (module docstring) or "sacct" (`_parse_sacct`). Nothing is written when any error is
+    found or when dry_run is true; the report then says what would have happened. `progress(fraction,
+    message)` is called at a few stages. Raises LedgerLocked / LedgerError when the ledger cannot be
+    opened; every problem with the file itself is reported in `errors`, never raised.
+    """
+    if fmt not in ("csv", "sacct"):
+        raise ValueError(f"fmt must be 'csv' or 'sacct', not {fmt!r}")
+    progress = progress or _noop
+    report = ImportReport(fmt=fmt, dry_run=dry_run)
+    with _source_path(source) as path:
+        progress(0.0, "checking the file")
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            report.errors = [_err(None, None, str(source), f"cannot read the file: {exc.strerror or exc}")]
+            return report
+        if size > MAX_IMPORT_BYTES:
+            report.errors = [_err(None, None, f"{size} bytes",
+                                  f"file is larger than the import limit of "
+                                  f"{MAX_IMPORT_BYTES // (1024 * 1024)} MB: split it into several files")]
+            return report
+        if size == 0:
+            report.errors = [_err(1, None, None, "the file is empty (expected a header line and rows)")]
+            return report
+        with open_ledger(db, read_only=dry_run) as con:
+            cur = con.cursor()      # fresh connection state: its own rejects tables and temp tables
+            try:
+                cur.execute("SET TimeZone = 'UTC'").fetchall()
+                # staging tables spill to <ledger>.tmp beyond this, keeping the peak under 1 GB
+                cur.execute(f"SET memory_limit = '{IMPORT_MEMORY_LIMIT}'").fetchall()
+                if fmt == "csv":
+                    _import_csv(cur, path, report, create_teams, dry_run, progress)
+                else:
+                    _import_sacct(cur, path, report, create_teams, dry_run, progress)
+            finally:
+                cur.close()
+    report.errors = _cap(report.errors)
+    progress(1.0, "done" if report.written else ("checked (dry run)" if report.ok else "not imported"))
+    return report
+
+
+# ----------------------------------------------------------------------------------------------- CSV
+
+def _read_header(path: Path, report: ImportReport) -> list[str] | None:
+    with open(path, "rb") as f:
+        head = f.read(min(MAX_LINE_BYTES, path.stat().st_size))
+    text_head = head.split(b"\n", 1)[0]
+    try:
+        first = text_head.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        report.errors.append(_err(1, None, repr(text_head[max(0, exc.start - 10):exc.end + 10]),
+                                  "the header is not valid UTF-8: save the file as UTF-8 (CSV UTF-8)"))
+        return None
+    names = next(csv.reader([first.rstrip("\r")], delimiter=",", quotechar='"'), [])
+    if not names or all(not n.strip() for n in names):
+        report.errors.append(_err(1, None, None, "the first line is empty: expected the header "
+                                                 f"(e.g. {','.join(REQUIRED_COLUMNS)})"))
+        return None
+    if len(names) == 1:
+        for delim, label in ((";", "semicolons"), ("\t", "tabs"), ("|", "'|'")):
+            if delim in names[0]:
+                report.errors.append(_err(1, None, names[0][:200],
+                                          f"the header is one column containing {label}: this file uses "
+                                          f"{label} as separator; save it comma-separated"))
+                return None
+    return names
+
+
+def _check_header(names: list[str], report: ImportReport) -> bool:
+    ok = True
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names, start=1):
+        if name in seen:
+            report.errors.append(_err(1, name, name, f"column {name!r} appears twice in the header "
+                                                     f"(columns {seen[name]} and {i})"))
+            ok = False
+            continue
+        seen[name] = i
+        if name not in CSV_COLUMNS:
+            close = difflib.get_close_matches(name.strip().lower(), CSV_COLUMNS, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            if not name.strip():
+                msg = f"header column {i} has no name"
+            else:
+                msg = f"unknown column {name!r} (column {i}){hint} Known columns: see data/runs_template.csv"
+            report.errors.append(_err(1, name, name, msg))
+            ok = False
+    for req in REQUIRED_COLUMNS:
+        if req not in seen:
+            report.errors.append(_err(1, req, None, f"required column {req!r} is missing from the header"))
+            ok = False
+    return ok
+
+
+def _typed_expr(col: str) -> str:
+    """SQL turning the column `col` as read (_READ_TYPE) into its typed value (NULL when not valid).
+
+    Numbers are parsed by the CSV reader itself (fast; unparsable text is a CAST reject). Times and
+    booleans are read as text and cast here: the reader ignores a UTC offset and rounds 2.5 to an
+    INTEGER, both silently, so those are not left to it.
+    """
+    q = f'"{col}"'
+    t = f"NULLIF(trim({q}), '')"
+    if col in TEXT_COLUMNS:
+        return f"NULLIF({q}, '')"
+    if col in ENUMS:
+        return t
+    if col in NUMBER_COLUMNS:      # read as DOUBLE by DuckDB's reader (bad text: a CAST reject)
+        return q
+    if col in INTEGER_COLUMNS:     # read as DOUBLE too: 2.5 must be an error, not rounded to 3
+        return f"CASE WHEN {q} = trunc({q}) AND abs({q}) < 2147483648 THEN CAST({q} AS INTEGER) END"
+    if col in TIME_COLUMNS:
+        return f"TRY_CAST(TRY_CAST({t} AS TIMESTAMPTZ) AS TIMESTAMP)"
+    if col in BOOL_COLUMNS:
+        return f"TRY_CAST({t} AS BOOLEAN)"
+    raise KeyError(col)
+
+
+def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"") -> list[tuple[str, str, str]]:
+    """(column, condition over the raw text / typed value, message SQL) for each per-row rule."""
+    checks = []
+    for c in cols:
+        raw = raw_ref(c) if callable(raw_ref) else raw_ref.format(c=c)
+        typ = typed_ref.format(c=c)
+        present = (f"{raw} IS NOT NULL" if _READ_TYPE[c] == "DOUBLE"
+                   else f"NULLIF(trim({raw}), '') IS NOT NULL")
+        if c in REQUIRED_COLUMNS:
+            checks.append((c, f"NOT ({present})", f"'{c} is required'"))
+        if c in TEXT_COLUMNS:
+            checks.append((c, f"length({raw}) > {MAX_TEXT_CHARS}",
+                           f"'text longer than {MAX_TEXT_CHARS} characters (' || length({raw}) || ')'"))
+            if c in ("run_id", "team"):
+                checks.append((c, f"{present} AND {raw} <> trim({raw})",
+                               f"'{c} has leading or trailing spaces'"))
+        elif c in ENUMS:
+            allowed = ", ".join(ENUMS[c])
+            lit = ", ".join(f"'{v}'" for v in ENUMS[c])
+            checks.append((c, f"{present} AND {typ} NOT IN ({lit})",
+                           f"'{c} must be one of: {allowed}'"))
+        elif c in NUMBER_COLUMNS:
+            checks.append((c, f"{typ} IS NOT NULL AND NOT isfinite({typ})",
+                           "'must be a finite number (NaN and infinity are not allowed)'"))
+            checks.append((c, f"{typ} < 0", "'must not be negative'"))
+        elif c in INTEGER_COLUMNS:
+            checks.append((c, f"{present} AND {typ} IS NULL", "'not a whole number'"))
+            checks.append((c, f"{typ} < 0", "'must not be negative'"))
+        elif c in TIME_COLUMNS:
+            checks.append((c, f"{present} AND {typ} IS NULL",
+                           "'not a valid date-time (use ISO 8601, e.g. 2024-05-01T13:00:00Z)'"))
+            checks.append((c, f"{typ} IS NOT NULL AND NOT ({typ} >= TIMESTAMP '2000-01-01' "
+                              f"AND {typ} < TIMESTAMP '2100-01-01')",
+                           "'date outside 2000-2099 (a typo?)'"))
+        elif c in BOOL_COLUMNS:
+            checks.append((c, f"{present} AND {typ} IS NULL", "'must be true or false'"))
+    return checks
+
+
+def _scan_record_lines(path: Path) -> list[int]:
+    """Start line of every non-blank CSV record after the header, as Python's csv module reads it."""
+    csv.field_size_limit(sys.maxsize)
+    starts = []
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.reader(f, delimiter=",", quotechar='"', doublequote=True, strict=False)
+        prev = 0
+        for rec in reader:
+            start, prev = prev + 1, reader.line_num
+            if rec:
+                starts.append(start)
+    return starts[1:]
+
+
+def _lines_at_offsets(path: Path, offsets: list[int]) -> dict[int, int]:
+    """Line number (1-based) of each byte offset, skipping line-end bytes the offset may point at."""
+    result = {}
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return result
+    with open(path, "rb") as f:
+        data_lines = 0
+        pos = 0
+        i = 0
+        while i < len(wanted):
+            chunk = f.read(8 * 1024 * 1024)
+            if not chunk:
+                break
+            end = pos + len(chunk)
+            while i < len(wanted) and wanted[i] < end:
+                off = wanted[i]
+                k = off - pos
+                # an offset at a line end belongs to the next line
+                j = k
+                while j < len(chunk) and chunk[j:j + 1] in (b"\r", b"\n"):
+                    j += 1
+                result[off] = data_lines + chunk.count(b"\n", 0, j) + 1
+                i += 1
+            data_lines += chunk.count(b"\n")
+            pos = end
+        for off in wanted[i:]:
+            result[off] = data_lines + 1
+    return result
+
+
+def _utf8_ok(data: bytes, partial: bool = False) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError as exc:
+        return partial and exc.reason == "unexpected end of data"
+
+
+_REJECT_MESSAGES = {
+    "INVALID ENCODING": "not valid UTF-8: save the file as UTF-8 (CSV UTF-8)",
+    "MISSING COLUMNS": "line has too few fields (truncated line, or a missing comma?)",
+    "TOO MANY COLUMNS": "line has more fields than the header (an unquoted comma in a value?)",
+    "UNQUOTED VALUE": "a quoted value is not closed (truncated line, or a stray '\"'?)",
+    "LINE SIZE OVER MAXIMUM": f"line longer than {MAX_LINE_BYTES // (1024 * 1024)} MB",
+    "CAST": "not a number (use digits and a . decimal point, no thousands separator)",
+}
+
+
+def _read_csv_sql(names: list[str], rejects_table: str = "reject_errors") -> str:
+    """read_csv(?) of the file: explicit dialect, the header's own (checked) names, rejects stored."""
+    columns = "{" + ", ".join("'" + n.replace("'", "''") + f"': '{_READ_TYPE[n]}'" for n in names) + "}"
+    scans = "reject_scans" if rejects_table == "reject_errors" else rejects_table + "_scans"
+    return ("read_csv(?, header = true, delim = ',', quote = '\"', escape = '\"', auto_detect = false, "
+            f"columns = {columns}, store_rejects = true, rejects_table = '{rejects_table}', "
+            f"rejects_scan = '{scans}', max_line_size = {MAX_LINE_BYTES}, encoding = 'utf-8')")
+
+
+def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_run: bool,
+                progress: Progress) -> None:
+    names = _read_header(path, report)
+    if names is None or not _check_header(names, report):
+        return
+    progress(0.1, "reading rows")
+    present = [n for n in CSV_COLUMNS if n in names]
+    # raw values kept where the typed value can be NULL although the cell was not empty
+    keep_raw = [c for c in present if c in TIME_COLUMNS or c in BOOL_COLUMNS or c in INTEGER_COLUMNS]
+    select = ", ".join([f'{_typed_expr(c)} AS "{c}"' for c in present]
+                       + [f'"{c}" AS "{c}__raw"' for c in keep_raw])
+    # one pass over the file: DuckDB's reader with an explicit dialect, then types
+    cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT {select} FROM {_read_csv_sql(names)}",
+                [str(path)]).fetchall()
+    cur.execute("CREATE TEMP VIEW typed AS SELECT rowid AS _row, * FROM typed_csv").fetchall()
+    n_rows = cur.execute("SELECT count(*) FROM typed_csv").fetchone()[0]
+    rejects = cur.execute(
+        "SELECT line, line_byte_position, column_idx, column_name, error_type, csv_line, error_message "
+        "FROM reject_errors ORDER BY line, column_idx").fetchall()
+    report.rows_read = n_rows + len({r[0] for r in rejects})
+
+    if n_rows == 0 and not rejects:
+        with open(path, "rb") as f:
+            f.readline()
+            rest = f.read(4096)
+        if rest.strip():
+            report.errors.append(_err(2, None, None, "no rows could be read after the header (mixed line "
+                                                     "endings? save the file again as CSV)"))
+        else:
+            report.errors.append(_err(2, None, None, "the file has a header but no rows"))
+        return
+    progress(0.3, f"checking {n_rows} rows")
+
+    def row_errors() -> list:
+        """Every per-row rule broken by a flagged row: (row, column, value, message, None)."""
+        checks = _row_checks(present)
+        # the raw cells again (same rows: the reader skips the same rejects)
+        cur.execute(f"CREATE TEMP TABLE stg AS SELECT * FROM {_read_csv_sql(names, 'reject_errors_2')}",
+                    [str(path)]).fetchall()
+        shown = {c: (f'CASE WHEN s."{c}" = trunc(s."{c}") AND abs(s."{c}") < 1e18 '
+                     f'THEN CAST(s."{c}" AS BIGINT)::VARCHAR ELSE s."{c}"::VARCHAR END'
+                     if c in INTEGER_COLUMNS else f's."{c}"::VARCHAR') for c in present}
+        union = " UNION ALL ".join(
+            f"SELECT t._row, '{c}', {shown[c]}, {msg}, NULL::BIGINT FROM stg s "
+            f"JOIN typed t ON t._row = s.rowid WHERE ({cond})" for c, cond, msg in checks)
+        return cur.execute(f"SELECT * FROM ({union}) ORDER BY 1 LIMIT {MAX_ERRORS * 4}").fetchall()
+
+    bad_cond = " OR ".join(f"({cond})" for _, cond, _ in
+                           _row_checks(present, raw_ref=lambda c: f't."{c}__raw"' if c in keep_raw else f't."{c}"',
+                                       typed_ref='t."{c}"')) or "false"
+    n_bad = cur.execute(f"SELECT count(*) FROM typed t WHERE {bad_cond}").fetchone()[0]
+    raw_errors = row_errors() if n_bad else []
+    _common_checks_and_write(cur, report, present, raw_errors, create_teams, dry_run, progress,
+                             line_of=lambda rows: _csv_line_mapper(path, rejects, n_rows),
+                             reject_errors=lambda lines: _reject_errors(path, rejects, names))
+
+
+def _csv_line_mapper(path: Path, rejects, n_rows: int):
+    """A function staging-row -> file line (exact when Python's csv agrees with DuckDB on records)."""
+    rejected_lines = set(_lines_at_offsets(path, [r[1] for r in rejects if r[1] is not None]).values())
+    starts = _scan_record_lines(path)
+    accepted = [s for s in starts if s not in rejected_lines]
+    if len(accepted) == n_rows:
+        return lambda row: accepted[row]
+    # parsers disagree (e.g. mixed line endings): fall back to record numbers
+    return lambda row: row + 2
+
+
+def _reject_errors(path: Path, rejects, names) -> list[dict]:
+    lines = _lines_at_offsets(path, [r[1] for r in rejects if r[1] is not None])
+    out, seen = [], set()
+    for rline, byte_pos, col_idx, col_name, etype, csv_line, emsg in rejects:
+        line = lines.get(byte_pos, rline)
+        key = (line, etype, col_name if etype in ("CAST", "INVALID ENCODING") else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        value = None
+        text = (csv_line or "").lstrip("\r\n")
+        if etype in ("INVALID ENCODING", "UNQUOTED VALUE", "CAST") and col_idx:
+            with contextlib.suppress(Exception):
+                fields = next(csv.reader([text], delimiter=",", quotechar='"'))
+                value = fields[col_idx - 1] if col_idx - 1 < len(fields) else None
+        elif etype in ("TOO MANY COLUMNS", "MISSING COLUMNS", "LINE SIZE OVER MAXIMUM"):
+            value = text[:200]
+        if etype == "INVALID ENCODING" and byte_pos is not None:
+            with open(path, "rb") as f:   # show the offending bytes, not DuckDB's replacement text
+                f.seek(byte_pos)
+                raw = f.read(400).lstrip(b"\r\n").split(b"\n", 1)[0]
+            bad = next((i for i in range(len(raw)) if not _utf8_ok(raw[:i + 1], partial=True)), None)
+            value = repr(raw[max(0, (bad or 0) - 20):(bad or 0) + 20]) if bad is not None else repr(raw[:80])
+        msg = _REJECT_MESSAGES.get(etype, emsg)
+        if etype == "MISSING COLUMNS":
+            with contextlib.suppress(Exception):
+                n = len(next(csv.reader([text], delimiter=",", quotechar='"')))
+                msg = f"line has {n} fields, the header {len(names)} (truncated line, or a missing comma?)"
+        if etype == "TOO MANY COLUMNS":
+            col_name = None
+        out.append(_err(line, col_name, value, msg))
+    return out
+
+
+# ------------------------------------------------------------------------------- shared merge / write
+
+def _merge_expr(col: str, fmt: str, supplied: set[str]) -> str:
+    """SQL for the value a run will hold: t = the file's row, r = the ledger's row (NULL when new)."""
+    if col == "estimate_source" and fmt == "csv" and "estimated_gpu_hours" in supplied:
+        file_src = "t.estimate_source" if col in supplied else "NULL"
+        return (f"COALESCE({file_src}, CASE WHEN t.estimated_gpu_hours IS NULL OR "
+                "t.estimated_gpu_hours = r.estimated_gpu_hours THEN r.estimate_source END, "
+                "CASE WHEN COALESCE(t.estimated_gpu_hours, r.estimated_gpu_hours) IS NOT NULL "
+                "THEN 'stated' END)")
+    if col not in supplied:
+        return "COALESCE(r.capacity, 'stable')" if col == "capacity" else f"r.{col}"
+    if fmt == "sacct":
+        keep_measured = "(r.estimated_gpu_hours IS NOT NULL AND r.estimate_source IS DISTINCT FROM 'requested')"
+        keep_reservation = "(r.reserved_gpu_hours IS NOT NULL AND r.source <> 'sacct')"
+        if col == "kind":
+            return "COALESCE(r.kind, t.kind)"
+        if col in ("estimated_gpu_hours", "estimate_source"):
+            return f"CASE WHEN {keep_measured} THEN r.{col} ELSE COALESCE(t.{col}, r.{col}) END"
+        if col in ("reserved_from", "reserved_until", "reserved_gpu_hours"):
+            return f"CASE WHEN {keep_reservation} THEN r.{col} ELSE COALESCE(t.{col}, r.{col}) END"
+    if col in REQUIRED_COLUMNS:
+        return f"t.{col}"
+    return f"COALESCE(t.{col}, r.{col})"
+
+
+def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str], raw_errors: list,
+                             create_teams: bool, dry_run: bool, progress: Progress, *,
+                             line_of, reject_errors=None) -> None:
+    """Rules needing the whole file or the ledger, then the upsert - on the temp table `typed`.
+
+    raw_errors: rows (staging row, column, value, message, other row) found so far. line_of: a
+    callable returning a row -> line function (called only when there are errors to report).
+    """
+    fmt = report.fmt
+    supplied = set(supplied_cols)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    with contextlib.suppress(_Abort), transaction(cur):
+        progress(0.5, "comparing with the ledger")
+        # duplicates of run_id inside the file: every later occurrence names the first line
+        n_dupes = cur.execute("SELECT count(run_id) - count(DISTINCT run_id) FROM typed").fetchone()[0]
+        raw_errors += [] if not n_dupes else cur.execute(
+            "SELECT _row, 'run_id', run_id, 'duplicate run_id: also on line {other}', first_row FROM ("
+            "  SELECT _row, run_id, min(_row) OVER (PARTITION BY run_id) AS first_row, "
+            "         count(*) OVER (PARTITION BY run_id) AS n FROM typed WHERE run_id IS NOT NULL"
+            ") WHERE n > 1 AND _row <> first_row ORDER BY _row LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+        # unknown teams: one error per team, at its first line
+        unknown = cur.execute(
+            "SELECT team, min(_row), count(*) FROM typed t WHERE team IS NOT NULL AND "
+            "NOT EXISTS (SELECT 1 FROM teams x WHERE x.team = t.team) GROUP BY team ORDER BY 2").fetchall()
+        if unknown and not create_teams:
+            for team, first, n in unknown:
+                raw_errors.append((first, "team", team,
+                                   f"unknown team {team!r} ({n} row{'s' if n != 1 else ''}): add it to "
+                                   "data/teams.toml, or import with create teams", None))
+        elif unknown:
+            cols = ["team", *DEFAULT_TEAM_POLICY]
+            for team, _first, _n in ([] if dry_run else unknown):
+                cur.execute(f"INSERT INTO teams ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                            [team, *DEFAULT_TEAM_POLICY.values()]).fetchall()
+            report.teams_created = [u[0] for u in unknown]
+
+        if fmt == "sacct":
+            # capacity from the team's preemptible partitions (known only now that teams exist)
+            cur.execute(
+                "UPDATE typed SET capacity = CASE WHEN len(list_filter(str_split(_partition, ','), "
+                "lambda p: NOT list_contains(COALESCE(x.preemptible_partitions, []::VARCHAR[]), trim(p)))) = 0 "
+                "AND _partition IS NOT NULL THEN 'preemptible' ELSE 'stable' END "
+                "FROM teams x WHERE x.team = typed.team").fetchall()
+            cur.execute("UPDATE typed SET capacity = 'stable' WHERE capacity IS NULL").fetchall()
+
+        exprs = {c: _merge_expr(c, fmt, supplied) for c in CSV_COLUMNS}
+        merged_cols = ", ".join(f"{e} AS {c}" for c, e in exprs.items())
+        changed = " OR ".join(f"({e}) IS DISTINCT FROM r.{c}" for c, e in exprs.items())
+        cur.execute(f"CREATE TEMP TABLE merged AS SELECT t._row, "
+                    "CASE WHEN r.run_id IS NULL THEN 'new' "
+                    f"WHEN {changed} THEN 'updated' ELSE 'unchanged' END AS _status, {merged_cols} "
+                    "FROM typed t LEFT JOIN runs r ON r.run_id = t.run_id").fetchall()
+        # time order on the run as it will be stored
+        order_checks = [
+            ("started_at", "reserved_from", "m.reserved_from > m.started_at",
+             "'started_at ' || m.started_at || ' is before reserved_from ' || m.reserved_from"),
+            ("ended_at", "started_at", "m.started_at > m.ended_at",
+             "'ended_at ' || m.ended_at || ' is before started_at ' || m.started_at"),
+            ("reserved_until", "reserved_from", "m.reserved_from > m.reserved_until",
+             "'reserved_until ' || m.reserved_until || ' is before reserved_from ' || m.reserved_from"),
+        ]
+        for col, other, cond, msg in order_checks:
+            src = col if col in supplied else other
+            raw_errors += cur.execute(
+                f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM merged m WHERE {cond} "
+                f"ORDER BY 1 LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+
+        counts = dict(cur.execute("SELECT _status, count(*) FROM merged GROUP BY 1").fetchall())
+        report.inserted = counts.get("new", 0)
+        report.updated = counts.get("updated", 0)
+        report.unchanged = counts.get("unchanged", 0)
+        report.preview = cur.execute(
+            f"SELECT _status AS status, * EXCLUDE (_row, _status) FROM merged "
+            f"ORDER BY _row LIMIT {PREVIEW_ROWS}").df()
+
+        extra = reject_errors([]) if reject_errors else []
+        if raw_errors or extra:
+            mapper = line_of(None)
+            for row, col, value, msg, other in raw_errors:
+                line = mapper(row)
+                if other is not None:
+                    msg = msg.replace("{other}", str(mapper(other)))
+                report.errors.append(_err(line, col, value, msg))
+            report.errors += extra
+            report.inserted = report.updated = report.unchanged = 0
+            report.teams_created = []
+            raise _Abort
+        if dry_run:
+            raise _Abort
+
+        progress(0.7, f"writing {report.inserted} new and {report.updated} changed runs")
+        cols = ", ".join(CSV_COLUMNS)
+        # free the staging memory before the write (a failing statement would abort the transaction,
+        # so drop only what exists: a view over typed_csv for CSV, a table for sacct)
+        is_view = cur.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'typed' "
+                              "AND temporary").fetchone()[0]
+        cur.execute("DROP VIEW typed" if is_view else "DROP TABLE typed").fetchall()
+        cur.execute("DROP TABLE IF EXISTS typed_csv").fetchall()
+        if report.inserted:   # new run ids (checked absent inside this transaction): a plain append
+            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {cols}, ?, ? FROM merged "
+                        "WHERE _status = 'new'", [fmt, now]).fetchall()
+        if report.updated:    # changed runs: upsert; `source` keeps the run's creator
+            sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in CSV_COLUMNS if c != "run_id")
+            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {cols}, ?, ? FROM merged "
+                        "WHERE _status = 'updated' "
+                        f"ON CONFLICT (run_id) DO UPDATE SET {sets}, updated_at = EXCLUDED.updated_at",
+                        [fmt, now]).fetchall()
+        report.written = True
+        progress(0.95, "committing")
+    if not report.written:
+        report.teams_created = report.teams_created if dry_run else []
+
+
+# --------------------------------------------------------------------------------------------- sacct
+
+XDMOD_FIELDS = [
+    "jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "gid", "user", "uid",
+    "submit", "eligible", "start", "end", "elapsed", "exitcode", "state", "nnodes", "ncpus", "reqcpus",
+    "reqmem", "reqtres", "alloctres", "timelimit", "nodelist", "jobname",
+]
+SACCT_REQUIRED = ["jobid", "account", "partition", "state", "start", "end", "elapsed", "timelimit"]
+_STATE_MAP = {
+    "COMPLETED": "completed", "TIMEOUT": "wall-clock", "DEADLINE": "wall-clock",
+    "PREEMPTED": "preempted", "CANCELLED": "cancelled", "REVOKED": "cancelled", "FAILED": "failed",
+    "OUT_OF_MEMORY": "out-of-memory", "NODE_FAIL": "node-fail", "BOOT_FAIL": "node-fail",
+    "REQUEUED": "requeued",
+}
+_UNFINISHED = {"RUNNING", "PENDING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
+               "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
+               "SPECIAL_EXIT", "UPDATE_DB", "POWER_UP_NODE", "LAUNCH_FAILED"}
+_JOBID = re.compile(r"^(?P<job>\d+(?:_(?:\d+|\[[0-9,\-%:]+\])|\+\d+)?)(?:\.(?P<step>[A-Za-z0-9_]+))?$")
+_RUN_ID_IN_NAME = re.compile(r"^run_id=(.+)$")
+_NEVER = {"", "unknown", "none", "n/a"}
+
+
+def _slurm_duration_h(text: str) -> float | None:
+    """Slurm duration ([D-]HH:MM:SS, D-HH, D-HH:MM, MM, MM:SS) in hours; ValueError when malformed."""
+    days = 0
+    rest = text
+    if "-" in text:
+        d, rest = text.split("-", 1)
+        days = int(d)
+        parts = [float(p) for p in rest.split(":")]
+        if not 1 <= len(parts) <= 3:
+            raise ValueError(text)
+        parts += [0.0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        parts = [float(p) for p in rest.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0.0, parts[0], 0.0
+        elif len(parts) == 2:
+            h, (m, s) = 0.0, parts
+        elif len(parts) == 3:
+            h, m, s = parts
+        else:
+            raise ValueError(text)
+    if days < 0 or min(h, m, s) < 0 or m >= 60 or s >= 60:
+        raise ValueError(text)
+    return days * 24 + h + m / 60 + s / 3600
+
+
+def _slurm_time(text: str) -> dt.datetime | None:
+    if text.strip().lower() in _NEVER:
+        return None
+    value = dt.datetime.fromisoformat(text.strip())
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if not dt.datetime(2000, 1, 1) <= value < dt.datetime(2100, 1, 1):
+        raise ValueError(text)
+    return value
+
+
+def _tres_gpus(text: str) -> int | None:
+    """GPUs in a TRES string (gres/gpu=N, or the sum of gres/gpu:TYPE=N); None when it names none."""
+    total = typed = None
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(item)
+        if key == "gres/gpu":
+            total = int(value)
+        elif key.startswith("gres/gpu:"):
+            typed = (typed or 0) + int(value)
+    return total if total is not None else typed
+
+
+def _parse_sacct(path: Path, report: ImportReport) -> list[dict]:
+    """Parse `sacct --parsable2` output into run rows (dicts with '_row' = the file line).
+
+    Fields: any order, extra fields ignored, when the first line is a header (it names JobID); without
+    a header exactly the Open XDMoD list XDMOD_FIELDS in that order. Needed: SACCT_REQUIRED and
+    AllocTRES or ReqTRES. Times are taken as UTC (run sacct with TZ=UTC).
+    Mapping: Account -> team; GPUs from gres/gpu=N (or the sum of gres/gpu:TYPE=N) in AllocTRES, ReqTRES
+    when it was never allocated (AllocTRES empty); jobs with no GPU are skipped (counted in `skipped`).
+    actual_gpu_hours = Elapsed x GPUs for finished jobs (0 for jobs that never ran; NULL while running).
+    stop_reason from State (COMPLETED completed, TIMEOUT/DEADLINE wall-clock, PREEMPTED preempted,
+    CANCELLED [by N] cancelled, FAILED failed, OUT_OF_MEMORY out-of-memory, NODE_FAIL/BOOT_FAIL node-fail,
+    REQUEUED requeued; RUNNING, PENDING and other live states: unfinished, no end).
+    Reservation: reserved_from = Eligible (else Submit; never after Start), reserved_until =
+    (Start, else reserved_from) + Timelimit, reserved_gpu_hours = Timelimit x GPUs; max_runtime_hours =
+    Timelimit (UNLIMITED / Partition_Limit: unknown, so no reservation end and no requested estimate).
+    Estimate: Timelimit x GPUs with estimate_source 'requested' - used only when the ledger holds no
+    pilot/stated estimate for the run (that one is kept). kind: the ledger's kind for a known run, else
+    QOS or partition when named exploratory/production/retraining, else 'exploratory'.
+    capacity: preemptible when the partition is in the team's preemptible_partitions.
+    Run id: JobName 'run_id=X' -> X; JobName equal to a run id already in the ledger -> that run
+    (the submit hook names admitted jobs after their run id); otherwise 'slurm-<JobID>'.
+    Steps (123.batch, 123.extern, 123.0) fold into their job line (a step without its job line is an
+    error); array tasks (123_4) and het components (123+0) are runs of their own.
+    A reservation the gate recorded (source other than sacct) is kept; kind, too; other fields sacct
+    knows (times, GPUs, actuals, stop reason, partition) take sacct's value, empty ones keep the ledger's.
+    """
+    rows: list[dict] = []
+    raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    header = None
+    fields = XDMOD_FIELDS
+    start = 0
+    first_idx = next((i for i, l in enumerate(lines) if l.strip()), None)
+    if first_idx is None:
+        report.errors.append(_err(1, None, None, "the file is empty (expected sacct --parsable2 output)"))
+        return rows
+    first = lines[first_idx].rstrip(b"\r").decode("utf-8", "replace")
+    names = [n.strip().lower() for n in first.split("|")]
+    if "jobid" in names:
+        header = names
+        fields = names
+        start = first_idx + 1
+        missing = [f for f in SACCT_REQUIRED if f not in names]
+        if "alloctres" not in names and "reqtres" not in names:
+            missing.append("alloctres")
+        if missing:
+            report.errors.append(_err(first_idx + 1, ", ".join(missing), first[:200],
+                                      "sacct header lacks required field(s): " + ", ".join(missing)))
+            return rows
+        dupes = sorted({n for n in names if names.count(n) > 1 and n})
+        if dupes:
+            report.errors.append(_err(first_idx + 1, ", ".join(dupes), first[:200],
+                                      "sacct header names a field twice"))
+            return rows
+    elif "," in first and "|" not in first:
+        report.errors.append(_err(first_idx + 1, None, first[:200],
+                                  "this looks like a CSV file, not sacct --parsable2 output ('|'-separated)"))
+        return rows
+    idx = {n: i for i, n in enumerate(fields)}
+    n_fields = len(fields)
+
+    jobs: dict[str, int] = {}
+    steps: list[tuple[int, str]] = []
+    header_line = "|".join(header) if header else None
+    for i in range(start, len(lines)):
+        lineno = i + 1
+        bline = lines[i].rstrip(b"\r")
+        if not bline.strip():
+            continue
+        try:
+            text = bline.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            report.errors.append(_err(lineno, None, repr(bline[max(0, exc.start - 10):exc.end + 10]),
+                                      "not valid UTF-8"))
+            continue
+        parts = text.split("|")
+        if header and [p.strip().lower() for p in parts] == header:
+            continue  # repeated header (concatenated outputs)
+        if len(parts) != n_fields:
+            hint = " (a '|' inside a job name?)" if len(parts) > n_fields else " (truncated line?)"
+            what = "the header's" if header else "Open XDMoD's (no header line)"
+            report.errors.append(_err(lineno, None, text[:200],
+                                      f"line has {len(parts)} fields, {what} {n_fields}{hint}"))
+            continue
+        get = lambda name: parts[idx[name]].strip() if name in idx else ""  # noqa: E731
+        jobid = get("jobid")
+        m = _JOBID.match(jobid)
+        if not m:
+            report.errors.append(_err(lineno, "jobid", jobid, "not a Slurm job id (like 123, 123_4, "
+                                                              "123+0 or 123.batch)"))
+            continue
+        if m.group("step"):
+            steps.append((lineno, m.group("job")))
+            continue
+        report.rows_read += 1
+        if m.group("job") in jobs:
+            report.errors.append(_err(lineno, "jobid", jobid,
+                                      f"job {jobid} also on line {jobs[m.group('job')]}"))
+            continue
+        jobs[m.group("job")] = lineno
+        row = _sacct_row(lineno, m.group("job"), get, idx, report)
+        if row is not None:
+            rows.append(row)
+    for lineno, job in steps:
+        if job not in jobs:
+            report.errors.append(_err(lineno, "jobid", job, f"step of job {job}, whose job line is not in "
+                                                            "the file (export jobs with their steps)"))
+        else:
+            report.skipped += 1
+    return rows
+
+
+def _sacct_row(lineno: int, job: str, get, idx, report: ImportReport) -> dict | None:
+    errors_before = len(report.errors)
+
+    def bad(name, value, message):
+        report.errors.append(_err(lineno, name, value, message))
+
+    times = {}
+    for name in ("submit", "eligible", "start", "end"):
+        value = get(name)
+        try:
+            times[name] = _slurm_time(value) if name in idx else None
+        except ValueError:
+            bad(name, value, "not a valid time (like 2024-05-01T13:00:00, Unknown or None)")
+    try:
+        elapsed_h = _slurm_duration_h(get("elapsed") or "0")
+    except ValueError:
+        bad("elapsed", get("elapsed"), "not a valid duration (like 1-02:03:04 or 02:03:04)")
+        elapsed_h = None
+    limit_text = get("timelimit")
+    limit_h = None
+    if limit_text.upper() not in ("UNLIMITED", "PARTITION_LIMIT", "INVALID", "", "UNKNOWN", "NONE"):
+        try:
+            limit_h = _slurm_duration_h(limit_text)
+        except ValueError:
+            bad("timelimit", limit_text, "not a valid time limit (like 1-00:00:00, UNLIMITED)")
+    gpus = None
+    tres_field = "alloctres" if get("alloctres") else "reqtres"
+    try:
+        gpus = _tres_gpus(get(tres_field))
+    except ValueError:
+        bad(tres_field, get(tres_field), "not a TRES list (like cpu=8,gres/gpu=2,mem=64G)")
+    state_text = get("state")
+    state = state_text.split(" ")[0].rstrip("+").upper()
+    if state in _STATE_MAP:
+        stop_reason = _STATE_MAP[state]
+    elif state in _UNFINISHED:
+        stop_reason = None
+    else:
+        bad("state", state_text, "unknown Slurm job state")
+        stop_reason = None
+    account = get("account")
+    if not account:
+        bad("account", account, "account is empty (it names the team)")
+    for name in ("jobname", "account", "partition"):
+        if len(get(name)) > MAX_TEXT_CHARS:
+            bad(name, get(name), f"text longer than {MAX_TEXT_CHARS} characters")
+    if len(report.errors) > errors_before:
+        return None
+    if not gpus:
+        report.skipped += 1
+        return None
+    finished = stop_reason is not None
+    started, ended = times.get("start"), times.get("end") if finished else None
+    reserved_from = times.get("eligible") or times.get("submit")
+    if reserved_from and started and reserved_from > started:
+        reserved_from = started
+    base = started or reserved_from
+    qos, partition = get("qos").lower(), get("partition")
+    kind = qos if qos in ENUMS["kind"] else (partition.lower() if partition.lower() in ENUMS["kind"]
+                                             else "exploratory")
+    return {
+        "_row": lineno, "_jobid": job, "_jobname": get("jobname") or None,
+        "_partition": partition or None,
+        "team": account, "kind": kind, "gpus": gpus, "job_name": get("jobname") or None,
+        "estimated_gpu_hours": limit_h * gpus if limit_h is not None else None,
+        "estimate_source": "requested" if limit_h is not None else None,
+        "max_runtime_hours": limit_h,
+        "reserved_from": reserved_from,
+        "reserved_until": base + dt.timedelta(hours=limit_h) if base and limit_h is not None else None,
+        "reserved_gpu_hours": limit_h * gpus if limit_h is not None else None,
+        "started_at": started, "ended_at": ended,
+        "actual_gpu_hours": (elapsed_h or 0.0) * gpus if finished else None,
+        "stop_reason": stop_reason,
+    }
+
+
+_SACCT_SUPPLIED = ["run_id", "team", "kind", "capacity", "gpus", "job_name", "estimated_gpu_hours",
+                   "estimate_source", "max_runtime_hours", "reserved_from", "reserved_until",
+                   "reserved_gpu_hours", "started_at", "ended_at", "actual_gpu_hours", "stop_reason"]
+
+
+def _import_sacct(cur, path: Path, report: ImportReport, create_teams: bool, dry_run: bool,
+                  progress: Progress) -> None:
+    import pyarrow as pa
+
+    progress(0.1, "reading sacct lines")
+    rows = _parse_sacct(path, report)
+    if report.errors:
+        return
+    if not rows:
+        report.errors.append(_err(None, None, None, "no job lines with GPUs in the file"
+                                  + (f" ({report.skipped} lines skipped: steps or jobs without GPUs)"
+                                     if report.skipped else "")))
+        return
+    if report.skipped:
+        report.notes.append(f"{report.skipped} lines skipped: job steps folded into their job, "
+                            "or jobs without GPUs")
+    progress(0.3, f"checking {len(rows)} jobs")
+    ts = pa.timestamp("us")
+    schema = pa.schema([
+        ("_row", pa.int64()), ("_jobid", pa.string()), ("_jobname", pa.string()),
+        ("_partition", pa.string()), ("team", pa.string()), ("kind", pa.string()),
+        ("gpus", pa.int32()), ("job_name", pa.string()), ("estimated_gpu_hours", pa.float64()),
+        ("estimate_source", pa.string()), ("max_runtime_hours", pa.float64()),
+        ("reserved_from", ts), ("reserved_until", ts), ("reserved_gpu_hours", pa.float64()),
+        ("started_at", ts), ("ended_at", ts), ("actual_gpu_hours", pa.float64()),
+        ("stop_reason", pa.string()),
+    ])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    cur.register("sacct_rows", table)
+    cur.execute(
+        "CREATE TEMP TABLE typed AS SELECT s._row, "
+        "CASE WHEN regexp_matches(s._jobname, '^run_id=.+$') THEN regexp_extract(s._jobname, '^run_id=(.+)$', 1) "
+        "     WHEN r.run_id IS NOT NULL THEN r.run_id ELSE 'slurm-' || s._jobid END AS run_id, "
+        "s.* EXCLUDE (_row, _jobid, _jobname), NULL::VARCHAR AS capacity "
+        "FROM sacct_rows s LEFT JOIN runs r ON r.run_id = s._jobname").fetchall()
+    cur.unregister("sacct_rows")
+    # the resolved kind of a known run is merged in _merge_expr (ledger's kind wins)
+    raw_errors = cur.execute(
+        f"SELECT _row, 'run_id', run_id, 'run id longer than {MAX_TEXT_CHARS} characters', NULL "
+        f"FROM typed WHERE length(run_id) > {MAX_TEXT_CHARS}").fetchall()
+    _common_checks_and_write(cur, report, _SACCT_SUPPLIED, raw_errors, create_teams, dry_run, progress,
+                             line_of=lambda _rows: (lambda row: row))
