@@ -1,0 +1,41 @@
+"""Estimate accuracy: predicted vs actual, the error trend per team, where the error came from, and
+the calibration the gate applies today."""
+import streamlit as st
+
+import ui_cache as ui
+
+f = ui.filters()
+data = ui.PageData("estimate_accuracy", f)
+counts = data["counts"]
+
+st.title("Estimate accuracy")
+ui.caption(f.describe())
+
+if not counts.get("runs"):
+    st.info("No finished runs with an estimate in this period — widen the dates or upload history on the "
+            "Upload page.")
+else:
+    shown = len(data["points"])
+    st.caption(f"{counts['runs']:,} finished runs with an estimate ({shown:,} drawn"
+               f"{', a fixed random sample' if shown < counts['runs'] else ''}); "
+               f"{counts['requested_runs']:,} of them carry only a requested estimate (crosses: requested, not "
+               "measured) and are left out of the trend and error sources.")
+
+data.chart("predicted_vs_actual", "points")
+data.chart("rolling_ratio", "rolling")
+
+st.subheader("Where the error came from")
+data.chart("error_sources", "sources")
+ui.table(data["sources"], "error_sources", "dl_acc_sources",
+         empty="No finished run with an itemised estimate in this period.")
+
+st.subheader("Calibration the gate applies today")
+st.caption("From lib.store.calibration — what `submit` and `check` apply — over the gate's own history window: factor × raw estimate = median "
+           "estimate; upper factor × raw = upper bound (empty when unknown — too few runs, or too many "
+           "stopped for budget). 'runs' and 'censored_runs' say what each rests on.")
+with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
+    cal = ui.PageData("calibration", f, hourly=True)
+cal.chart("calibration_factors", "table")
+ui.table(cal["table"], "calibration", "dl_acc_calibration",
+         empty="No finished runs in the calibration window yet: every bound is unknown.")
+

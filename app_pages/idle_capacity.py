@@ -1,0 +1,32 @@
+"""Idle reserved capacity: reserved GPU-hours that ran nothing, per team and week, split by cause
+and charged to the team that held the reservation."""
+import streamlit as st
+
+import ui_cache as ui
+
+f = ui.filters()
+data = ui.PageData("idle_capacity", f)
+
+st.title("Idle reserved capacity")
+ui.caption(f"{f.describe()} · causes: late start (reserved, not yet started), early end (finished before the "
+           "window closed), never used (window passed without a start)")
+
+if data["weekly"].empty:
+    st.info("No reservations start in this period — widen the dates or upload history on the Upload page.")
+else:
+    total = data["by_team"]["idle_gpu_hours"].sum()
+    reserved = data["by_team"]["reserved_gpu_hours"].sum()
+    c = st.columns(2)
+    c[0].metric("Idle reserved GPU-hours", f"{total:,.0f}")
+    c[1].metric("Share of reserved capacity", f"{total / reserved:.1%}" if reserved else "—")
+
+data.chart("idle_by_cause", "weekly")
+data.chart("idle_by_team", "by_team")
+data.chart("idle_share_trend", "weekly")
+
+st.subheader("Per team and week")
+ui.table(data["weekly"], "idle_per_team_week", "dl_idle_weekly",
+         empty="No reservations start in this period.")
+st.subheader("Reservations that wasted most")
+ui.table(data["top"], "idle_top_reservations", "dl_idle_top",
+         empty="No reservation left capacity idle in this period.")

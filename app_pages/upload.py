@@ -1,0 +1,109 @@
+"""Upload: bring run history in from a CSV or a Slurm sacct file.
+
+A dry run checks the file and previews it; every error (line, column, value, message) is listed and
+downloadable. Nothing is written before the Import button, and a file with any error is never
+written. After an import every page shows the new data.
+"""
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+import ui_cache as ui
+from lib.importer import import_runs
+from lib.ledger import LedgerError, LedgerLocked
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
+
+st.title("Upload run history")
+if toast := st.session_state.pop("upload_toast", None):
+    st.toast(toast, icon=":material/check_circle:")
+st.caption("A run CSV (the template below) or `sacct --parsable2` output. Runs are matched by run_id: "
+           "re-importing a file changes nothing.")
+
+if TEMPLATE.exists():
+    st.download_button("Download the CSV template", TEMPLATE.read_bytes(), file_name="runs_template.csv",
+                       mime="text/csv", key="dl_upload_template")
+
+upload = st.file_uploader("Run history file", type=["csv", "txt", "sacct", "psv", "log"], key="upload_file")
+c = st.columns(2)
+fmt_choice = c[0].radio("Format", ["auto", "csv", "sacct"], key="upload_fmt", horizontal=True,
+                        help="auto: .csv files are CSV, anything else sacct")
+create_teams = c[1].checkbox("Create teams the ledger does not know", value=False, key="upload_create_teams")
+
+if upload is None:
+    st.info("Choose a file to check it. Nothing is written until you press Import.")
+    st.stop()
+
+data = upload.getvalue()
+fmt = fmt_choice if fmt_choice != "auto" else ("csv" if upload.name.lower().endswith(".csv") else "sacct")
+key = (hashlib.sha256(data).hexdigest(), fmt, create_teams)
+st.text(f"File: {upload.name} · {len(data):,} bytes · read as {fmt}")
+
+check = st.session_state.get("upload_check")
+if not check or check["key"] != key:
+    with st.spinner("Checking the file (nothing is written)…"):
+        try:
+            report = import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams, dry_run=True)
+        except LedgerLocked as exc:
+            st.error(f"The ledger is busy: {exc}. Try again in a moment.")
+            st.stop()
+        except LedgerError as exc:
+            st.error(f"The ledger cannot be read: {exc}")
+            st.stop()
+    check = {"key": key, "report": report}
+    st.session_state["upload_check"] = check
+report = check["report"]
+
+errors = pd.DataFrame(report.errors, columns=["line", "column", "value", "message"])
+st.subheader("Check")
+c = st.columns(4)
+c[0].metric("Rows read", f"{report.rows_read:,}")
+c[1].metric("Would insert", f"{report.inserted:,}")
+c[2].metric("Would update", f"{report.updated:,}")
+c[3].metric("Errors", f"{len(errors):,}")
+for note in report.notes or []:
+    ui.caption(f"Note: {note}")
+
+if len(errors):
+    st.error(f"{len(errors):,} problem(s) found: nothing can be imported until the file is fixed.")
+    st.dataframe(errors.astype({"value": "object"}), hide_index=True, width="stretch")
+    ui.download(errors, "import_errors", "dl_upload_errors", label="Download the error list (CSV)")
+else:
+    st.success("The file is valid.")
+
+st.subheader("Preview")
+if report.preview is not None and len(report.preview):
+    st.dataframe(report.preview, hide_index=True, width="stretch")
+else:
+    st.info("Nothing to preview.")
+
+imported = st.session_state.setdefault("upload_imported", {})
+done = imported.get(key)
+if done:
+    st.success(f"Imported: {done['inserted']:,} inserted, {done['updated']:,} updated, "
+               f"{done['unchanged']:,} unchanged. Every page now shows the new data.")
+
+if st.button("Import", type="primary", key="upload_import", disabled=bool(len(errors)) or bool(done)):
+    with st.status("Importing…", expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+        try:
+            result = import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams,
+                                 progress=ui.import_progress(bar))
+        except LedgerLocked as exc:
+            status.update(label="The ledger is busy", state="error")
+            st.error(f"{exc}. Nothing was written; try again in a moment.")
+            st.stop()
+        if result.errors:
+            status.update(label="Not imported", state="error")
+            st.dataframe(pd.DataFrame(result.errors, columns=["line", "column", "value", "message"])
+                         .astype({"value": "object"}), hide_index=True, width="stretch")
+            st.stop()
+        status.update(label="Imported", state="complete", expanded=False)
+    ui.clear_caches()
+    imported[key] = {"inserted": result.inserted, "updated": result.updated, "unchanged": result.unchanged}
+    st.session_state.pop("upload_check", None)
+    st.session_state["upload_toast"] = (f"Imported: {result.inserted:,} inserted, {result.updated:,} updated, "
+                                        f"{result.unchanged:,} unchanged")
+    st.rerun()

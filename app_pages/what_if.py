@@ -1,0 +1,129 @@
+"""What-if: try a proposed request against the gate as it stands now, without submitting it.
+
+The form calls lib.store.check_request — exactly what `python -m lib check` calls — and shows the
+decision, every reason with its fix, the raw and calibrated estimate, and the request JSON ready
+for `python -m lib submit`. The result stays on screen until the inputs change.
+"""
+import pandas as pd
+import streamlit as st
+
+import ui_cache as ui
+from lib import figures, whatif
+from lib.ledger import LedgerError, LedgerLocked
+from lib.store import check_request
+
+st.title("What-if")
+st.caption("Nothing is written: this is the check `python -m lib check REQUEST.json` runs, against the ledger now.")
+
+teams = ui.all_teams()
+if not teams:
+    st.info("No teams in the ledger — load data/teams.toml (`python -m lib teams`) or upload history first.")
+    st.stop()
+
+estimate_from = st.radio("Estimate from", ["pilot", "estimate"], key="wi_estimate_from", horizontal=True,
+                         format_func={"pilot": "pilot measurements", "estimate": "a stated estimate"}.get)
+
+with st.form("what_if"):
+    c = st.columns(4)
+    c[0].text_input("Run ID", value="whatif-1", key="wi_run_id")
+    c[1].selectbox("Team", teams, key="wi_team")
+    c[2].selectbox("Kind", ["exploratory", "production", "retraining"], key="wi_kind")
+    c[3].radio("Capacity type", ["stable", "preemptible"], key="wi_capacity", horizontal=True)
+    c = st.columns(4)
+    c[0].number_input("Accelerators (GPUs)", min_value=1, value=8, step=1, key="wi_gpus")
+    c[1].number_input("Memory per accelerator (GB)", min_value=0.0, value=80.0, key="wi_gpu_mem_gb")
+    c[2].number_input("Max runtime (hours)", min_value=0.0, value=24.0, key="wi_max_runtime_hours")
+    c[3].number_input("Budget (GPU-hours)", min_value=0.0, value=200.0, key="wi_budget_gpu_hours")
+    c = st.columns(4)
+    c[0].checkbox("Can checkpoint", value=True, key="wi_checkpoint_supported")
+    c[1].number_input("Expected interruptions", min_value=0.0, value=0.0, key="wi_expected_interruptions")
+    c[2].text_input("Data snapshot", value="common-crawl-2025-04", key="wi_data_snapshot")
+    c[3].number_input("Holdout reads allowed", min_value=0, value=0, step=1, key="wi_holdout_allowance")
+
+    if estimate_from == "pilot":
+        st.markdown("**Pilot measurements**")
+        c = st.columns(5)
+        c[0].number_input("Steps per second", min_value=0.0, value=2.0, key="wi_steps_per_second")
+        c[1].number_input("Worst-case steps/s (0: none)", min_value=0.0, value=0.0,
+                          key="wi_worst_case_steps_per_second")
+        c[2].number_input("Worst-case share (0–1)", min_value=0.0, max_value=1.0, value=0.0,
+                          key="wi_worst_case_share")
+        c[3].number_input("Peak memory (GB)", min_value=0.0, value=60.0, key="wi_peak_mem_gb")
+        c[4].number_input("Planned steps", min_value=1, value=50_000, step=1000, key="wi_planned_steps")
+        c = st.columns(5)
+        c[0].number_input("Checkpoint write (s)", min_value=0.0, value=30.0, key="wi_checkpoint_write_s")
+        c[1].number_input("Checkpoint every (steps; 0: none)", min_value=0, value=2000, step=100,
+                          key="wi_checkpoint_interval_steps")
+        c[2].number_input("Evaluation (GPU-hours)", min_value=0.0, value=4.0, key="wi_eval_gpu_hours")
+        c[3].number_input("Data-loading stall (0–1)", min_value=0.0, max_value=0.99, value=0.05,
+                          key="wi_data_loading_fraction")
+        c[4].number_input("Restart (minutes)", min_value=0.0, value=5.0, key="wi_restart_minutes")
+    else:
+        st.number_input("Estimated GPU-hours", min_value=0.0, value=40.0, key="wi_estimated_gpu_hours")
+
+    st.markdown("**Stop rules** (fixed before the run starts; 0 or empty: none)")
+    c = st.columns(4)
+    c[0].number_input("Max wall clock (hours)", min_value=0.0, value=0.0, key="wi_max_wall_clock_hours")
+    c[1].number_input("Spend limit (GPU-hours)", min_value=0.0, value=0.0, key="wi_spend_limit_gpu_hours")
+    c[2].number_input("Max failed steps", min_value=0, value=0, step=1, key="wi_max_failed_steps")
+    c[3].checkbox("Skip full evaluation", value=False, key="wi_skip_full_evaluation")
+    c = st.columns(4)
+    c[0].text_input("Early stop: dev metric", value="", key="wi_early_stop_metric")
+    c[1].selectbox("Mode", ["min", "max"], key="wi_early_stop_mode")
+    c[2].number_input("Patience (evaluations)", min_value=0, value=3, step=1, key="wi_early_stop_patience")
+    c[3].number_input("Min delta", min_value=0.0, value=0.0, format="%.4f", key="wi_early_stop_min_delta")
+    submitted = st.form_submit_button("Check this request", type="primary")
+
+values = {k[3:]: v for k, v in st.session_state.items() if isinstance(k, str) and k.startswith("wi_")}
+request = whatif.build_request(values)
+
+if submitted:
+    try:
+        decision = check_request(request, db=ui.db_path())
+    except LedgerLocked as exc:
+        st.error(f"The ledger is busy: {exc}. Try again in a moment.")
+        st.stop()
+    except LedgerError as exc:
+        st.error(f"The ledger cannot be read: {exc}")
+        st.stop()
+    st.session_state["whatif_result"] = {"request": request, "decision": decision}
+
+result = st.session_state.get("whatif_result")
+if not result or result["request"] != request:
+    st.info("Fill in the request and press **Check this request**.")
+    st.stop()
+
+decision = result["decision"]
+state = decision["state"]
+{"admit": st.success, "defer": st.warning}.get(state, st.error)(f"Decision: {str(state).upper()}")
+st.text(f"run {decision.get('run_id')} · team {decision.get('team')} · kind {decision.get('kind')} · "
+        f"policy {decision.get('policy_version')}")
+if decision.get("reserved_gpu_hours") is not None:
+    st.write(f"Would reserve {decision['reserved_gpu_hours']:,.1f} GPU-hours.")
+for note in decision.get("notes") or []:
+    ui.caption(f"Note: {note}")
+
+st.subheader("Reasons and fixes")
+reasons = pd.DataFrame(whatif.reasons_rows(decision))
+ui.table(reasons, "whatif_reasons", "dl_whatif_reasons", empty="No failing check: every limit is met.")
+
+st.subheader("Estimate: itemised raw and calibrated")
+est = decision.get("estimate") or {}
+if est:
+    ui.chart(figures.estimate_items(est))
+    ui.table(pd.DataFrame(whatif.estimate_rows(decision)), "whatif_estimate", "dl_whatif_estimate",
+             empty="No estimate.")
+    cal = est.get("calibration") or {}
+    if cal:
+        ui.caption(f"Calibration: method {cal.get('method')}, scope {cal.get('scope')}, from {cal.get('n')} runs "
+                   f"({cal.get('n_censored')} censored); {cal.get('note', '')}")
+else:
+    st.caption("The request is invalid, so no estimate was made.")
+
+st.subheader("Request JSON (ready for `python -m lib submit`)")
+text = whatif.request_json(request)
+st.code(text, language="json")
+st.download_button("Download request.json", text.encode("utf-8"), file_name="request.json",
+                   mime="application/json", key="dl_whatif_request")
+with st.expander("Full decision JSON"):
+    st.json(decision)

@@ -1,0 +1,278 @@
+"""Plotly figure builders for the dashboard: DataFrame in, go.Figure out, nothing else.
+
+Every title names its unit. Teams keep one colour on every page: `team_colours(all_teams)` is
+computed from the full team list (not the filtered one), so filtering never repaints a team.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"]
+CAUSE_COLOURS = {"late start": "#f2a541", "early end": "#4c9be8", "never used": "#c0392b"}
+SOURCE_COLOURS = {"runtime": "#4c78a8", "checkpoint overhead": "#f58518", "retries and lost work": "#e45756",
+                  "evaluation": "#72b7b2"}
+REQUESTED_LABEL = "requested, not measured"
+_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=60, b=10), legend_title_text="",
+               hovermode="closest")
+
+
+def team_colours(teams) -> dict[str, str]:
+    """A colour per team, stable for a given team list: teams sorted by name take the palette in
+    order (cycling when there are more teams than colours)."""
+    return {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(sorted(set(teams)))}
+
+
+def _colour(colours: dict | None, team: str) -> str:
+    return (colours or {}).get(team) or team_colours([team])[team]
+
+
+def _fig(title: str, **layout) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=dict(text=title), **{**_LAYOUT, **layout})
+    return fig
+
+
+def empty_figure(title: str, message: str = "no data for these filters") -> go.Figure:
+    """A figure that says there is nothing to draw (keeps the page layout steady)."""
+    fig = _fig(title)
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=14, color="#666"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+# --------------------------------------------------------------------------------- overview
+
+def reserved_vs_used(daily: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """Used GPU-hours per day stacked by team, with the total reserved GPU-hours as a line."""
+    title = "Reserved vs used GPU-hours per day (GPU-h)"
+    if daily.empty:
+        return empty_figure(title)
+    fig = _fig(title, barmode="stack", xaxis_title="day (UTC, reservation start)", yaxis_title="GPU-hours")
+    for team, g in daily.groupby("team", sort=True):
+        fig.add_bar(x=g["day"], y=g["used_gpu_hours"], name=f"{team} used", marker_color=_colour(colours, team))
+    total = daily.groupby("day", as_index=False)["reserved_gpu_hours"].sum()
+    fig.add_scatter(x=total["day"], y=total["reserved_gpu_hours"], name="reserved (all shown teams)",
+                    mode="lines+markers", line=dict(color="black", width=2))
+    return fig
+
+
+def deferred_reasons(df: pd.DataFrame) -> go.Figure:
+    """Deferred requests per reason code, this period against the previous one."""
+    title = "Deferred requests by reason (requests)"
+    if df.empty or (df["requests"].sum() == 0 and df["previous_requests"].sum() == 0):
+        return empty_figure(title, "no deferred requests in this period")
+    d = df.sort_values("requests")
+    fig = _fig(title, barmode="group", xaxis_title="requests", yaxis_title="reason code")
+    fig.add_bar(y=d["reason"], x=d["previous_requests"], orientation="h", name="previous period",
+                marker_color="#c7c7c7")
+    fig.add_bar(y=d["reason"], x=d["requests"], orientation="h", name="this period", marker_color="#1f77b4")
+    return fig
+
+
+# ----------------------------------------------------------------------------- reservations
+
+def reserved_over_time(over_time: pd.DataFrame, quotas: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """Average reserved accelerators per day and team (solid) against each team's quota (dashed)."""
+    title = "Reserved accelerators per day against quota (GPUs, daily average)"
+    if over_time.empty:
+        return empty_figure(title, "no reservations in this period")
+    fig = _fig(title, xaxis_title="day (UTC)", yaxis_title="GPUs held (daily average)")
+    days = over_time["day"]
+    for team, g in over_time.groupby("team", sort=True):
+        c = _colour(colours, team)
+        fig.add_scatter(x=g["day"], y=g["reserved_gpus"], name=team, mode="lines", line=dict(color=c))
+        q = quotas.loc[quotas["team"] == team, "quota_gpus"]
+        if len(q):
+            fig.add_scatter(x=[days.min(), days.max()], y=[float(q.iloc[0])] * 2, name=f"{team} quota",
+                            mode="lines", line=dict(color=c, dash="dash"), showlegend=True)
+    return fig
+
+
+def budget_bars(budget: pd.DataFrame, month_label: str = "") -> go.Figure:
+    """Monthly budget per team split into consumed, committed and remaining GPU-hours."""
+    title = f"Monthly budget {month_label}: consumed, committed, remaining (GPU-h)".replace("  ", " ")
+    if budget.empty:
+        return empty_figure(title, "no team policies loaded")
+    fig = _fig(title, barmode="stack", xaxis_title="GPU-hours", yaxis_title="team")
+    fig.add_bar(y=budget["team"], x=budget["consumed_gpu_hours"], orientation="h", name="consumed",
+                marker_color="#4c78a8")
+    fig.add_bar(y=budget["team"], x=budget["committed_gpu_hours"], orientation="h",
+                name="committed (admitted, not finished)", marker_color="#f58518")
+    fig.add_bar(y=budget["team"], x=budget["remaining_gpu_hours"].clip(lower=0), orientation="h",
+                name="remaining", marker_color="#d9d9d9")
+    over = budget[budget["remaining_gpu_hours"] < 0]
+    if len(over):
+        fig.add_scatter(y=over["team"], x=over["monthly_budget_gpu_hours"], mode="markers", name="budget (exceeded)",
+                        marker=dict(symbol="line-ns-open", size=18, color="#d62728", line=dict(width=3)))
+    return fig
+
+
+def overrun_bars(by_team: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """GPU-hours used beyond the reservation, per team."""
+    title = "Overruns: GPU-hours used beyond the reservation (GPU-h)"
+    if by_team.empty:
+        return empty_figure(title, "no run used more than it reserved in this period")
+    d = by_team.sort_values("overrun_gpu_hours")
+    fig = _fig(title, xaxis_title="GPU-hours beyond reservation", yaxis_title="team", showlegend=False)
+    fig.add_bar(y=d["team"], x=d["overrun_gpu_hours"], orientation="h",
+                marker_color=[_colour(colours, t) for t in d["team"]],
+                customdata=d["runs"], hovertemplate="%{y}: %{x:.1f} GPU-h over %{customdata} runs<extra></extra>")
+    return fig
+
+
+# ---------------------------------------------------------------------------- idle capacity
+
+def idle_by_cause(weekly: pd.DataFrame) -> go.Figure:
+    """Idle reserved GPU-hours per week, stacked by cause (all shown teams)."""
+    title = "Idle reserved capacity per week by cause (GPU-h)"
+    if weekly.empty:
+        return empty_figure(title, "no closed reservations in this period")
+    w = weekly.groupby("week", as_index=False)[["late_start_gpu_hours", "early_end_gpu_hours",
+                                                "never_used_gpu_hours"]].sum()
+    fig = _fig(title, barmode="stack", xaxis_title="week (reservation start)", yaxis_title="idle GPU-hours")
+    for col, cause in (("late_start_gpu_hours", "late start"), ("early_end_gpu_hours", "early end"),
+                       ("never_used_gpu_hours", "never used")):
+        fig.add_bar(x=w["week"], y=w[col], name=cause, marker_color=CAUSE_COLOURS[cause])
+    return fig
+
+
+def idle_by_team(by_team: pd.DataFrame) -> go.Figure:
+    """Idle reserved GPU-hours per team (charged to the team that held them), stacked by cause."""
+    title = "Idle reserved capacity per team by cause (GPU-h, charged to the holder)"
+    if by_team.empty:
+        return empty_figure(title, "no closed reservations in this period")
+    d = by_team.sort_values("idle_gpu_hours")
+    fig = _fig(title, barmode="stack", xaxis_title="idle GPU-hours", yaxis_title="team")
+    for col, cause in (("late_start_gpu_hours", "late start"), ("early_end_gpu_hours", "early end"),
+                       ("never_used_gpu_hours", "never used")):
+        fig.add_bar(y=d["team"], x=d[col], orientation="h", name=cause, marker_color=CAUSE_COLOURS[cause])
+    return fig
+
+
+def idle_share_trend(weekly: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """Share of reserved GPU-hours left idle, per team and week."""
+    title = "Idle share of reserved capacity per week (%)"
+    if weekly.empty:
+        return empty_figure(title, "no closed reservations in this period")
+    fig = _fig(title, xaxis_title="week (reservation start)", yaxis_title="idle share (%)")
+    for team, g in weekly.groupby("team", sort=True):
+        fig.add_scatter(x=g["week"], y=100 * g["idle_share"], name=team, mode="lines+markers",
+                        line=dict(color=_colour(colours, team)))
+    return fig
+
+
+# ------------------------------------------------------------------------ estimate accuracy
+
+def predicted_vs_actual(points: pd.DataFrame, colours: dict | None = None, band: float = 0.5) -> go.Figure:
+    """Log–log scatter of estimated vs actual GPU-hours per run, with y = x and the ±`band` lines
+    (actual = (1 ± band) × estimate). Runs whose estimate was only requested are drawn as crosses."""
+    title = f"Predicted vs actual GPU-hours per run (GPU-h, log–log; dashed: ±{band:.0%})"
+    pts = points[(points["estimated_gpu_hours"] > 0) & (points["actual_gpu_hours"] > 0)] if len(points) else points
+    if pts.empty:
+        return empty_figure(title, "no finished runs with an estimate in this period")
+    fig = _fig(title, xaxis_title="estimated GPU-hours", yaxis_title="actual GPU-hours")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    for (team, requested), g in pts.groupby([pts["team"], pts["estimate_source"] == REQUESTED_LABEL], sort=True):
+        fig.add_scatter(x=g["estimated_gpu_hours"], y=g["actual_gpu_hours"], mode="markers",
+                        name=f"{team} ({REQUESTED_LABEL})" if requested else team,
+                        marker=dict(color=_colour(colours, team), size=6, opacity=0.6,
+                                    symbol="x" if requested else "circle"),
+                        text=g["run_id"], hovertemplate="%{text}<br>estimated %{x:.1f} GPU-h<br>"
+                                                        "actual %{y:.1f} GPU-h<extra></extra>")
+    lo = float(min(pts["estimated_gpu_hours"].min(), pts["actual_gpu_hours"].min()))
+    hi = float(max(pts["estimated_gpu_hours"].max(), pts["actual_gpu_hours"].max()))
+    lo, hi = lo / 1.2, hi * 1.2
+    xs = [lo, hi]
+    fig.add_scatter(x=xs, y=xs, mode="lines", name="y = x (exact)", line=dict(color="black", width=1))
+    fig.add_scatter(x=xs, y=[x * (1 + band) for x in xs], mode="lines", name=f"+{band:.0%}",
+                    line=dict(color="grey", dash="dash", width=1))
+    fig.add_scatter(x=xs, y=[x * (1 - band) for x in xs], mode="lines", name=f"−{band:.0%}",
+                    line=dict(color="grey", dash="dash", width=1))
+    return fig
+
+
+def rolling_ratio(rolling: pd.DataFrame, colours: dict | None = None, window_days: int = 28) -> go.Figure:
+    """Rolling median of actual / estimated per team over time (1 = exact)."""
+    title = f"Estimate error over time: rolling {window_days}-day median of actual ÷ estimated (ratio)"
+    if rolling.empty:
+        return empty_figure(title, "no finished runs with a measured estimate in this period")
+    fig = _fig(title, xaxis_title="day (UTC, end of window)", yaxis_title="actual ÷ estimated")
+    for team, g in rolling.groupby("team", sort=True):
+        fig.add_scatter(x=g["day"], y=g["median_ratio"], name=team, mode="lines+markers",
+                        line=dict(color=_colour(colours, team)), customdata=g["runs"],
+                        hovertemplate="%{x}: %{y:.2f} (from %{customdata} runs)<extra>" + str(team) + "</extra>")
+    fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dot"))
+    return fig
+
+
+def error_sources(sources: pd.DataFrame) -> go.Figure:
+    """Actual minus estimated GPU-hours per error source and team (positive: underestimated)."""
+    title = "Where the error came from: actual − estimated per source (GPU-h; > 0 underestimated)"
+    if sources.empty:
+        return empty_figure(title, "no finished runs with an itemised estimate in this period")
+    fig = _fig(title, barmode="group", xaxis_title="team", yaxis_title="GPU-hours (actual − estimated)")
+    for source, g in sources.groupby("source", sort=False):
+        fig.add_bar(x=g["team"], y=g["error_gpu_hours"], name=source, marker_color=SOURCE_COLOURS.get(source))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    return fig
+
+
+def calibration_factors(cal: pd.DataFrame) -> go.Figure:
+    """The median factor and the upper-bound factor the gate applies per team × kind."""
+    title = "Calibration the gate applies today (× raw estimate; bar: median factor, ◆: upper bound)"
+    if cal.empty:
+        return empty_figure(title, "no calibration history")
+    label = cal["team"] + " · " + cal["kind"]
+    fig = _fig(title, xaxis_title="team · kind", yaxis_title="factor (× raw estimate)")
+    fig.add_bar(x=label, y=cal["factor"], name="median factor", marker_color="#4c78a8",
+                customdata=cal["runs"], hovertemplate="%{x}: ×%{y:.2f} from %{customdata} runs<extra></extra>")
+    known = cal[cal["upper_factor"].notna()]
+    fig.add_scatter(x=known["team"] + " · " + known["kind"], y=known["upper_factor"], mode="markers",
+                    name="upper bound factor", marker=dict(symbol="diamond", size=10, color="#e45756"))
+    fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dot"))
+    return fig
+
+
+# ------------------------------------------------------------------------------- stops
+
+def stop_reasons(by_reason: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """Finished runs per stop reason, stacked by team."""
+    title = "Runs by stop reason (runs)"
+    if by_reason.empty:
+        return empty_figure(title, "no runs ended in this period")
+    order = by_reason.groupby("stop_reason")["runs"].sum().sort_values(ascending=False).index.tolist()
+    fig = _fig(title, barmode="stack", xaxis_title="stop reason", yaxis_title="runs")
+    for team, g in by_reason.groupby("team", sort=True):
+        fig.add_bar(x=g["stop_reason"], y=g["runs"], name=team, marker_color=_colour(colours, team))
+    fig.update_xaxes(categoryorder="array", categoryarray=order)
+    return fig
+
+
+# ------------------------------------------------------------------------------- what-if
+
+def estimate_items(estimate: dict) -> go.Figure:
+    """The itemised raw estimate (bars) with the raw, calibrated median and upper totals."""
+    title = "Estimate by item, raw and calibrated (GPU-h)"
+    items = (estimate or {}).get("items_gpu_hours") or {}
+    items = {k: v for k, v in items.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not items:
+        return empty_figure(title, "the decision carries no itemised estimate")
+    fig = _fig(title, xaxis_title="GPU-hours", yaxis_title="item", showlegend=True)
+    names = list(items)
+    fig.add_bar(y=names, x=[items[k] for k in names], orientation="h", name="raw items", marker_color="#4c78a8")
+    for key, label, colour in (("raw_gpu_hours", "raw total", "black"),
+                               ("median_gpu_hours", "calibrated median", "#f58518"),
+                               ("upper_gpu_hours", "calibrated upper bound", "#e45756")):
+        v = estimate.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            fig.add_vline(x=v, line=dict(color=colour, dash="dash"))
+            fig.add_scatter(x=[v], y=[names[-1]], mode="markers", name=f"{label}: {v:.1f}",
+                            marker=dict(color=colour, symbol="line-ns-open", size=16, line=dict(width=2)))
+    return fig

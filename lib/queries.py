@@ -1,0 +1,487 @@
+"""Every SQL query the dashboard runs, one function per page (one read-only open per call).
+
+Each function opens the ledger read-only for its one unit of work, runs its queries, closes the
+file, and returns plain data: pandas DataFrames and numbers. Nothing keeps a handle between calls,
+so the command line and a scheduler's submit hook can write between two page renders. User values
+(teams, kinds, dates) are always bound parameters.
+
+Where a row sits in time (the period filters):
+- a reservation / run by the start of its reservation window: coalesce(reserved_from, started_at,
+  ended_at) ("anchor");
+- spend, stops and estimate accuracy by when the run ended (ended_at);
+- decisions by decided_at.
+Idle reserved capacity (charged to the team that held the reservation), per run, in GPU-hours
+(gpus x hours) inside its window [reserved_from, reserved_until]:
+- late start  = started_at - reserved_from (started_at clamped into the window);
+- early end   = reserved_until - ended_at (ended_at clamped into the window);
+- never used  = the whole window, when started_at is NULL and the window has passed.
+Estimates with estimate_source = 'requested' are a time limit x GPUs: "requested, not measured".
+They are shown marked as such and left out of error statistics.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+
+import pandas as pd
+
+from lib.capacity_timeline import fit_for_reasons
+from lib.filters import Filters
+from lib.ledger import open_ledger
+
+REQUESTED_LABEL = "requested, not measured"
+CENSORED_STOPS = ("budget", "wall-clock")
+LIMIT_STOPS = ("budget", "wall-clock")
+ROW_LIMIT = 500               # rows a detail table shows at most (totals are always complete)
+SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
+
+_ANCHOR = "coalesce(r.reserved_from, r.started_at, r.ended_at)"
+_H = "(epoch_us({b}) - epoch_us({a})) / 3600e6"          # hours between two timestamps
+_IDLE = f"""
+  CASE WHEN r.reserved_from IS NULL OR r.reserved_until IS NULL OR r.started_at IS NULL THEN 0
+       ELSE r.gpus * greatest(0, {_H.format(a='r.reserved_from', b='least(greatest(r.started_at, r.reserved_from), r.reserved_until)')}) END
+    AS late_start_gpu_hours,
+  CASE WHEN r.reserved_from IS NULL OR r.reserved_until IS NULL OR r.started_at IS NULL OR r.ended_at IS NULL THEN 0
+       ELSE r.gpus * greatest(0, {_H.format(a='least(greatest(r.ended_at, r.started_at, r.reserved_from), r.reserved_until)', b='r.reserved_until')}) END
+    AS early_end_gpu_hours,
+  CASE WHEN r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL AND r.started_at IS NULL
+            AND r.reserved_until <= $now
+       THEN r.gpus * greatest(0, {_H.format(a='r.reserved_from', b='r.reserved_until')}) ELSE 0 END
+    AS never_used_gpu_hours,
+  CASE WHEN r.reserved_from IS NULL OR r.reserved_until IS NULL THEN 0
+       ELSE r.gpus * greatest(0, {_H.format(a='r.reserved_from', b='r.reserved_until')}) END
+    AS window_gpu_hours
+"""
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+@contextlib.contextmanager
+def _reader(db):
+    with open_ledger(db, read_only=True) as con:
+        con.execute("SELECT 1").fetchall()  # finish whatever result the open left pending
+        yield con
+
+
+def _used(sql: str, params: dict | None) -> dict:
+    """The named parameters the SQL text uses (DuckDB refuses unused ones)."""
+    names = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    return {k: v for k, v in (params or {}).items() if k in names}
+
+
+def _q(con, sql: str, params: dict | None = None) -> pd.DataFrame:
+    """Run one query with named parameters, fetched whole into a DataFrame."""
+    return con.execute(sql, _used(sql, params)).df()
+
+
+def _one(con, sql: str, params: dict | None = None) -> dict:
+    """A one-row query as a dict of plain Python values (empty dict when no row)."""
+    rows = con.execute(sql, _used(sql, params)).fetchall()
+    cols = [d[0] for d in con.description]
+    return dict(zip(cols, rows[0])) if rows else {}
+
+
+def _period(f: Filters) -> dict:
+    return {"start": f.start, "end": f.end}
+
+
+# ------------------------------------------------------------------------------------- sidebar
+
+def sidebar_options(db=None) -> dict:
+    """Teams (from the policy table and the runs), the span of the data, and the run count."""
+    with _reader(db) as con:
+        teams = _q(con, "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1")
+        span = _one(con, f"""SELECT count(*) AS runs, min({_ANCHOR})::DATE AS first_day,
+                              max(coalesce(r.ended_at, r.started_at, r.reserved_from))::DATE AS last_day
+                              FROM runs r""")
+    return {"teams": teams["team"].tolist(), "runs": int(span.get("runs") or 0),
+            "first_day": span.get("first_day"), "last_day": span.get("last_day")}
+
+
+def data_counts(db=None) -> dict:
+    """Cheap counts (runs, decisions): shown after an import, and used to tell an empty ledger."""
+    with _reader(db) as con:
+        return _one(con, "SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM decisions) AS decisions")
+
+
+# ------------------------------------------------------------------------------------ overview
+
+def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
+    where, p = f.where("r")
+    p.update(_period(f), now=now)
+    m = _one(con, f"""
+      WITH x AS (SELECT r.*, {_IDLE} FROM runs r
+                 WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end)
+      SELECT coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
+             coalesce(sum(actual_gpu_hours), 0) AS used_gpu_hours,
+             coalesce(sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
+                      FILTER (WHERE reserved_until <= $now), 0) AS idle_gpu_hours,
+             coalesce(sum(window_gpu_hours) FILTER (WHERE reserved_until <= $now), 0) AS closed_window_gpu_hours,
+             count(*) AS runs
+      FROM x""", p)
+    measured = "r.estimate_source IS DISTINCT FROM 'requested' AND r.estimated_gpu_hours > 0"
+    e = _one(con, f"""
+      SELECT median(r.actual_gpu_hours / r.estimated_gpu_hours) FILTER (WHERE {measured}) AS median_ratio,
+             quantile_cont(r.actual_gpu_hours / r.estimated_gpu_hours, 0.9) FILTER (WHERE {measured}) AS p90_ratio,
+             count(*) FILTER (WHERE {measured} AND r.actual_gpu_hours IS NOT NULL) AS measured_runs,
+             count(*) FILTER (WHERE r.estimate_source = 'requested') AS requested_runs,
+             count(*) FILTER (WHERE r.stop_reason = 'budget') AS budget_stopped
+      FROM runs r
+      WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end""", p)
+    dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
+    dp.update(_period(f))
+    d = _one(con, f"""SELECT count(*) AS deferred FROM decisions d
+                      WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {dwhere}""", dp)
+    m.update(e)
+    m.update(d)
+    m["idle_share"] = (m["idle_gpu_hours"] / m["closed_window_gpu_hours"]) if m["closed_window_gpu_hours"] else None
+    return m
+
+
+def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Headline numbers for the period and the previous period of the same length, deferred
+    requests by reason (both periods), and reserved vs used GPU-hours per day and team."""
+    now = now or utcnow()
+    with _reader(db) as con:
+        cur = _overview_metrics(con, f, now)
+        prev = _overview_metrics(con, f.previous(), now)
+        dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
+        dp.update(start=f.previous().start, mid=f.start, end=f.end)
+        reasons = _q(con, f"""
+          SELECT reason, count(*) FILTER (WHERE decided_at >= $mid) AS requests,
+                 count(*) FILTER (WHERE decided_at < $mid) AS previous_requests
+          FROM (SELECT unnest(d.reason_codes) AS reason, d.decided_at FROM decisions d
+                WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {dwhere})
+          GROUP BY reason ORDER BY requests DESC, reason""", dp)
+        where, p = f.where("r")
+        p.update(_period(f))
+        daily = _q(con, f"""
+          SELECT {_ANCHOR}::DATE AS day, r.team,
+                 coalesce(sum(r.reserved_gpu_hours), 0) AS reserved_gpu_hours,
+                 coalesce(sum(r.actual_gpu_hours), 0) AS used_gpu_hours
+          FROM runs r WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end
+          GROUP BY ALL ORDER BY day, r.team""", p)
+    return {"current": cur, "previous": prev, "deferred_by_reason": reasons, "daily": daily}
+
+
+# -------------------------------------------------------------------------------- reservations
+
+def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Per team: average reserved GPUs per day against its quota; this month's budget (consumed,
+    committed, remaining); current and upcoming reservations; overruns; and, for the deferred
+    requests of the period still waiting, the earliest time they would fit."""
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(_period(f), now=now)
+    twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
+    month_start = dt.datetime(now.year, now.month, 1)
+    next_month = dt.datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
+    tp.update(now=now, month_start=month_start, next_month=next_month)
+    with _reader(db) as con:
+        over_time = _q(con, f"""
+          WITH days AS (SELECT d::TIMESTAMP AS day FROM range($start::TIMESTAMP, $end::TIMESTAMP, INTERVAL 1 DAY) t(d)),
+          res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
+                  WHERE {where} AND r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL
+                    AND r.reserved_from < $end AND r.reserved_until > $start)
+          SELECT days.day::DATE AS day, res.team,
+                 sum(res.gpus * (epoch_us(least(res.reserved_until, days.day + INTERVAL 1 DAY))
+                                 - epoch_us(greatest(res.reserved_from, days.day))) / 86400e6) AS reserved_gpus
+          FROM days JOIN res ON res.reserved_from < days.day + INTERVAL 1 DAY AND res.reserved_until > days.day
+          GROUP BY ALL ORDER BY day, team""", p)
+        quotas = _q(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
+                         f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
+        budget = _q(con, f"""
+          SELECT t.team, t.monthly_budget_gpu_hours,
+                 coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
+                           AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
+                 coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
+                           AND r.reserved_gpu_hours IS NOT NULL AND r.ended_at IS NULL
+                           AND (r.reserved_until IS NULL OR r.reserved_until > $now)), 0) AS committed_gpu_hours
+          FROM teams t WHERE {twhere} ORDER BY t.team""", tp)
+        budget["remaining_gpu_hours"] = (budget["monthly_budget_gpu_hours"] - budget["consumed_gpu_hours"]
+                                         - budget["committed_gpu_hours"])
+        cols = ("r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, "
+                "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
+                f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
+                "AS estimate_source")
+        current = _q(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+                 AND r.ended_at IS NULL AND r.reserved_from <= $now
+                 AND (r.reserved_until IS NULL OR r.reserved_until > $now)
+                 ORDER BY r.reserved_until NULLS LAST, r.run_id LIMIT {ROW_LIMIT}""", p)
+        upcoming = _q(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+                 AND r.ended_at IS NULL AND r.reserved_from > $now
+                 ORDER BY r.reserved_from, r.run_id LIMIT {ROW_LIMIT}""", p)
+        over_base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
+                     "AND r.actual_gpu_hours > r.reserved_gpu_hours")
+        overrun_by_team = _q(con, f"""SELECT r.team, count(*) AS runs,
+                 sum(r.actual_gpu_hours - r.reserved_gpu_hours) AS overrun_gpu_hours {over_base}
+                 GROUP BY r.team ORDER BY overrun_gpu_hours DESC""", p)
+        overruns = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
+                 r.actual_gpu_hours - r.reserved_gpu_hours AS overrun_gpu_hours, r.stop_reason, r.ended_at,
+                 CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
+                   AS estimate_source
+                 {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
+        dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
+        dp.update(_period(f))
+        waiting = _q(con, f"""
+          WITH last AS (
+            SELECT d.run_id, d.team, d.kind, d.decided_at, d.reason_codes,
+                   TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus, d.state
+            FROM decisions d WHERE d.decided_at >= $start AND d.decided_at < $end AND {dwhere}
+            QUALIFY row_number() OVER (PARTITION BY d.run_id ORDER BY d.decided_at DESC, d.decision_id DESC) = 1)
+          SELECT last.* EXCLUDE (state) FROM last
+          WHERE state = 'defer' AND last.run_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = last.run_id AND r.reserved_gpu_hours IS NOT NULL)
+          ORDER BY decided_at DESC, run_id LIMIT {ROW_LIMIT}""", dp)
+        running = _q(con, """SELECT r.team, r.kind, r.gpus, r.reserved_until FROM runs r
+                 WHERE r.reserved_gpu_hours IS NOT NULL AND r.ended_at IS NULL
+                   AND r.reserved_from <= $now AND (r.reserved_until IS NULL OR r.reserved_until > $now)""",
+                     {"now": now})
+        all_quotas = _q(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
+    waiting = earliest_fits(waiting, running, all_quotas, now)
+    return {"over_time": over_time, "quotas": quotas, "budget": budget, "month": month_start.date(),
+            "current": current, "upcoming": upcoming, "overrun_by_team": overrun_by_team,
+            "overruns": overruns, "waiting": waiting}
+
+
+def earliest_fits(waiting: pd.DataFrame, running: pd.DataFrame, quotas: pd.DataFrame,
+                  now: dt.datetime) -> pd.DataFrame:
+    """Add `earliest_fit` and `fit_note` to deferred requests (see lib.capacity_timeline).
+
+    A non-retraining request may not use the team's retraining set-aside, so its quota is
+    reserved_gpus - retraining_reserved_gpus; a retraining request may use all reserved GPUs."""
+    out = waiting.copy()
+    q = {row.team: (int(row.reserved_gpus), int(row.retraining_reserved_gpus)) for row in quotas.itertuples()}
+    by_team: dict[str, list] = {}
+    for row in running.itertuples():
+        until = None if pd.isna(row.reserved_until) else pd.Timestamp(row.reserved_until).to_pydatetime()
+        by_team.setdefault(row.team, []).append((int(row.gpus), until))
+    fits, notes = [], []
+    for row in out.itertuples():
+        if row.team not in q or pd.isna(row.gpus):
+            fits.append(None)
+            notes.append("unknown team or GPU count")
+            continue
+        reserved, protected = q[row.team]
+        quota = reserved if row.kind == "retraining" else max(0, reserved - protected)
+        at, note = fit_for_reasons(now, list(row.reason_codes), quota, by_team.get(row.team, []), int(row.gpus))
+        fits.append(at)
+        notes.append(note)
+    out["earliest_fit"] = pd.to_datetime(pd.Series(fits, index=out.index, dtype="object"))
+    out["fit_note"] = pd.Series(notes, index=out.index, dtype="object")
+    if "reason_codes" in out:
+        out["reason_codes"] = out["reason_codes"].map(lambda c: ", ".join(c) if c is not None else "")
+    return out
+
+
+# ------------------------------------------------------------------------------ idle capacity
+
+def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Idle reserved GPU-hours per team and week (week of the reservation start), split by cause;
+    the weekly idle share per team; and the reservations that wasted most. Only closed windows
+    (reserved_until <= now) count: an open window's idle time is not known yet."""
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(_period(f), now=now)
+    with _reader(db) as con:
+        sql = f"""CREATE TEMP TABLE idle AS
+          SELECT r.run_id, r.team, r.kind, r.gpus, r.reserved_from, r.reserved_until, r.started_at, r.ended_at,
+                 {_IDLE}
+          FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
+            AND r.reserved_until <= $now"""
+        con.execute(sql, _used(sql, p))
+        weekly = _q(con, """
+          SELECT date_trunc('week', reserved_from)::DATE AS week, team,
+                 sum(late_start_gpu_hours) AS late_start_gpu_hours,
+                 sum(early_end_gpu_hours) AS early_end_gpu_hours,
+                 sum(never_used_gpu_hours) AS never_used_gpu_hours,
+                 sum(window_gpu_hours) AS reserved_gpu_hours
+          FROM idle GROUP BY ALL ORDER BY week, team""")
+        top = _q(con, f"""
+          SELECT run_id, team, kind, gpus, reserved_from, reserved_until, started_at, ended_at,
+                 late_start_gpu_hours, early_end_gpu_hours, never_used_gpu_hours,
+                 late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours AS idle_gpu_hours
+          FROM idle WHERE late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours > 0
+          ORDER BY idle_gpu_hours DESC, run_id LIMIT {ROW_LIMIT}""")
+        con.execute("DROP TABLE idle")
+    weekly["idle_gpu_hours"] = (weekly["late_start_gpu_hours"] + weekly["early_end_gpu_hours"]
+                                + weekly["never_used_gpu_hours"])
+    weekly["idle_share"] = (weekly["idle_gpu_hours"] / weekly["reserved_gpu_hours"].where(
+        weekly["reserved_gpu_hours"] > 0)).astype("float64")
+    by_team = (weekly.groupby("team", as_index=False)[["late_start_gpu_hours", "early_end_gpu_hours",
+                                                       "never_used_gpu_hours", "idle_gpu_hours",
+                                                       "reserved_gpu_hours"]].sum()
+               .sort_values("idle_gpu_hours", ascending=False, ignore_index=True))
+    return {"weekly": weekly, "by_team": by_team, "top": top}
+
+
+# --------------------------------------------------------------------------- estimate accuracy
+
+ERROR_SOURCES = ("runtime", "checkpoint overhead", "retries and lost work", "evaluation")
+
+
+def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, window_days: int = 28) -> dict:
+    """Predicted vs actual points (a fixed sample when large), the rolling median of actual /
+    estimated per team (trailing `window_days`, one point per week), the error by source, and
+    counts of runs whose estimate was requested, not measured."""
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(_period(f), now=now, wstart=f.start - dt.timedelta(days=window_days),
+             wdays=window_days)
+    with _reader(db) as con:
+        base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
+                "AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours > 0")
+        counts = _one(con, f"""SELECT count(*) AS runs,
+                 count(*) FILTER (WHERE r.estimate_source = 'requested') AS requested_runs {base}""", p)
+        points = _q(con, f"""SELECT * FROM (
+                 SELECT r.run_id, r.team, r.kind, r.estimated_gpu_hours, r.actual_gpu_hours, r.stop_reason,
+                        CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}'
+                             ELSE coalesce(r.estimate_source, 'unknown') END AS estimate_source {base})
+                 USING SAMPLE reservoir({SCATTER_POINTS} ROWS) REPEATABLE (7)""", p)
+        rolling = _q(con, f"""
+          WITH x AS (SELECT r.team, r.ended_at, r.actual_gpu_hours / r.estimated_gpu_hours AS ratio
+                     FROM runs r WHERE {where} AND r.ended_at >= $wstart AND r.ended_at < $end
+                       AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours IS NOT NULL
+                       AND r.estimate_source IS DISTINCT FROM 'requested'),
+          weeks AS (SELECT w::TIMESTAMP AS week_end FROM range($start::TIMESTAMP + INTERVAL 7 DAY,
+                    $end::TIMESTAMP + INTERVAL 7 DAY, INTERVAL 7 DAY) t(w))
+          SELECT (least(weeks.week_end, $end::TIMESTAMP) - INTERVAL 1 DAY)::DATE AS day, x.team,
+                 median(x.ratio) AS median_ratio, count(*) AS runs
+          FROM weeks JOIN x ON x.ended_at < least(weeks.week_end, $end::TIMESTAMP)
+                           AND x.ended_at >= least(weeks.week_end, $end::TIMESTAMP) - to_days($wdays::INTEGER)
+          GROUP BY ALL ORDER BY day, team""", p)
+        sources = _q(con, f"""
+          WITH x AS (SELECT r.team,
+                 coalesce(r.est_compute_gpu_hours, 0) + coalesce(r.est_data_loading_gpu_hours, 0) AS est_runtime,
+                 r.actual_gpu_hours - coalesce(r.act_checkpoint_gpu_hours, 0) - coalesce(r.act_retry_gpu_hours, 0)
+                   - coalesce(r.act_eval_gpu_hours, 0) - coalesce(r.act_lost_work_gpu_hours, 0) AS act_runtime,
+                 coalesce(r.est_checkpoint_gpu_hours, 0) AS est_ckpt, coalesce(r.act_checkpoint_gpu_hours, 0) AS act_ckpt,
+                 coalesce(r.est_restart_gpu_hours, 0) AS est_retry,
+                 coalesce(r.act_retry_gpu_hours, 0) + coalesce(r.act_lost_work_gpu_hours, 0) AS act_retry,
+                 coalesce(r.est_eval_gpu_hours, 0) AS est_eval, coalesce(r.act_eval_gpu_hours, 0) AS act_eval,
+                 r.estimated_gpu_hours
+            {base} AND r.estimate_source IS DISTINCT FROM 'requested' AND r.est_compute_gpu_hours IS NOT NULL)
+          SELECT team, count(*) AS runs, sum(estimated_gpu_hours) AS estimated_gpu_hours,
+                 sum(act_runtime - est_runtime) AS "runtime",
+                 sum(act_ckpt - est_ckpt) AS "checkpoint overhead",
+                 sum(act_retry - est_retry) AS "retries and lost work",
+                 sum(act_eval - est_eval) AS "evaluation"
+          FROM x GROUP BY team ORDER BY team""", p)
+    long = sources.melt(id_vars=["team", "runs", "estimated_gpu_hours"], value_vars=list(ERROR_SOURCES),
+                        var_name="source", value_name="error_gpu_hours")
+    long["error_share_of_estimate"] = long["error_gpu_hours"] / long["estimated_gpu_hours"]
+    return {"counts": counts, "points": points, "rolling": rolling, "sources": long}
+
+
+def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs: int | None = None,
+                window_days: int | None = None) -> dict:
+    """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
+    runs) each rests on. Team and kind filters apply; dates do not (the gate reads its own window).
+
+    Same rows and same function as lib.store.calibration (what submit and check use): finished runs
+    in the window with a measured or stated estimate and a stop reason in store.CALIBRATION_STOPS,
+    the `max_runs` most recent per scope, fed to lib.calibration.calibrate_scopes. Instead of up to
+    three scans per team x kind, it reads each scope for every team at once (about 0.5 s instead of
+    1-2 s on a 1M-run ledger; tests/test_queries.py checks it against store.calibration)."""
+    from lib import store
+    from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
+    from lib.filters import KINDS
+    now = now or utcnow()
+    max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
+    window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
+    p = {"since": now - dt.timedelta(days=window_days), "now": now, "max_runs": max_runs,
+         "stops": list(store.CALIBRATION_STOPS), "censored": list(store.CENSORED_STOPS)}
+    cols = "estimated_gpu_hours, actual_gpu_hours, censored"
+    with _reader(db) as con:
+        teams = list(f.teams) or [t for (t,) in con.execute(
+            "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
+        sql = """CREATE TEMP TABLE cal AS
+          SELECT team, kind, run_id, ended_at, estimated_gpu_hours, actual_gpu_hours,
+                 list_contains($censored::VARCHAR[], stop_reason) AS censored
+          FROM runs WHERE ended_at > $since AND ended_at <= $now
+            AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL
+            AND estimate_source IS DISTINCT FROM 'requested'
+            AND list_contains($stops::VARCHAR[], stop_reason)"""
+        con.execute(sql, _used(sql, p))
+        order = "ORDER BY c.ended_at DESC, c.run_id"
+        # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
+        # then the exact order (ties broken by run_id, as the store does) runs on the few rows left
+        by_kind = _q(con, f"""
+          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
+                       FROM cal GROUP BY team, kind)
+          SELECT c.team, c.kind, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
+        by_team = _q(con, f"""
+          WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
+                       FROM cal GROUP BY team)
+          SELECT c.team, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
+        everyone = _q(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
+        con.execute("DROP TABLE cal")
+
+    def records(df):
+        return df[["estimated_gpu_hours", "actual_gpu_hours", "censored"]].to_dict("records")
+
+    kind_rows = {k: records(g) for k, g in by_kind.groupby(["team", "kind"])}
+    team_rows = {k: records(g) for k, g in by_team.groupby("team")}
+    all_rows = records(everyone)
+    rows = []
+    for team in teams:
+        for kind in (f.kinds or KINDS):
+            cal = calibrate_scopes([("team×kind", kind_rows.get((team, kind), [])),
+                                    ("team", team_rows.get(team, [])), ("all", all_rows)])
+            rows.append({"team": team, "kind": kind, "factor": cal.get("factor"),
+                         "upper_factor": cal.get("upper_factor"), "method": cal.get("method"),
+                         "scope": cal.get("scope"), "runs": cal.get("n"), "censored_runs": cal.get("n_censored"),
+                         "level": cal.get("level"), "note": cal.get("note", "")})
+    table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
+                                        "censored_runs", "level", "note"])
+    table["upper_factor"] = table["upper_factor"].astype("float64")
+    return {"table": table}
+
+
+# ------------------------------------------------------------------------- stops and promotion
+
+def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Runs by stop reason; runs stopped at a limit (incomplete, unpromotable) with their last
+    valid checkpoint; holdout over-reads; promotion status of the period's production candidates."""
+    from lib.promotion import promotion_status
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(_period(f))
+    ended = f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end"
+    with _reader(db) as con:
+        by_reason = _q(con, f"""SELECT coalesce(r.stop_reason, 'unknown') AS stop_reason, r.team, count(*) AS runs,
+                 coalesce(sum(r.actual_gpu_hours), 0) AS actual_gpu_hours {ended} GROUP BY ALL
+                 ORDER BY runs DESC, stop_reason, team""", p)
+        limit_counts = _one(con, f"SELECT count(*) AS runs {ended} AND r.stop_reason IN ('budget', 'wall-clock')", p)
+        limit_stopped = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.stop_reason, r.actual_gpu_hours,
+                 r.budget_gpu_hours, coalesce(r.artifact_status, 'incomplete') AS artifact_status,
+                 r.last_valid_checkpoint, r.ended_at
+                 {ended} AND r.stop_reason IN ('budget', 'wall-clock') ORDER BY r.ended_at DESC, r.run_id
+                 LIMIT {ROW_LIMIT}""", p)
+        over_reads = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.holdout_reads,
+                 coalesce(r.holdout_allowance, 0) AS holdout_allowance, r.stop_reason, r.ended_at
+                 {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)
+                 ORDER BY r.holdout_reads - coalesce(r.holdout_allowance, 0) DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
+        over_read_count = _one(con, f"SELECT count(*) AS runs {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)", p)
+        candidates = _q(con, f"""SELECT r.* {ended} AND r.kind = 'production'
+                 ORDER BY r.ended_at DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
+        candidate_count = _one(con, f"SELECT count(*) AS runs {ended} AND r.kind = 'production'", p)
+    promotable, missing = [], []
+    for run in candidates.astype(object).where(candidates.notna(), None).to_dict("records"):
+        status = promotion_status(run)
+        promotable.append(bool(status["promotable"]))
+        missing.append("; ".join(status["missing"]))
+    promo = candidates[["run_id", "team", "stop_reason", "artifact_status", "full_evaluation",
+                        "holdout_reads", "holdout_allowance", "ended_at"]].copy()
+    promo.insert(2, "promotable", pd.Series(promotable, index=promo.index, dtype="bool"))
+    promo.insert(3, "missing", pd.Series(missing, index=promo.index, dtype="object"))
+    return {"by_reason": by_reason, "limit_stopped": limit_stopped, "limit_count": int(limit_counts.get("runs") or 0),
+            "over_reads": over_reads, "over_read_count": int(over_read_count.get("runs") or 0),
+            "promotion": promo, "candidate_count": int(candidate_count.get("runs") or 0)}

@@ -1,0 +1,97 @@
+"""The what-if form's values -> a request (contract 'Request'), exactly as `python -m lib check` reads it.
+
+Form widgets cannot be "absent", so optional numbers use 0 (and optional text an empty string) for
+"not given"; those fields are left out of the request. Everything else is passed through unchanged,
+so lib.request validates it exactly as it would a JSON file.
+"""
+from __future__ import annotations
+
+import json
+
+PILOT_KEYS = ("steps_per_second", "worst_case_steps_per_second", "worst_case_share", "peak_mem_gb",
+              "checkpoint_write_s", "planned_steps", "checkpoint_interval_steps", "eval_gpu_hours",
+              "data_loading_fraction", "restart_minutes")
+_PILOT_OPTIONAL_ZERO = {"worst_case_steps_per_second", "checkpoint_interval_steps"}
+_INT_KEYS = {"gpus", "planned_steps", "checkpoint_interval_steps", "holdout_allowance", "max_failed_steps",
+             "patience"}
+
+
+def _num(key, v):
+    if v is None:
+        return None
+    return int(v) if key in _INT_KEYS else float(v)
+
+
+def build_request(v: dict) -> dict:
+    """The request for form values `v` (keys as in the contract, plus 'estimate_from' = 'pilot' |
+    'estimate' and the stop-rule keys flattened: max_wall_clock_hours, spend_limit_gpu_hours,
+    max_failed_steps, early_stop_metric, early_stop_mode, early_stop_patience, early_stop_min_delta)."""
+    r = {
+        "run_id": str(v.get("run_id", "")).strip(),
+        "team": v.get("team"),
+        "kind": v.get("kind"),
+        "gpus": _num("gpus", v.get("gpus")),
+        "gpu_mem_gb": _num("gpu_mem_gb", v.get("gpu_mem_gb")),
+        "max_runtime_hours": _num("max_runtime_hours", v.get("max_runtime_hours")),
+        "budget_gpu_hours": _num("budget_gpu_hours", v.get("budget_gpu_hours")),
+        "checkpoint_supported": bool(v.get("checkpoint_supported")),
+        "expected_interruptions": _num("expected_interruptions", v.get("expected_interruptions")),
+        "capacity": v.get("capacity"),
+    }
+    snap = str(v.get("data_snapshot") or "").strip()
+    if snap:
+        r["data_snapshot"] = snap
+    if v.get("estimate_from") == "pilot":
+        pilot = {}
+        for k in PILOT_KEYS:
+            x = v.get(k)
+            if x is None or (k in _PILOT_OPTIONAL_ZERO and not x):
+                continue
+            pilot[k] = _num(k, x)
+        r["pilot"] = pilot
+    else:
+        r["estimated_gpu_hours"] = _num("estimated_gpu_hours", v.get("estimated_gpu_hours"))
+    stop = {}
+    for k in ("max_wall_clock_hours", "spend_limit_gpu_hours", "max_failed_steps"):
+        if v.get(k):
+            stop[k] = _num(k, v[k])
+    metric = str(v.get("early_stop_metric") or "").strip()
+    if metric:
+        stop["early_stop"] = {"metric": metric, "mode": v.get("early_stop_mode") or "min",
+                              "patience": int(v.get("early_stop_patience") or 0),
+                              "min_delta": float(v.get("early_stop_min_delta") or 0.0)}
+    if stop:
+        r["stop_policy"] = stop
+    if v.get("skip_full_evaluation"):
+        r["skip_full_evaluation"] = True
+    if v.get("holdout_allowance"):
+        r["holdout_allowance"] = int(v["holdout_allowance"])
+    note = str(v.get("note") or "").strip()
+    if note:
+        r["note"] = note
+    return r
+
+
+def request_json(request: dict) -> str:
+    """The request as the JSON file `python -m lib submit` takes."""
+    return json.dumps(request, indent=2, ensure_ascii=False)
+
+
+def reasons_rows(decision: dict) -> list[dict]:
+    """One row per reason of a decision, for a table (every reason with its fix)."""
+    return [{"code": r.get("code"), "message": r.get("message"), "fix": r.get("fix"),
+             "requested": r.get("requested"), "limit": r.get("limit"), "in_use": r.get("in_use"),
+             "unit": r.get("unit"), "field": r.get("field")} for r in decision.get("reasons") or []]
+
+
+def estimate_rows(decision: dict) -> list[dict]:
+    """The itemised raw estimate and the raw / calibrated totals as (item, GPU-hours) rows."""
+    est = decision.get("estimate") or {}
+    rows = [{"item": f"raw item: {k}", "gpu_hours": val} for k, val in (est.get("items_gpu_hours") or {}).items()]
+    for key, label in (("raw_gpu_hours", "raw total"), ("median_gpu_hours", "calibrated median"),
+                       ("upper_gpu_hours", "calibrated upper bound (None: unknown)"),
+                       ("judged_gpu_hours", f"judged at ({est.get('judged_at')})"),
+                       ("wall_hours", "wall clock (hours)")):
+        if key in est:
+            rows.append({"item": label, "gpu_hours": est.get(key)})
+    return rows

@@ -1,0 +1,95 @@
+"""The plotly figure builders: pure functions of DataFrames, titled with units, colours per team."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from lib import figures, queries
+from lib.filters import default_filters
+from tests.fixtures_app import fill_ledger
+
+UNITS = ("(GPU-h", "(GPUs", "(runs)", "(requests)", "(%)", "(ratio)", "(×")
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fig") / "gate.duckdb"
+    now = fill_ledger(path, n_runs=300)
+    f = default_filters(now.date())
+    return {name: getattr(queries, name)(f, path, now)
+            for name in ("overview", "reservations", "idle_capacity", "estimate_accuracy", "stops_promotion",
+                                                      "calibration")}
+
+
+def builds(pages):
+    c = figures.team_colours(["nlp-research", "safety", "speech", "vision"])
+    o, r, i, e, s = (pages[k] for k in ("overview", "reservations", "idle_capacity", "estimate_accuracy",
+                                        "stops_promotion"))
+    return {
+        "reserved_vs_used": figures.reserved_vs_used(o["daily"], c),
+        "deferred_reasons": figures.deferred_reasons(o["deferred_by_reason"]),
+        "reserved_over_time": figures.reserved_over_time(r["over_time"], r["quotas"], c),
+        "budget_bars": figures.budget_bars(r["budget"], "June 2026"),
+        "overrun_bars": figures.overrun_bars(r["overrun_by_team"], c),
+        "idle_by_cause": figures.idle_by_cause(i["weekly"]),
+        "idle_by_team": figures.idle_by_team(i["by_team"]),
+        "idle_share_trend": figures.idle_share_trend(i["weekly"], c),
+        "predicted_vs_actual": figures.predicted_vs_actual(e["points"], c),
+        "rolling_ratio": figures.rolling_ratio(e["rolling"], c),
+        "error_sources": figures.error_sources(e["sources"]),
+        "calibration_factors": figures.calibration_factors(pages["calibration"]["table"]),
+        "stop_reasons": figures.stop_reasons(s["by_reason"], c),
+    }
+
+
+def test_every_figure_has_data_and_a_title_with_its_unit(pages):
+    for name, fig in builds(pages).items():
+        assert isinstance(fig, go.Figure), name
+        assert fig.data, f"{name} drew nothing"
+        title = fig.layout.title.text
+        assert any(u in title for u in UNITS), f"{name}: title {title!r} names no unit"
+
+
+def test_every_builder_says_so_when_there_is_nothing_to_draw(pages):
+    for name, fig in builds({k: {kk: (vv.iloc[0:0] if isinstance(vv, pd.DataFrame) else vv)
+                                 for kk, vv in v.items()} for k, v in pages.items()}).items():
+        assert not fig.data, name
+        assert fig.layout.annotations and fig.layout.annotations[0].text, name
+
+
+def test_team_colours_are_stable_and_the_same_for_every_page():
+    a = figures.team_colours(["vision", "ads", "speech"])
+    b = figures.team_colours(["speech", "vision", "ads", "speech"])
+    assert a == b and len(set(a.values())) == 3
+    fig1 = figures.idle_share_trend(pd.DataFrame({"week": [dt.date(2026, 1, 5)], "team": ["vision"],
+                                                  "idle_share": [0.2]}), a)
+    fig2 = figures.rolling_ratio(pd.DataFrame({"day": [dt.date(2026, 1, 5)], "team": ["vision"],
+                                               "median_ratio": [1.1], "runs": [3]}), a)
+    assert fig1.data[0].line.color == fig2.data[0].line.color == a["vision"]
+
+
+def test_predicted_vs_actual_is_log_log_with_identity_and_bands():
+    pts = pd.DataFrame({"run_id": ["a", "b", "c"], "team": ["t", "t", "u"],
+                        "estimated_gpu_hours": [1.0, 10.0, 100.0], "actual_gpu_hours": [2.0, 9.0, 120.0],
+                        "estimate_source": ["pilot", queries.REQUESTED_LABEL, "stated"]})
+    fig = figures.predicted_vs_actual(pts, band=0.5)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    lines = {t.name: t for t in fig.data if t.mode == "lines"}
+    ident = lines["y = x (exact)"]
+    assert list(ident.x) == list(ident.y)
+    assert [y / x for x, y in zip(lines["+50%"].x, lines["+50%"].y)] == pytest.approx([1.5, 1.5])
+    assert [y / x for x, y in zip(lines["−50%"].x, lines["−50%"].y)] == pytest.approx([0.5, 0.5])
+    requested = [t for t in fig.data if t.name and queries.REQUESTED_LABEL in t.name]
+    assert len(requested) == 1 and requested[0].marker.symbol == "x" and list(requested[0].text) == ["b"]
+
+
+def test_the_what_if_estimate_chart_shows_items_and_the_calibrated_totals():
+    est = {"items_gpu_hours": {"compute": 10.0, "checkpoint": 1.0}, "raw_gpu_hours": 11.0,
+           "median_gpu_hours": 12.0, "upper_gpu_hours": None}
+    fig = figures.estimate_items(est)
+    assert list(fig.data[0].x) == [10.0, 1.0]
+    names = " ".join(t.name for t in fig.data)
+    assert "raw total: 11.0" in names and "calibrated median: 12.0" in names and "upper" not in names
