@@ -1,0 +1,150 @@
+--[[ Training Gate: Slurm's submit hook (JobSubmitPlugins=lua; this file sits next to slurm.conf).
+
+A job that requests GPUs (--gres=gpu:N, --gpus[-per-node|-per-task|-per-socket]) is judged by the gate:
+the hook runs `lib.slurm_hook.main()` (absolute interpreter, repo as working directory and PYTHONPATH), which
+turns the job description into a gate request, calls lib.store.submit_request(origin="slurm") and
+answers with an exit code:
+  0 admitted        -> accept (job name set to the run ID so the sacct import lands on the same run;
+                       a comment's runtime becomes the time limit when the job set none)
+  1 refused         -> slurm.log_user(one line: every reason code and its fix), return slurm.ERROR
+  3 gate failure, policy refuse           -> message, slurm.ERROR
+  4 gate failure, policy accept-and-flag  -> message, admin_comment flag, accept
+  anything else (interpreter missing, killed by the time-out, no answer) -> the failure policy, here.
+Jobs with no GPU request pass untouched, without starting Python.
+
+Settings come from HOOK_CONF (KEY=VALUE lines, re-read at every submission; written by cluster.sh start):
+TG_PYTHON, TG_REPO, GATE_DB, TG_ON_GATE_FAILURE (refuse|accept-and-flag), TG_GATE_TIMEOUT_S,
+TG_GATE_SOCKET (warm gate server), TG_HOOK_LOG (stderr), TG_FLAG_LOG (failures, JSON lines),
+TG_DEFAULT_PARTITION, TG_PYCACHE (bytecode cache dir, so `python -S` does not recompile every time).
+
+Lua 5.1 inside slurmctld: io.popen():close() gives no exit status, hence `; echo EXIT=$?`. Never return
+nil (nil ACCEPTS the job): every refusal returns slurm.ERROR.
+]]
+
+local HOOK_CONF = "/tmp/tg-slurm/etc/job_submit_gate.conf"  -- rewritten by cluster.sh start
+
+local function read_conf()
+  local conf = {TG_ON_GATE_FAILURE = "refuse", TG_GATE_TIMEOUT_S = "5"}
+  local f = io.open(HOOK_CONF, "r")
+  if not f then return conf, "hook config " .. HOOK_CONF .. " is missing" end
+  for line in f:lines() do
+    local k, v = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
+    if k and not line:match("^%s*#") then conf[k] = v end
+  end
+  f:close()
+  return conf, nil
+end
+
+-- single-quote for /bin/sh: nothing inside '...' is expanded; a ' becomes '\''
+local function q(v)
+  if v == nil then return "''" end
+  return "'" .. tostring(v):gsub("'", "'\\''") .. "'"
+end
+
+local function has_gpu(s)
+  return s ~= nil and string.find(string.lower(tostring(s)), "gpu", 1, true) ~= nil
+end
+
+local function wants_gpus(job_desc)
+  return has_gpu(job_desc.tres_per_node) or has_gpu(job_desc.tres_per_job) or
+         has_gpu(job_desc.tres_per_task) or has_gpu(job_desc.tres_per_socket)
+end
+
+local function hook_log(conf, text)
+  local path = conf.TG_HOOK_LOG
+  if not path or path == "" then return end
+  local f = io.open(path, "a")
+  if f then f:write(os.date("!%Y-%m-%dT%H:%M:%SZ"), " lua: ", text, "\n"); f:close() end
+end
+
+-- the failure policy applied here, when Python gave no usable answer
+local function gate_failed(conf, job_desc, why)
+  hook_log(conf, "gate failure: " .. why)
+  if conf.TG_ON_GATE_FAILURE == "accept-and-flag" then
+    local msg = "training-gate: WARNING the gate could not judge this job (" .. why ..
+                "); accepted unchecked and flagged for review (TG_ON_GATE_FAILURE=accept-and-flag)"
+    job_desc.admin_comment = "training-gate: accepted unchecked: " .. why
+    slurm.log_user("%s", msg)
+    return slurm.SUCCESS
+  end
+  slurm.log_user("%s", "training-gate: refused: the gate could not judge this job (" .. why ..
+                 "); try again shortly or ask the gate's operator (TG_ON_GATE_FAILURE=refuse)")
+  return slurm.ERROR
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if not wants_gpus(job_desc) then return slurm.SUCCESS end
+  local conf, conf_err = read_conf()
+  if conf_err then return gate_failed(conf, job_desc, conf_err) end
+  local py, repo = conf.TG_PYTHON, conf.TG_REPO
+  if not py or py == "" or not repo or repo == "" then
+    return gate_failed(conf, job_desc, "TG_PYTHON or TG_REPO not set in " .. HOOK_CONF)
+  end
+  local limit_s = (tonumber(conf.TG_GATE_TIMEOUT_S) or 5) + 15
+  local args = {
+    "--account", q(job_desc.account), "--partition", q(job_desc.partition),
+    "--time-limit", q(job_desc.time_limit), "--name", q(job_desc.name),
+    "--comment", q(job_desc.comment), "--user", q(job_desc.user_name),
+    "--uid", q(submit_uid), "--work-dir", q(job_desc.work_dir),
+    "--tres-per-node", q(job_desc.tres_per_node), "--tres-per-job", q(job_desc.tres_per_job),
+    "--tres-per-task", q(job_desc.tres_per_task), "--tres-per-socket", q(job_desc.tres_per_socket),
+    "--num-tasks", q(job_desc.num_tasks), "--min-nodes", q(job_desc.min_nodes),
+    "--array", q(job_desc.array_inx),
+  }
+  -- -S: no site start-up (its .pth files cost ~50 ms); the module adds what it needs itself.
+  -- Imported (not run as a script) so its bytecode is cached, under TG_PYCACHE, not in the repo.
+  local pycache = ""
+  if conf.TG_PYCACHE and conf.TG_PYCACHE ~= "" then
+    pycache = " -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=" .. q(conf.TG_PYCACHE)
+  end
+  local cmd = "cd " .. q(repo) .. " && env" .. pycache .. " PYTHONPATH=" .. q(repo) ..
+    " GATE_DB=" .. q(conf.GATE_DB) .. " TG_ON_GATE_FAILURE=" .. q(conf.TG_ON_GATE_FAILURE) ..
+    " TG_GATE_TIMEOUT_S=" .. q(conf.TG_GATE_TIMEOUT_S) .. " TG_GATE_SOCKET=" .. q(conf.TG_GATE_SOCKET) ..
+    " TG_FLAG_LOG=" .. q(conf.TG_FLAG_LOG) .. " TG_DEFAULT_PARTITION=" .. q(conf.TG_DEFAULT_PARTITION) ..
+    " timeout -k 2 " .. limit_s .. " " .. q(py) ..
+    " -S -c 'import sys, lib.slurm_hook as h; sys.exit(h.main())' " ..
+    table.concat(args, " ") .. " 2>>" .. q(conf.TG_HOOK_LOG or "/dev/null") .. "; echo EXIT=$?"
+  local p = io.popen(cmd, "r")
+  if not p then return gate_failed(conf, job_desc, "cannot start the gate command") end
+  local out = p:read("*a") or ""
+  p:close()
+  local code = tonumber(out:match("EXIT=(%d+)%s*$"))
+  local msg = out:match("MSG (.-)\n")
+  local name = out:match("NAME (.-)\n")
+  local flag = out:match("FLAG (.-)\n")
+  local time_min = tonumber(out:match("TIME (%d+)\n"))
+  if code == 0 then
+    if name and name ~= "" and name ~= job_desc.name then job_desc.name = name end
+    if time_min then job_desc.time_limit = time_min end
+    if msg then slurm.log_user("%s", msg) end
+    return slurm.SUCCESS
+  elseif code == 1 or code == 3 then  -- refused: never accepted, whatever the failure policy
+    slurm.log_user("%s", msg or "training-gate: refused (no message; see the gate's hook log)")
+    return slurm.ERROR
+  elseif code == 4 then
+    if flag then job_desc.admin_comment = flag end
+    if name and name ~= "" and name ~= job_desc.name then job_desc.name = name end
+    if msg then slurm.log_user("%s", msg) end
+    return slurm.SUCCESS
+  end
+  local why = (code == 124 or code == 137) and ("no answer within " .. limit_s .. " s")
+              or ("gate command exited " .. tostring(code) .. " without an answer")
+  return gate_failed(conf, job_desc, why)
+end
+
+-- Changing a gated job's GPUs, time limit or partition after submission would bypass the gate: only
+-- root may. Adding GPUs to a job that had none is refused the same way. Other changes pass.
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if modify_uid == 0 then return slurm.SUCCESS end
+  local gated = has_gpu(job_rec and job_rec.tres_fmt_req_str)
+  local touches = (job_desc.time_limit ~= nil and job_desc.time_limit ~= slurm.NO_VAL) or job_desc.partition ~= nil
+  if wants_gpus(job_desc) or (gated and touches) then
+    slurm.log_user("%s", "training-gate: refused: the GPUs, time limit and partition of a GPU job " ..
+                   "cannot be changed after submission; cancel it and submit again so the gate can judge it")
+    return slurm.ERROR
+  end
+  return slurm.SUCCESS
+end
+
+slurm.log_info("training-gate job_submit.lua loaded (config %s)", HOOK_CONF)
+return slurm.SUCCESS

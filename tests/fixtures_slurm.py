@@ -1,0 +1,71 @@
+"""Shared pieces for the Slurm hook tests: a real ledger synced from data/teams.toml, and job
+descriptions / --comment requests that the gate admits unless a test changes them."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "lib" / "slurm" / "cluster.sh"
+
+# a small exploratory run of team vision (data/teams.toml) that fits every limit
+COMMENT_REQUEST = {
+    "run_id": "vision-slurm-ok", "kind": "exploratory", "gpu_mem_gb": 40, "budget_gpu_hours": 4,
+    "estimated_gpu_hours": 0.5, "checkpoint_supported": True, "expected_interruptions": 0,
+    "data_snapshot": "imagenet-21k-2024",
+}
+
+# the fields job_submit.lua passes for `sbatch --account=vision --gres=gpu:2 --time=30 --comment=...`
+JOB = {
+    "account": "vision", "partition": None, "time_limit": "30", "name": "wrap", "comment": None,
+    "user": "root", "uid": "0", "work_dir": "/tmp", "tres_per_node": "gres:gpu:2",
+    "tres_per_job": None, "tres_per_task": None, "tres_per_socket": None,
+    "num_tasks": "4294967294", "min_nodes": "4294967294", "array": None,
+}
+
+
+def comment(**changes) -> str:
+    """The --comment JSON of COMMENT_REQUEST with `changes` (a value of ... drops the key)."""
+    req = {**copy.deepcopy(COMMENT_REQUEST), **changes}
+    return json.dumps({k: v for k, v in req.items() if v is not ...})
+
+
+def job(**changes) -> dict:
+    """A job description as the hook receives it; comment defaults to COMMENT_REQUEST."""
+    out = {**JOB, "comment": comment()}
+    out.update(changes)
+    return out
+
+
+def make_ledger(path) -> Path:
+    """A new ledger file at `path` with the teams and snapshots of data/teams.toml."""
+    from lib.ledger import open_ledger
+    from lib.teams_file import sync_teams
+    path = Path(path)
+    with open_ledger(path) as con:
+        sync_teams(con)
+    return path
+
+
+def decisions(db, run_id=None) -> list[dict]:
+    """The ledger's decision rows (oldest first), optionally of one run."""
+    from lib.ledger import open_ledger
+    with open_ledger(db, read_only=True) as con:
+        sql = "SELECT run_id, state, reason_codes, origin, request_json FROM decisions"
+        args = []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            args = [run_id]
+        rows = con.execute(sql + " ORDER BY decision_id", args).fetchall()
+    return [{"run_id": r[0], "state": r[1], "reason_codes": list(r[2]), "origin": r[3],
+             "request": json.loads(r[4])} for r in rows]
+
+
+def run_row(db, run_id) -> dict | None:
+    from lib.ledger import open_ledger
+    with open_ledger(db, read_only=True) as con:
+        cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        names = [d[0] for d in cur.description]
+        row = cur.fetchone()
+    return dict(zip(names, row)) if row else None

@@ -1,0 +1,304 @@
+"""The Slurm submit hook without a cluster: job description -> gate request, the answer it gives
+Slurm, and the failure policy. Real DuckDB ledgers in tmp_path where the ledger is involved."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from lib import slurm_hook as h
+from lib.ledger import LedgerLocked
+from tests.fixtures_slurm import REPO, comment, decisions, job, make_ledger, run_row
+
+NO_VAL, INFINITE = "4294967294", "4294967295"
+
+
+def config(tmp_path=None, **changes) -> dict:
+    c = h.config_from_env({})
+    if tmp_path is not None:
+        c["flag_log"] = str(tmp_path / "flags.jsonl")
+    c.update(changes)
+    return c
+
+
+def flags(tmp_path) -> list[dict]:
+    p = tmp_path / "flags.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+# --------------------------------------------------------------------------- GPUs, runtime, capacity
+
+@pytest.mark.parametrize("spec, gpus", [
+    ("gres:gpu:2", 2), ("gres/gpu:2", 2), ("gpu:6", 6), ("gres/gpu:6", 6), ("gres:gpu:a100:2", 2),
+    ("gres/gpu=3", 3), ("gres:gpu", 1), ("cpu=4,gres/gpu:1", 1), ("gres:mps:100", None),
+    ("", None), (None, None), ("gres:gpu:a100:1,gres:gpu:h100:2", 3),
+])
+def test_gpu_count_reads_every_tres_spelling(spec, gpus):
+    assert h.gpu_count(spec) == gpus
+
+
+def test_gpus_per_node_count_once_per_node_and_per_task_once_per_task():
+    assert h.job_gpus(job(tres_per_node="gres:gpu:2", min_nodes="2")) == 4
+    assert h.job_gpus(job(tres_per_node=None, tres_per_task="gres/gpu:1", num_tasks="6")) == 6
+    assert h.job_gpus(job(tres_per_node=None, tres_per_job="gres/gpu:6")) == 6
+    assert h.job_gpus(job(tres_per_node="gres:gpu:2", min_nodes=NO_VAL)) == 2  # unset: one node
+    # several forms: the largest is judged, never fewer than Slurm may allocate
+    assert h.job_gpus(job(tres_per_node="gres:gpu:1", tres_per_job="gres:gpu:3")) == 3
+    assert h.job_gpus(job(tres_per_node=None)) is None
+
+
+@pytest.mark.parametrize("limit, hours", [("30", 0.5), ("90", 1.5), (NO_VAL, None), (INFINITE, None),
+                                          ("0", None), (None, None), ("", None)])
+def test_time_limit_minutes_become_hours(limit, hours):
+    assert h.runtime_hours(limit) == hours
+
+
+def test_partition_maps_to_capacity_through_the_team_list():
+    assert h.capacity_for("spot", ["spot"]) == "preemptible"
+    assert h.capacity_for("gpu", ["spot"]) == "stable"
+    assert h.capacity_for("gpu,spot", ["spot"]) == "preemptible"  # may land on spot
+    assert h.capacity_for(None, ["spot"], default_partition="spot") == "preemptible"
+    assert h.capacity_for(None, ["spot"], default_partition="gpu") == "stable"
+    assert h.capacity_for("spot", []) == "stable"
+
+
+# --------------------------------------------------------------------------- the request
+
+def test_job_description_fills_gpus_runtime_team_capacity_and_comment_the_rest():
+    req, time_to_set, notes = h.build_request(job(partition="spot"), preemptible_partitions=["spot"])
+    assert req == {"run_id": "vision-slurm-ok", "kind": "exploratory", "gpu_mem_gb": 40,
+                   "budget_gpu_hours": 4, "estimated_gpu_hours": 0.5, "checkpoint_supported": True,
+                   "expected_interruptions": 0, "data_snapshot": "imagenet-21k-2024", "team": "vision",
+                   "gpus": 2, "max_runtime_hours": 0.5, "capacity": "preemptible"}
+    assert time_to_set is None and notes == []
+
+
+def test_what_slurm_enforces_wins_over_the_comment_and_says_so():
+    req, _, notes = h.build_request(job(comment=comment(gpus=1, team="ads", max_runtime_hours=9)),
+                                    preemptible_partitions=[])
+    assert (req["gpus"], req["team"], req["max_runtime_hours"]) == (2, "vision", 0.5)
+    assert len(notes) == 3 and any("gpus from the job (2)" in n for n in notes)
+
+
+def test_comment_fills_what_the_job_leaves_unset_and_its_runtime_becomes_the_time_limit():
+    j = job(account=None, time_limit=NO_VAL, name="my-run-7",
+            comment=comment(team="ads", max_runtime_hours=1.25, run_id=...))
+    req, time_to_set, _ = h.build_request(j, preemptible_partitions=[])
+    assert (req["team"], req["max_runtime_hours"], req["run_id"]) == ("ads", 1.25, "my-run-7")
+    assert time_to_set == 75
+
+
+def test_missing_fields_are_an_incomplete_request_naming_each_with_its_option():
+    j = job(time_limit=NO_VAL, comment=comment(budget_gpu_hours=..., estimated_gpu_hours=...,
+                                               data_snapshot=...))
+    with pytest.raises(h.IncompleteRequest) as e:
+        h.build_request(j, preemptible_partitions=[])
+    text = str(e.value)
+    for field in ("max_runtime_hours", "budget_gpu_hours", "data_snapshot", "estimated_gpu_hours or pilot"):
+        assert field in text
+    assert "--time=HH:MM:SS" in text
+
+
+@pytest.mark.parametrize("text, words", [
+    (None, "no --comment"), ("", "no --comment"), ("nightly run, ask bob", "not a JSON object"),
+    ("[1, 2]", "not an object"), ('{"kind": "exploratory",', "not a JSON object"),
+])
+def test_a_comment_that_is_not_a_request_is_incomplete(text, words):
+    with pytest.raises(h.IncompleteRequest, match=words):
+        h.build_request(job(comment=text), preemptible_partitions=[])
+
+
+def test_request_file_relative_to_the_work_dir_and_owned_by_the_submitter(tmp_path):
+    f = tmp_path / "req.json"
+    f.write_text(comment(run_id="from-file"))
+    req, _, _ = h.build_request(job(comment="@req.json", work_dir=str(tmp_path)), preemptible_partitions=[])
+    assert req["run_id"] == "from-file"
+    # another user may not make the hook (running as SlurmUser) read a file that is not theirs
+    with pytest.raises(h.IncompleteRequest, match="owned by the submitting user"):
+        h.build_request(job(comment=f"@{f}", uid="4321"), preemptible_partitions=[])
+    if os.geteuid() != 0:
+        return  # giving the file to another user needs root
+    os.chown(f, 4321, -1)
+    req, _, _ = h.build_request(job(comment=f"@{f}", uid="4321"), preemptible_partitions=[])
+    assert req["run_id"] == "from-file"
+    with pytest.raises(h.IncompleteRequest, match="cannot be read"):
+        h.build_request(job(comment="@missing.json", work_dir=str(tmp_path)), preemptible_partitions=[])
+
+
+def test_array_jobs_with_gpus_are_refused_not_judged_once_for_many():
+    with pytest.raises(h.Refusal, match="array jobs"):
+        h.build_request(job(array="0-9"), preemptible_partitions=[])
+
+
+# --------------------------------------------------------------------------- the answer to Slurm
+
+ADMIT = {"state": "admit", "run_id": "vision-slurm-ok", "team": "vision", "reasons": [],
+         "estimate": {"judged_gpu_hours": 0.5}, "reserved_gpu_hours": 0.5}
+DEFER = {"state": "defer", "run_id": "vision-slurm-ok", "team": "vision", "reasons": [
+    {"code": "budget", "message": "median estimate 30 GPU-h exceeds the budget 4 GPU-h",
+     "fix": "fits if budget_gpu_hours ≥ 30"},
+    {"code": "no-recovery", "message": "preemptible capacity and the job cannot checkpoint",
+     "fix": "enable checkpointing"}]}
+
+
+def test_admit_accepts_and_names_the_job_after_the_run():
+    out = h.gate(job(), config(), submit=lambda r: ADMIT, preemptible=[])
+    assert out.code == h.EXIT_ADMIT
+    assert "NAME vision-slurm-ok" in out.lines()
+    assert any(line.startswith("MSG training-gate: admitted run vision-slurm-ok") for line in out.lines())
+
+
+def test_deferral_is_one_line_with_every_reason_code_and_its_fix():
+    out = h.gate(job(), config(), submit=lambda r: DEFER, preemptible=[])
+    assert out.code == h.EXIT_REFUSED
+    (msg,) = [line for line in out.lines() if line.startswith("MSG ")]
+    assert "\n" not in msg
+    assert "deferred run vision-slurm-ok" in msg
+    assert "[budget]" in msg and "fix: fits if budget_gpu_hours ≥ 30" in msg
+    assert "[no-recovery]" in msg and "fix: enable checkpointing" in msg
+
+
+# --------------------------------------------------------------------------- failure policy
+
+def locked(request):
+    raise LedgerLocked("ledger x is locked by another process (waited 1.0 s)")
+
+
+def test_gate_failure_refuses_by_default(tmp_path):
+    out = h.gate(job(), config(tmp_path), submit=locked, preemptible=[])
+    assert out.code == h.EXIT_FAILED_REFUSED
+    assert "could not judge" in out.msg and "LedgerLocked" in out.msg and out.flag is None
+    assert [f["action"] for f in flags(tmp_path)] == ["refused"]
+
+
+def test_accept_and_flag_lets_the_job_through_flagged_and_logged(tmp_path):
+    out = h.gate(job(), config(tmp_path, on_failure="accept-and-flag"), submit=locked, preemptible=[])
+    assert out.code == h.EXIT_FAILED_ACCEPTED
+    assert out.flag.startswith("training-gate: accepted unchecked: LedgerLocked")
+    assert "NAME vision-slurm-ok" in out.lines() and "WARNING" in out.msg
+    (f,) = flags(tmp_path)
+    assert f["action"] == "accepted-and-flagged" and f["run_id"] == "vision-slurm-ok"
+    assert f["job"]["account"] == "vision"
+
+
+@pytest.mark.parametrize("policy, code", [("refuse", 3), ("accept-and-flag", 4)])
+def test_incomplete_request_follows_the_failure_policy(tmp_path, policy, code):
+    out = h.gate(job(comment=None), config(tmp_path, on_failure=policy), submit=locked, preemptible=[])
+    assert out.code == code and "incomplete request" in out.msg
+
+
+def test_a_crash_inside_the_gate_is_a_gate_failure_not_an_open_gate(tmp_path):
+    def crash(request):
+        raise ZeroDivisionError("boom")
+    out = h.gate(job(), config(tmp_path), submit=crash, preemptible=[])
+    assert out.code == h.EXIT_FAILED_REFUSED and "ZeroDivisionError" in out.msg
+
+
+def test_an_unknown_policy_name_refuses(tmp_path):
+    out = h.gate(job(), config(tmp_path, on_failure="accept"), submit=locked, preemptible=[])
+    assert out.code == h.EXIT_FAILED_REFUSED
+    assert flags(tmp_path)[0]["note"] == "unknown TG_ON_GATE_FAILURE 'accept', using refuse"
+
+
+def test_the_gates_own_refusal_does_not_go_through_the_failure_policy(tmp_path):
+    out = h.gate(job(array="1-4"), config(tmp_path, on_failure="accept-and-flag"), submit=locked,
+                 preemptible=[])
+    assert out.code == h.EXIT_REFUSED
+
+
+# --------------------------------------------------------------------------- against a real ledger
+
+def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path):
+    db = make_ledger(tmp_path / "gate.duckdb")
+    out = h.gate(job(), config(tmp_path, db=str(db)))
+    assert out.code == h.EXIT_ADMIT, out.msg
+    (d,) = decisions(db)
+    assert (d["state"], d["origin"], d["request"]["capacity"]) == ("admit", "slurm", "stable")
+    run = run_row(db, "vision-slurm-ok")
+    assert run["reserved_gpu_hours"] > 0 and run["gpus"] == 2
+    # whole seconds like Slurm's times: a job started in the same second is not "before" its reservation
+    assert run["reserved_from"].microsecond == 0
+
+
+def test_real_ledger_reads_preemptible_partitions_of_the_team(tmp_path):
+    db = make_ledger(tmp_path / "gate.duckdb")
+    out = h.gate(job(partition="spot", comment=comment(checkpoint_supported=False)),
+                 config(tmp_path, db=str(db)))
+    assert out.code == h.EXIT_REFUSED and "[no-recovery]" in out.msg
+    (d,) = decisions(db)
+    assert (d["state"], d["reason_codes"], d["request"]["capacity"]) == ("defer", ["no-recovery"], "preemptible")
+    assert run_row(db, "vision-slurm-ok") is None
+
+
+def test_an_unreadable_ledger_is_a_gate_failure(tmp_path):
+    bad = tmp_path / "not-a-ledger.duckdb"
+    bad.write_bytes(b"this is not a DuckDB file" * 100)
+    out = h.gate(job(), config(tmp_path, db=str(bad)))
+    assert out.code == h.EXIT_FAILED_REFUSED
+    out = h.gate(job(), config(tmp_path, db=str(bad), on_failure="accept-and-flag"))
+    assert out.code == h.EXIT_FAILED_ACCEPTED
+
+
+# --------------------------------------------------------------------------- the command Lua runs
+
+def _run_hook(env_extra, *args):
+    env = {**os.environ, "PYTHONPATH": str(REPO), **env_extra}
+    return subprocess.run([sys.executable, "-S", str(REPO / "lib" / "slurm_hook.py"), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def _argv(j: dict) -> list[str]:
+    out = []
+    for k, v in j.items():
+        out += ["--" + k.replace("_", "-"), "" if v is None else str(v)]
+    return out
+
+
+@pytest.mark.slow
+def test_command_line_cold_and_through_the_warm_server_give_the_same_answer(tmp_path):
+    db = make_ledger(tmp_path / "gate.duckdb")
+    env = {"GATE_DB": str(db), "TG_FLAG_LOG": str(tmp_path / "flags.jsonl")}
+    cold = _run_hook(env, *_argv(job(comment=comment(run_id="cold-1"))))
+    assert cold.returncode == 0, cold.stderr
+    assert "NAME cold-1" in cold.stdout.splitlines()
+    sock_dir = tempfile.mkdtemp(prefix="tg-hook-")  # AF_UNIX paths are short: not under tmp_path
+    sock = os.path.join(sock_dir, "gate.sock")
+    server = subprocess.Popen([sys.executable, "-m", "lib.slurm_hook", "serve", "--socket", sock],
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(sock):
+            assert server.poll() is None and time.monotonic() < deadline, "gate server did not start"
+            time.sleep(0.05)
+        warm = _run_hook({**env, "TG_GATE_SOCKET": sock}, *_argv(job(comment=comment(run_id="warm-1"))))
+        assert warm.returncode == 0, warm.stderr
+        assert "NAME warm-1" in warm.stdout.splitlines()
+        over = _run_hook({**env, "TG_GATE_SOCKET": sock},
+                         *_argv(job(comment=comment(run_id="warm-2", estimated_gpu_hours=40))))
+        assert over.returncode == 1 and "[budget]" in over.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert [d["origin"] for d in decisions(db)] == ["slurm", "slurm", "slurm"]
+    # no server listening on the socket path: the hook decides in-process
+    try:
+        gone = _run_hook({**env, "TG_GATE_SOCKET": sock}, *_argv(job(comment=comment(run_id="cold-2"))))
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+
+
+def test_the_wire_format_to_the_warm_server_keeps_any_text_and_drops_unset_fields():
+    j = job(comment='{"note": "a \'quoted\' | pipe\\nnewline ünïcode $(rm -rf /)"}', partition=None)
+    c = config(db="/tmp/some ledger.duckdb", timeout_s=2.5)
+    fields, conf = h.decode_request(h.encode_request(j, c))
+    assert fields == {k: v for k, v in j.items() if v is not None}
+    assert conf["db"] == "/tmp/some ledger.duckdb" and conf["timeout_s"] == 2.5
+    assert "flag_log" not in conf  # None is not sent
