@@ -137,13 +137,6 @@ def calibration(con, team: str, kind: str, now: datetime, *,
     return calibrate_scopes(scoped())
 
 
-def _to_datetime(t) -> datetime:
-    if isinstance(t, datetime):
-        return t
-    # numpy datetime64 -> python datetime (microsecond precision)
-    return datetime(1970, 1, 1) + timedelta(microseconds=int(t.astype("datetime64[us]").astype("int64")))
-
-
 # ---------------------------------------------------------------------------------------- deciding
 
 def _reject(request, field: str, message: str, fix: str, now: datetime) -> dict:
@@ -322,7 +315,9 @@ def _record(con, request, decision: dict, origin: str, now: datetime) -> None:
         "estimate_source": est.get("source"), **items,
         "budget_gpu_hours": _num(req.get("budget_gpu_hours")),
         "max_runtime_hours": _num(req.get("max_runtime_hours")),
-        "reserved_from": now, "reserved_until": reserved_until,
+        # whole seconds: schedulers report start times in whole seconds, and a job started in the
+        # second it was admitted must not look as if it started before its reservation
+        "reserved_from": now.replace(microsecond=0), "reserved_until": reserved_until,
         "reserved_gpu_hours": _num(decision.get("reserved_gpu_hours")),
         "holdout_allowance": int(req.get("holdout_allowance") or 0),
         "source": "submit", "updated_at": now,
