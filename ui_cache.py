@@ -10,6 +10,7 @@ No DuckDB handle is ever cached: every query function opens, reads and closes.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import inspect
 import os
@@ -49,6 +50,19 @@ def data_version(path: str | None = None) -> tuple:
 def now_minute() -> dt.datetime:
     """Now (UTC, naive) to the minute: part of cache keys, so results refresh at least each minute."""
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+
+
+@contextlib.contextmanager
+def ledger_errors(retry: str = "Try again in a moment."):
+    """Turn a locked or unreadable ledger into a message on the page (and stop the page there)."""
+    try:
+        yield
+    except LedgerLocked as exc:
+        st.error(f"The ledger is busy: {exc}. {retry}")
+        st.stop()
+    except LedgerError as exc:
+        st.error(f"The ledger cannot be read: {exc}")
+        st.stop()
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
@@ -91,14 +105,8 @@ class PageData:
         self.now = now_minute()
         if hourly:  # for results that move slowly with time (the calibration's 365-day window)
             self.now = self.now.replace(minute=0)
-        try:
+        with ledger_errors("Reload the page in a moment."):
             self.data = _page_data(name, self.path, self.version, filters, self.now)
-        except LedgerLocked as exc:
-            st.error(f"The ledger is busy: {exc}. Reload the page in a moment.")
-            st.stop()
-        except LedgerError as exc:
-            st.error(f"The ledger cannot be read: {exc}")
-            st.stop()
 
     def __getitem__(self, key):
         return self.data[key]

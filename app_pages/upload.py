@@ -12,7 +12,7 @@ import streamlit as st
 
 import ui_cache as ui
 from lib.importer import import_runs
-from lib.ledger import LedgerError, LedgerLocked
+from lib.ledger import LedgerLocked
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 
@@ -44,14 +44,8 @@ st.text(f"File: {upload.name} · {len(data):,} bytes · read as {fmt}")
 check = st.session_state.get("upload_check")
 if not check or check["key"] != key:
     with st.spinner("Checking the file (nothing is written)…"):
-        try:
+        with ui.ledger_errors():
             report = import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams, dry_run=True)
-        except LedgerLocked as exc:
-            st.error(f"The ledger is busy: {exc}. Try again in a moment.")
-            st.stop()
-        except LedgerError as exc:
-            st.error(f"The ledger cannot be read: {exc}")
-            st.stop()
     check = {"key": key, "report": report}
     st.session_state["upload_check"] = check
 report = check["report"]

@@ -9,7 +9,6 @@ import streamlit as st
 
 import ui_cache as ui
 from lib import figures, whatif
-from lib.ledger import LedgerError, LedgerLocked
 from lib.store import check_request
 
 st.title("What-if")
@@ -78,14 +77,8 @@ values = {k[3:]: v for k, v in st.session_state.items() if isinstance(k, str) an
 request = whatif.build_request(values)
 
 if submitted:
-    try:
+    with ui.ledger_errors():
         decision = check_request(request, db=ui.db_path())
-    except LedgerLocked as exc:
-        st.error(f"The ledger is busy: {exc}. Try again in a moment.")
-        st.stop()
-    except LedgerError as exc:
-        st.error(f"The ledger cannot be read: {exc}")
-        st.stop()
     st.session_state["whatif_result"] = {"request": request, "decision": decision}
 
 result = st.session_state.get("whatif_result")
