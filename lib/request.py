@@ -46,8 +46,11 @@ def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=Non
                 and value <= hi and value < lt and value < _INF and (not integral or value == int(value)):
             return None
         return _number_problem(value, minimum, strict, integral, maximum, below)
-    check.fast = (f"(type(v) is int or type(v) is float) and v {'>' if strict else '>='} {minimum!r}"
-                  f" and v <= {hi!r} and v < {lt!r} and v < _INF" + (" and v == int(v)" if integral else ""))
+    # 1e309 is the float literal inf, folded into a constant (no name lookup); NaN fails the minimum
+    check.fast = (f"(type(v) is float or type(v) is int) and v {'>' if strict else '>='} {minimum!r}"
+                  + (f" and v <= {maximum!r}" if maximum is not None else "")
+                  + (f" and v < {below!r}" if below is not None else "")
+                  + " and v < 1e309" + (" and v == int(v)" if integral else ""))
     return check
 
 
