@@ -20,6 +20,7 @@ PAGES = [
     st.Page("app_pages/idle_capacity.py", title="Idle reserved capacity", icon=":material/hourglass_empty:"),
     st.Page("app_pages/estimate_accuracy.py", title="Estimate accuracy", icon=":material/target:"),
     st.Page("app_pages/what_if.py", title="What-if", icon=":material/science:"),
+    st.Page("app_pages/recovery_planner.py", title="Recovery planner", icon=":material/restart_alt:"),
     st.Page("app_pages/upload.py", title="Upload", icon=":material/upload_file:"),
     st.Page("app_pages/stops_promotion.py", title="Stops and promotion", icon=":material/block:"),
 ]

@@ -485,3 +485,91 @@ def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     return {"by_reason": by_reason, "limit_stopped": limit_stopped, "limit_count": int(limit_counts.get("runs") or 0),
             "over_reads": over_reads, "over_read_count": int(over_read_count.get("runs") or 0),
             "promotion": promo, "candidate_count": int(candidate_count.get("runs") or 0)}
+
+
+# ---------------------------------------------------------------------------- recovery planner
+
+ALL_TEAMS = "(all teams)"     # the team label of the rows pooled over every shown team
+MIN_LIFETIME_SAMPLES = 30     # fewer empirical lifetimes than this: simulate exponential lifetimes
+MAX_LIFETIME_SAMPLES = 5000   # empirical lifetimes returned per team x capacity at most (a fixed sample)
+RESTART_DEFAULT_MINUTES = ((8, 5.0), (64, 10.0))   # (up to GPUs, minutes); larger jobs: 15 minutes
+RESTART_DEFAULT_LARGE_MINUTES = 15.0
+
+
+def default_restart_h(gpus) -> float:
+    """Restart time (hours) to assume when the ledger records none (domain notes §2: 2-5 min for a
+    small job, 10-15 min for a large one; MegaScale: ~15 min at >10k GPUs). The upper end of each
+    range: 5 min up to 8 GPUs (one node), 10 min up to 64, 15 min above."""
+    g = 1 if gpus is None or pd.isna(gpus) else float(gpus)
+    for up_to, minutes in RESTART_DEFAULT_MINUTES:
+        if g <= up_to:
+            return minutes / 60.0
+    return RESTART_DEFAULT_LARGE_MINUTES / 60.0
+
+
+def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """The Recovery planner's ledger inputs: interruption rate, restart time and lifetimes per team x
+    capacity type (and pooled over teams per capacity type, team = ALL_TEAMS).
+
+    Rows: finished runs of the period (ended_at in the dates; team, kind and capacity filters apply)
+    with actual_gpu_hours > 0, gpus > 0 and a recorded interruption count. Per row, hours:
+    - run_hours = sum(actual_gpu_hours / gpus): wall-clock exposure (restart and lost time included);
+    - mtbf_h = run_hours / interruptions (the rate estimate of exponential lifetimes; NULL without
+      interruptions: none observed);
+    - restart_h = median over runs with restarts > 0 and act_retry_gpu_hours of
+      act_retry_gpu_hours / (restarts x gpus) (the ledger has no restart-duration column: retry
+      GPU-hours per relaunch per accelerator), restart_source 'ledger'; without such runs
+      default_restart_h(median GPUs), restart_source 'default';
+    - lifetime_samples: how many empirical lifetimes `lifetimes` holds for the row;
+      enough_lifetimes = lifetime_samples >= MIN_LIFETIME_SAMPLES.
+    Empirical lifetimes (approximation, the ledger keeps counts, not interruption times): a run of h
+    wall hours with n >= 1 interruptions is cut into n + 1 equal gaps of h / (n + 1); the n gaps that
+    ended in an interruption are samples, the last (ended by the run's end) is censored and dropped,
+    and runs never interrupted give none. The sample therefore leans short (pessimistic) against
+    mtbf_h, which counts uninterrupted exposure too. At most MAX_LIFETIME_SAMPLES per row (a fixed
+    sample).
+    Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
+    interruptions, mtbf_h, median_gpus, restart_runs, restart_h, restart_source, lifetime_samples,
+    enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
+    """
+    where, p = f.where("r")
+    p.update(_period(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS)
+    with _reader(db) as con:
+        sql = f"""CREATE TEMP TABLE fin AS
+          SELECT r.run_id, r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
+                 r.interruptions, r.restarts, r.act_retry_gpu_hours
+          FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
+            AND r.actual_gpu_hours > 0 AND r.gpus > 0 AND r.interruptions IS NOT NULL"""
+        con.execute(sql, _used(sql, p))
+        rates = _q(con, """
+          SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
+                 count(*) AS runs, count(*) FILTER (WHERE interruptions > 0) AS interrupted_runs,
+                 sum(run_hours) AS run_hours, sum(actual_gpu_hours) AS gpu_hours,
+                 sum(interruptions)::BIGINT AS interruptions,
+                 CASE WHEN sum(interruptions) > 0 THEN sum(run_hours) / sum(interruptions) END AS mtbf_h,
+                 median(gpus)::DOUBLE AS median_gpus,
+                 count(*) FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_runs,
+                 median(act_retry_gpu_hours / (restarts * gpus))
+                   FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_h,
+                 least(coalesce(sum(interruptions) FILTER (WHERE interruptions > 0), 0), $cap)::BIGINT
+                   AS lifetime_samples
+          FROM fin GROUP BY GROUPING SETS ((team, capacity), (capacity))
+          ORDER BY grouping(team) DESC, team, capacity""", p)
+        lifetimes = _q(con, """
+          WITH gaps AS (SELECT run_id, team, capacity, run_hours / (interruptions + 1) AS lifetime_h,
+                               unnest(range(interruptions)) AS k
+                        FROM fin WHERE interruptions > 0),
+          per_team AS (SELECT team, capacity, lifetime_h FROM gaps
+                       QUALIFY row_number() OVER (PARTITION BY team, capacity ORDER BY hash(run_id, k), run_id, k) <= $cap),
+          pooled AS (SELECT $all AS team, capacity, lifetime_h FROM gaps
+                     QUALIFY row_number() OVER (PARTITION BY capacity ORDER BY hash(run_id, k), run_id, k) <= $cap)
+          SELECT * FROM pooled UNION ALL SELECT * FROM per_team""", p)
+        con.execute("DROP TABLE fin")
+    rates["restart_source"] = pd.Series(["ledger" if pd.notna(v) else "default" for v in rates["restart_h"]],
+                                        index=rates.index, dtype="object")
+    rates["restart_h"] = [v if pd.notna(v) else default_restart_h(g)
+                          for v, g in zip(rates["restart_h"], rates["median_gpus"])]
+    rates["restart_h"] = rates["restart_h"].astype("float64")
+    rates["mtbf_h"] = rates["mtbf_h"].astype("float64")
+    rates["enough_lifetimes"] = (rates["lifetime_samples"] >= MIN_LIFETIME_SAMPLES).astype("bool")
+    return {"rates": rates, "lifetimes": lifetimes}

@@ -176,3 +176,16 @@ def test_python_m_lib_submit_succeeds_while_the_app_serves_pages(page, served):
         assert r.returncode in (0, 1), f"exit {r.returncode}: {r.stderr}"
         assert json.loads(r.stdout)["state"] in ("admit", "defer")
     no_exception(page)
+
+
+def test_the_recovery_planner_draws_its_charts_and_a_decision(page):
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Recovery planner").first.click()
+    page.get_by_role("heading", name="Recovery planner").first.wait_for()
+    page.wait_for_selector(IDLE)
+    charts = page.locator('[data-testid="stPlotlyChart"]')
+    charts.nth(2).wait_for()          # interval curve, completion time, the choices
+    assert charts.count() >= 3
+    page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+    page.locator('[data-testid="stMetric"]', has_text="P(budget breach)").first.wait_for()
+    page.get_by_text("Decision:").first.wait_for()
+    no_exception(page)

@@ -1,0 +1,338 @@
+"""Recovery planner: checkpoint interval, completion-time risk, preemptible vs stable capacity, and
+what the gate decides when a run is preempted or breaches its budget.
+
+The interruption rate and restart time come from the ledger (lib.queries.recovery_inputs, per team x
+capacity type); everything else is lib.preemption (closed forms), lib.simulate (Monte Carlo) and
+lib.recovery (the decision). Inputs live in session state, so they survive reruns and page switches.
+"""
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import ui_cache as ui
+from lib import figures
+from lib.preemption import best_segment_count, compare_capacity, expected_time, optimal_interval
+from lib.queries import ALL_TEAMS, MIN_LIFETIME_SAMPLES
+from lib.recovery import scenario_outcomes
+from lib.simulate import simulate
+
+SIM_RUNS = [2_000, 5_000, 20_000]
+SCENARIO_RUNS = 5_000
+GRID_POINTS = 60
+EVENTS = {"preemption": "is preempted", "budget-breach": "breaches its budget"}
+DEFAULTS = {
+    "rp_work_h": 24.0, "rp_gpus": 8, "rp_checkpoint_min": 5.0, "rp_interval_h": 1.0, "rp_mtbf_h": 6.0,
+    "rp_restart_min": 10.0, "rp_downtime_min": 0.0, "rp_budget_gpu_hours": 240.0, "rp_deadline_h": 0.0,
+    "rp_price_ratio": 0.35, "rp_lifetimes": "exponential", "rp_runs": 20_000,
+    "rp_event": "preemption", "rp_sc_budget": 400.0, "rp_sc_spent": 150.0, "rp_sc_total_work": 300.0,
+    "rp_sc_progress": 0.5, "rp_sc_checkpoint": "ckpt/step-4500", "rp_sc_ckpt_progress": 0.45,
+    "rp_sc_increase": 0.0, "rp_sc_restarts": 0, "rp_sc_max_restarts": 5,
+}
+
+
+# ----------------------------------------------------------------------------- session state
+# Widget values vanish when another page runs; a plain copy ("rp_saved") brings them back.
+saved = st.session_state.setdefault("rp_saved", {})
+for key, default in DEFAULTS.items():
+    if key not in st.session_state:
+        st.session_state[key] = saved.get(key, default)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _simulate(work_h, interval_h, checkpoint_h, restart_h, gpus, mtbf_h, lifetimes, downtime_h, runs,
+              budget_gpu_hours, wall_limit_h):
+    src = {"lifetimes_h": list(lifetimes)} if lifetimes else {"mtbf_h": mtbf_h}
+    out = simulate(work_h, interval_h, checkpoint_h, restart_h, gpus, downtime_h=downtime_h, runs=runs, seed=0,
+                   budget_gpu_hours=budget_gpu_hours, wall_limit_h=wall_limit_h, return_samples=True, **src)
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _scenario(situation_items: tuple, runs: int):
+    situation = dict(situation_items)
+    if situation.get("lifetimes_h") is not None:
+        situation["lifetimes_h"] = list(situation["lifetimes_h"])
+    return scenario_outcomes(situation, runs=runs, seed=0)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _figure(builder: str, *args, **kwargs):
+    # plotly figures cost 0.1-0.2 s each to build: kept as objects (never mutated) for reruns
+    return getattr(figures, builder)(*args, **kwargs)
+
+
+def interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h):
+    """Expected time over a log grid of intervals around the optimum, and the three optima."""
+    optima = []
+    for method in ("young", "daly", "exact"):
+        tau = optimal_interval(checkpoint_h, mtbf_h, method)
+        optima.append({"method": method, "interval_h": tau, "expected_hours": _expected(work_h, tau, checkpoint_h,
+                                                                                         restart_h, mtbf_h,
+                                                                                         downtime_h)})
+    n_best = best_segment_count(work_h, checkpoint_h, restart_h, mtbf_h, max_segments=10_000)
+    tau = work_h / n_best
+    optima.append({"method": f"best whole segments ({n_best})", "interval_h": tau,
+                   "expected_hours": _expected(work_h, tau, checkpoint_h, restart_h, mtbf_h, downtime_h)})
+    finite = [o["interval_h"] for o in optima[:3] if 0 < o["interval_h"] < math.inf]
+    centre = finite[-1] if finite else work_h / 10
+    hi = min(centre * 8, work_h)
+    lo = max(centre / 8, work_h / 2000)
+    if lo >= hi:
+        lo = hi / 20
+    grid = np.unique(np.concatenate([np.geomspace(lo, hi, GRID_POINTS), [x for x in finite if x <= work_h]]))
+    rows = []
+    for tau in grid:
+        e = _expected_full(work_h, float(tau), checkpoint_h, restart_h, mtbf_h, downtime_h)
+        rows.append({"interval_h": float(tau), "expected_hours": e["expected_hours"] if e else np.nan,
+                     "expected_cost_gpu_hours": gpus * e["expected_billed_hours"] if e else np.nan})
+    return pd.DataFrame(rows), pd.DataFrame(optima)
+
+
+def _expected_full(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h):
+    try:
+        return expected_time(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _expected(*args):
+    e = _expected_full(*args)
+    return e["expected_hours"] if e else math.nan
+
+
+def _hours(x: float) -> str:
+    return f"{x:,.2f} h" if abs(x) < 1e6 else f"{x:.3g} h"
+
+
+def save_inputs():
+    st.session_state["rp_saved"] = {k: st.session_state[k] for k in DEFAULTS if k in st.session_state}
+
+
+# ----------------------------------------------------------------------------- ledger inputs
+f = ui.filters()
+data = ui.PageData("recovery_inputs", f)
+rates, lifetimes = data["rates"], data["lifetimes"]
+
+st.title("Recovery planner")
+ui.caption(f.describe())
+st.caption("How often to checkpoint, how likely a job is to overrun its budget, whether preemptible capacity "
+           "pays, and what the gate does when a run is preempted or breaches its budget. Hours are wall clock; "
+           "GPU-hours are billed accelerator-hours.")
+
+st.subheader("Interruptions and restarts in the ledger")
+source = None
+if rates.empty:
+    st.info("No finished runs with an interruption count in this period — widen the dates or upload history. "
+            "The planner below runs on the values you type.")
+else:
+    teams = [ALL_TEAMS] + sorted(t for t in rates["team"].unique() if t != ALL_TEAMS)
+    c = st.columns([2, 2, 3])
+    team = c[0].selectbox("Prefill from team", teams, key="rp_src_team")
+    caps = sorted(rates.loc[rates["team"] == team, "capacity"].unique()) or ["preemptible"]
+    if st.session_state.get("rp_src_capacity") not in caps:
+        st.session_state["rp_src_capacity"] = "preemptible" if "preemptible" in caps else caps[0]
+    capacity = c[1].radio("Capacity type", caps, key="rp_src_capacity", horizontal=True)
+    row = rates[(rates["team"] == team) & (rates["capacity"] == capacity)]
+    source = row.iloc[0].to_dict() if len(row) else None
+    token = (team, capacity, data.version)
+    if source is not None and st.session_state.get("rp_prefilled") != token:
+        if pd.notna(source["mtbf_h"]):
+            st.session_state["rp_mtbf_h"] = float(source["mtbf_h"])
+        st.session_state["rp_restart_min"] = float(source["restart_h"]) * 60.0
+        st.session_state["rp_prefilled"] = token
+    if source is not None:
+        mtbf_text = (f"MTBF {source['mtbf_h']:.3g} h ({source['run_hours']:,.0f} run-hours / "
+                     f"{source['interruptions']:,} interruptions)" if pd.notna(source["mtbf_h"]) else
+                     f"no interruption in {source['run_hours']:,.0f} run-hours: MTBF left as typed")
+        c[2].caption(f"{int(source['runs']):,} finished runs · {mtbf_text} · restart "
+                     f"{source['restart_h'] * 60:.1f} min ({source['restart_source']}"
+                     f"{', median over %d runs' % source['restart_runs'] if source['restart_source'] == 'ledger' else ''})"
+                     f" · {int(source['lifetime_samples']):,} empirical lifetimes")
+    with st.expander("Per team and capacity type"):
+        ui.table(rates, "recovery_rates", "dl_rp_rates", empty="No finished runs in this period.",
+                 caption="mtbf_h = run_hours / interruptions; restart_h = median retry GPU-hours per relaunch per "
+                         "GPU, or a default by job size when none is recorded; empirical lifetimes: each "
+                         "interrupted run's hours cut into equal gaps (a pessimistic approximation).")
+
+# ----------------------------------------------------------------------------- the job
+st.subheader("The job")
+with st.form("rp_job"):
+    c = st.columns(4)
+    c[0].number_input("Useful work (hours on these GPUs)", min_value=0.1, key="rp_work_h")
+    c[1].number_input("Accelerators (GPUs)", min_value=1, step=1, key="rp_gpus")
+    c[2].number_input("Checkpoint write (minutes)", min_value=0.0, key="rp_checkpoint_min")
+    c[3].number_input("Checkpoint every (hours of work)", min_value=0.01, key="rp_interval_h")
+    c = st.columns(4)
+    c[0].number_input("MTBF of the job (hours)", min_value=0.01, format="%.3f", key="rp_mtbf_h")
+    c[1].number_input("Restart (minutes)", min_value=0.0, format="%.2f", key="rp_restart_min")
+    c[2].number_input("Waiting for capacity per interruption (minutes, not billed)", min_value=0.0,
+                      key="rp_downtime_min")
+    c[3].number_input("Budget (GPU-hours)", min_value=0.0, key="rp_budget_gpu_hours")
+    c = st.columns(4)
+    c[0].number_input("Deadline (hours from start; 0: none)", min_value=0.0, key="rp_deadline_h")
+    c[1].number_input("Price ratio (preemptible / stable)", min_value=0.0, max_value=10.0, key="rp_price_ratio")
+    c[2].radio("Lifetimes", ["exponential", "empirical"], key="rp_lifetimes", horizontal=True,
+               format_func={"exponential": "exponential (MTBF)", "empirical": "empirical (ledger)"}.get)
+    c[3].selectbox("Simulated runs", SIM_RUNS, key="rp_runs", format_func=lambda n: f"{n:,}")
+    st.form_submit_button("Plan", type="primary")
+
+ss = st.session_state
+work_h, gpus = float(ss["rp_work_h"]), int(ss["rp_gpus"])
+checkpoint_h, interval_h = ss["rp_checkpoint_min"] / 60.0, float(ss["rp_interval_h"])
+mtbf_h, restart_h, downtime_h = float(ss["rp_mtbf_h"]), ss["rp_restart_min"] / 60.0, ss["rp_downtime_min"] / 60.0
+budget = float(ss["rp_budget_gpu_hours"])
+deadline = float(ss["rp_deadline_h"]) or None
+sample = ()
+if ss["rp_lifetimes"] == "empirical":
+    if source is not None and bool(source["enough_lifetimes"]):
+        sel = lifetimes[(lifetimes["team"] == source["team"]) & (lifetimes["capacity"] == source["capacity"])]
+        sample = tuple(float(v) for v in sel["lifetime_h"])
+        ui.caption(f"Empirical lifetimes: {len(sample):,} from {source['team']} · {source['capacity']} "
+                   f"(mean {np.mean(sample):.3g} h against the MTBF {mtbf_h:.3g} h typed above).")
+    else:
+        st.warning(f"Fewer than {MIN_LIFETIME_SAMPLES} empirical lifetimes for this selection: simulating "
+                   "exponential lifetimes from the MTBF instead.")
+save_inputs()
+
+# ----------------------------------------------------------------------------- interval
+st.subheader("Checkpoint interval")
+try:
+    curve, optima = interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h)
+except (ValueError, OverflowError) as exc:
+    st.error(f"Cannot compute the expected time for these inputs: {exc}")
+    st.stop()
+now_e = _expected_full(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
+ui.chart(_figure("checkpoint_interval_curve", curve, optima, interval_h,
+                 now_e["failure_free_hours"] if now_e else None))
+st.caption("Young and Daly are approximations; exact is the Lambert-W minimiser of the per-hour cost. With a "
+           "finite amount of work the best whole number of equal segments (W / n) can do slightly better.")
+c = st.columns(4)
+for col, o in zip(c, optima.iloc[:3].itertuples(index=False)):
+    col.metric(f"{o.method.capitalize()} interval", f"{o.interval_h * 60:,.1f} min",
+               help=f"expected completion {o.expected_hours:.4g} h")
+c[3].metric("Chosen interval: expected completion", _hours(now_e["expected_hours"]) if now_e else "—",
+            help="lib.preemption.expected_time at the chosen interval")
+
+# ----------------------------------------------------------------------------- distribution
+st.subheader("Completion time and budget risk")
+try:
+    sim = _simulate(work_h, interval_h, checkpoint_h, restart_h, gpus, mtbf_h, sample, downtime_h, int(ss["rp_runs"]),
+                    budget, deadline)
+except (ValueError, OverflowError) as exc:
+    st.error(f"Cannot simulate these inputs: {exc}")
+    sim = None
+if sim:
+    c = st.columns(4)
+    c[0].metric("P(budget breach)", f"{sim['p_budget_breach']:.1%}",
+                help="share of simulated runs whose billed GPU-hours exceed the budget")
+    c[1].metric("Completion P50 / P90 (h)",
+                f"{sim['completion_hours']['p50']:.3g} / {sim['completion_hours']['p90']:.3g}")
+    c[2].metric("Billed GPU-hours (mean)", f"{sim['billed_gpu_hours']['mean']:,.1f}")
+    c[3].metric("P(miss deadline)", "—" if sim["p_wall_breach"] is None else f"{sim['p_wall_breach']:.1%}")
+    ui.chart(_figure(
+        "completion_histogram", sim["samples"]["completion_hours"], budget_hours=budget / gpus,
+        budget_label=f"{budget:,.0f} GPU-h ÷ {gpus} GPUs", p_breach=sim["p_budget_breach"], wall_limit_h=deadline))
+    st.caption("The budget line is the budget in wall-clock hours on these GPUs; waiting for capacity is not billed, "
+               "so with a downtime the breach share counts billed GPU-hours, not the line.")
+
+# ----------------------------------------------------------------------------- capacity
+st.subheader("Preemptible or stable capacity")
+try:
+    cmp = compare_capacity(work_h, gpus, float(ss["rp_price_ratio"]), interval_h, checkpoint_h, restart_h, mtbf_h,
+                           downtime_h, deadline)
+except (ValueError, OverflowError) as exc:
+    st.error(f"Cannot compare capacity for these inputs: {exc}")
+    cmp = None
+if cmp:
+    pre = cmp["preemptible"]
+    table = pd.DataFrame([
+        {"quantity": "expected completion (hours)", "stable": cmp["stable_hours"],
+         "preemptible": cmp["preemptible_hours"]},
+        {"quantity": "billed GPU-hours", "stable": cmp["stable_cost_gpu_hours"],
+         "preemptible": cmp["preemptible_billed_gpu_hours"]},
+        {"quantity": "cost (stable-price GPU-hours)", "stable": cmp["stable_cost_gpu_hours"],
+         "preemptible": cmp["preemptible_cost_gpu_hours"]},
+        {"quantity": "expected interruptions", "stable": 0.0, "preemptible": pre["expected_interruptions"]},
+        {"quantity": "expected lost work (GPU-hours)", "stable": 0.0,
+         "preemptible": cmp["expected_lost_work_gpu_hours"]},
+        {"quantity": "expected restarts (GPU-hours)", "stable": 0.0, "preemptible": cmp["expected_restart_gpu_hours"]},
+    ])
+    c = st.columns(4)
+    c[0].metric("Recommendation", cmp["recommendation"])
+    c[1].metric("Break-even price ratio", f"{cmp['break_even_ratio']:.3f}")
+    c[2].metric("Saving (stable-price GPU-h)", f"{cmp['saving_gpu_hours']:,.1f}")
+    c[3].metric("Expected delay (h)", f"{cmp['expected_delay_hours']:.2f}")
+    ui.table(table.round({"stable": 3, "preemptible": 3}), "preemptible_vs_stable", "dl_rp_capacity", empty="Nothing to compare.",
+             caption="Stable capacity is taken as never interrupted; the same checkpoint interval on both.")
+    if cmp["deadline"]:
+        d = cmp["deadline"]
+        (st.success if d["preemptible_admissible"] else st.warning)(
+            f"Deadline {d['deadline_h']:.3g} h: preemptible is {'admissible' if d['preemptible_admissible'] else 'not admissible'}"
+            f" (fallback slack {d['fallback_slack_h']:.3g} h); switch to stable when {d['switch_to_stable_when']}.")
+
+# ----------------------------------------------------------------------------- scenario
+st.subheader("Scenario: a run is preempted or breaches its budget")
+with st.form("rp_scenario"):
+    st.radio("Event", list(EVENTS), key="rp_event", horizontal=True,
+             format_func=lambda e: f"the run {EVENTS[e]}")
+    c = st.columns(4)
+    c[0].number_input("Run budget (GPU-hours)", min_value=0.0, key="rp_sc_budget")
+    c[1].number_input("Spent so far (GPU-hours)", min_value=0.0, key="rp_sc_spent")
+    c[2].number_input("Total work (GPU-hours, failure-free)", min_value=0.0, key="rp_sc_total_work")
+    c[3].number_input("Approved budget increase (GPU-hours)", min_value=0.0, key="rp_sc_increase")
+    c = st.columns(5)
+    c[0].number_input("Progress at the event (0–1)", min_value=0.0, max_value=1.0, key="rp_sc_progress")
+    c[1].text_input("Last valid checkpoint (empty: none)", key="rp_sc_checkpoint")
+    c[2].number_input("Progress in that checkpoint (0–1)", min_value=0.0, max_value=1.0, key="rp_sc_ckpt_progress")
+    c[3].number_input("Relaunches so far", min_value=0, step=1, key="rp_sc_restarts")
+    c[4].number_input("Relaunch limit", min_value=0, step=1, key="rp_sc_max_restarts")
+    st.form_submit_button("Decide", type="primary")
+save_inputs()
+
+situation = {
+    "event": ss["rp_event"], "budget_gpu_hours": float(ss["rp_sc_budget"]), "spent_gpu_hours": float(ss["rp_sc_spent"]),
+    "gpus": gpus, "total_work_gpu_hours": float(ss["rp_sc_total_work"]),
+    "progress_fraction": float(ss["rp_sc_progress"]), "last_valid_checkpoint": ss["rp_sc_checkpoint"].strip() or None,
+    "checkpoint_progress_fraction": float(ss["rp_sc_ckpt_progress"]), "restart_h": restart_h,
+    "downtime_h": downtime_h, "mtbf_h": mtbf_h, "checkpoint_interval_h": interval_h, "checkpoint_h": checkpoint_h,
+    "restarts_so_far": int(ss["rp_sc_restarts"]), "max_restarts": int(ss["rp_sc_max_restarts"]),
+    "approved_budget_increase_gpu_hours": float(ss["rp_sc_increase"]),
+    "lifetimes_h": sample or None, "wall_limit_h": deadline,
+}
+try:
+    outcome = _scenario(tuple(sorted(situation.items())), SCENARIO_RUNS)
+except (ValueError, OverflowError) as exc:
+    st.error(f"Cannot decide for these inputs: {exc}")
+    st.stop()
+decision = outcome["decision"]
+show = {"resume": st.success, "restart": st.warning}.get(decision["action"], st.error)
+show(f"Decision: {decision['action'].upper()} ({decision['code']})")
+ui.caption(decision["message"])
+for b in decision["blocking"][1:]:
+    ui.caption(f"Also: {b['message']}")
+
+rows = []
+for name, opt in decision["options"].items():
+    sim_o = outcome["options"].get(name)
+    ch = (sim_o or {}).get("completion_hours") or {}
+    rows.append({
+        "option": name, "available": bool(opt["available"]), "fits_budget": opt["fits_budget"],
+        "expected_extra_gpu_hours": opt["expected_extra_gpu_hours"],
+        "expected_total_gpu_hours": opt["expected_total_gpu_hours"],
+        "simulated_extra_gpu_hours_mean": (sim_o or {}).get("billed_gpu_hours", {}).get("mean"),
+        "mean": ch.get("mean"), "p50": ch.get("p50"), "p90": ch.get("p90"), "p99": ch.get("p99"),
+        "p_budget_breach": (sim_o or {}).get("p_budget_breach"), "note": opt.get("note", ""),
+    })
+options = pd.DataFrame(rows)
+for col in ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simulated_extra_gpu_hours_mean", "mean", "p50",
+            "p90", "p99", "p_budget_breach"):
+    options[col] = pd.to_numeric(options[col], errors="coerce").astype("float64")
+ui.chart(_figure("scenario_options", options[options["option"] != "end"]))
+ui.table(options.round(3).rename(columns={"mean": "completion_mean_h", "p50": "completion_p50_h", "p90": "completion_p90_h",
+                                 "p99": "completion_p99_h"}),
+         "recovery_options", "dl_rp_options", empty="No options.",
+         caption=f"Expected GPU-hours from the closed form; completion times and breach shares from {SCENARIO_RUNS:,} "
+                 "simulated relaunches each (lib.recovery.scenario_outcomes). Ending keeps the last valid checkpoint; "
+                 "the artifact is incomplete.")

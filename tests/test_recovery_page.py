@@ -1,0 +1,118 @@
+"""The Recovery planner page under AppTest, on the small ledger of tests/fixtures_app.py."""
+from __future__ import annotations
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from lib import queries
+from lib.filters import default_filters
+from lib.queries import ALL_TEAMS
+from tests.fixtures_app import ROOT, fill_ledger
+
+TIMEOUT_S = 60
+PAGE = "app_pages/recovery_planner.py"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture
+def ledger(tmp_path, monkeypatch):
+    path = tmp_path / "gate.duckdb"
+    now = fill_ledger(path, n_runs=300)
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    return path, now
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def decision(at: AppTest) -> str:
+    return next(a.value for a in [*at.success, *at.warning, *at.error] if a.value.startswith("Decision:"))
+
+
+def press(at: AppTest, label: str) -> None:
+    at.button[[b.label for b in at.button].index(label)].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def expected_rates(path):
+    f = default_filters(queries.sidebar_options(path)["last_day"])
+    return queries.recovery_inputs(f, path)["rates"]
+
+
+def test_the_page_renders_on_the_small_ledger(ledger):
+    at = open_page()
+    assert at.title[0].value == "Recovery planner"
+    assert not at.error, [e.value for e in at.error]
+    labels = {m.label for m in at.metric}
+    assert {"Young interval", "Daly interval", "Exact interval", "P(budget breach)", "Recommendation"} <= labels
+    assert decision(at).startswith("Decision: ")
+    assert len(at.dataframe) >= 3  # rates, preemptible vs stable, the choices
+
+
+def test_the_mtbf_and_restart_are_prefilled_from_the_ledger(ledger):
+    path, _ = ledger
+    rates = expected_rates(path)
+    at = open_page()
+    assert at.selectbox(key="rp_src_team").value == ALL_TEAMS
+    assert at.radio(key="rp_src_capacity").value == "preemptible"
+    pooled = rates[(rates["team"] == ALL_TEAMS) & (rates["capacity"] == "preemptible")].iloc[0]
+    assert at.number_input(key="rp_mtbf_h").value == pytest.approx(pooled["mtbf_h"])
+    assert at.number_input(key="rp_restart_min").value == pytest.approx(pooled["restart_h"] * 60)
+    # another team: its own numbers
+    team = next(t for t in rates["team"] if t != ALL_TEAMS and
+                len(rates[(rates["team"] == t) & (rates["capacity"] == "preemptible")]))
+    at.selectbox(key="rp_src_team").set_value(team).run()
+    own = rates[(rates["team"] == team) & (rates["capacity"] == "preemptible")].iloc[0]
+    assert at.number_input(key="rp_mtbf_h").value == pytest.approx(own["mtbf_h"])
+    assert at.number_input(key="rp_restart_min").value == pytest.approx(own["restart_h"] * 60)
+
+
+def test_a_typed_mtbf_survives_reruns_and_page_switches(ledger):
+    at = open_page()
+    at.number_input(key="rp_mtbf_h").set_value(3.25)
+    press(at, "Plan")
+    at.run()
+    assert at.number_input(key="rp_mtbf_h").value == 3.25
+    at.switch_page("app_pages/overview.py").run()
+    at.switch_page(PAGE).run()
+    assert at.number_input(key="rp_mtbf_h").value == 3.25
+
+
+def test_a_budget_breach_changes_the_decision_shown(ledger):
+    at = open_page()
+    assert decision(at) == "Decision: RESUME (resume-from-checkpoint)"
+    at.radio(key="rp_event").set_value("budget-breach")
+    press(at, "Decide")
+    assert decision(at) == "Decision: END (budget-breach)"
+    at.number_input(key="rp_sc_increase").set_value(200.0)   # an approved increase lets it resume
+    press(at, "Decide")
+    assert decision(at) == "Decision: RESUME (resume-from-checkpoint)"
+
+
+def test_the_breach_probability_follows_the_budget(ledger):
+    at = open_page()
+    at.number_input(key="rp_budget_gpu_hours").set_value(1.0)
+    press(at, "Plan")
+    assert metric(at, "P(budget breach)") == "100.0%"
+    at.number_input(key="rp_budget_gpu_hours").set_value(100_000.0)
+    press(at, "Plan")
+    assert metric(at, "P(budget breach)") == "0.0%"
