@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger
+from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
 MAX_REQUEST_BYTES = 1_000_000
-STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
-                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
 
 
 class InputError(ValueError):
@@ -342,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--last-valid-checkpoint")
     s.add_argument("--interruptions", type=_nonneg_int)
     s.add_argument("--restarts", type=_nonneg_int)
-    s.add_argument("--artifact-status", choices=("complete", "incomplete", "none"))
+    s.add_argument("--artifact-status", choices=ARTIFACT_STATUSES)
     s.add_argument("--full-evaluation", action=argparse.BooleanOptionalAction, default=None)
     s.add_argument("--holdout-reads", type=_nonneg_int)
     s.add_argument("--checkpoint-gpu-hours", type=_nonneg_float)

@@ -32,13 +32,13 @@ import numpy as np
 import pandas as pd
 
 from lib.ledger import open_ledger, transaction
+from lib.stopping import STOP_REASONS
 from lib.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730
 KINDS = ("exploratory", "production", "retraining")
 CAPACITIES = ("stable", "preemptible")
-STOPS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted", "failed",
-         "cancelled", "out-of-memory", "node-fail")
+STOPS = tuple(s for s in STOP_REASONS if s != "requeued")  # requeued jobs come from sacct only
 ARTIFACTS = ("complete", "incomplete", "none")
 SOURCES = ("pilot", "stated")
 GPU_CHOICES = np.array([1, 2, 4, 8, 16, 32, 64])

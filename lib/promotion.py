@@ -6,7 +6,9 @@ declared allowance is promotable. Every refusal lists what the run lacks.
 """
 from __future__ import annotations
 
-PROMOTABLE_STOPS = ("completed", "early-stop")
+from lib.stopping import CENSORED_STOPS, COMPLETE_STOPS
+
+PROMOTABLE_STOPS = COMPLETE_STOPS
 
 
 def promotion_status(run: dict) -> dict:
@@ -21,7 +23,7 @@ def promotion_status(run: dict) -> dict:
     if stop is None:
         missing.append("the run has not finished")
     elif stop not in PROMOTABLE_STOPS:
-        if stop in ("budget", "wall-clock"):
+        if stop in CENSORED_STOPS:
             missing.append(f"stopped for {stop}: the artifact is incomplete and never promotable")
         else:
             missing.append(f"stop reason {stop!r} is not completed or a dev-metric early stop")

@@ -31,8 +31,6 @@ from lib.filters import Filters
 from lib.ledger import open_ledger
 
 REQUESTED_LABEL = "requested, not measured"
-CENSORED_STOPS = ("budget", "wall-clock")
-LIMIT_STOPS = ("budget", "wall-clock")
 ROW_LIMIT = 500               # rows a detail table shows at most (totals are always complete)
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
 

@@ -11,15 +11,21 @@ from __future__ import annotations
 from lib.admission import fingerprint
 from lib.request import validate_stop_policy
 
-# stop reason -> artifact status it leaves
-ARTIFACT_FOR_STOP = {
-    "completed": "complete",
-    "early-stop": "complete",
-    "budget": "incomplete",
-    "wall-clock": "incomplete",
-    "failed-steps": "incomplete",
-}
-INCOMPLETE_STOPS = frozenset(k for k, v in ARTIFACT_FOR_STOP.items() if v == "incomplete")
+# The one vocabulary of how a run stopped (the ledger's runs.stop_reason; NULL while unfinished).
+STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
+                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
+COMPLETE_STOPS = ("completed", "early-stop")                # the artifact is complete
+INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")  # deliberate stops: incomplete, unpromotable
+CENSORED_STOPS = ("budget", "wall-clock")  # the actual is only a lower bound on what the run needed
+CALIBRATION_STOPS = COMPLETE_STOPS + CENSORED_STOPS  # stops whose actual says something about the estimate
+ARTIFACT_STATUSES = ("complete", "incomplete", "none")
+
+
+def artifact_status_for(stop_reason: str) -> str:
+    """complete | incomplete | none: what a stop leaves (failures and preemptions leave none)."""
+    if stop_reason in COMPLETE_STOPS:
+        return "complete"
+    return "incomplete" if stop_reason in INCOMPLETE_STOPS else "none"
 
 
 class FrozenPolicyError(ValueError):
@@ -88,7 +94,7 @@ def evaluate(policy: dict, progress: dict) -> dict:
 
 
 def _stop(stop_reason: str, message: str, checkpoint) -> dict:
-    status = ARTIFACT_FOR_STOP[stop_reason]
+    status = artifact_status_for(stop_reason)
     if status == "incomplete":
         kept = f"; last valid checkpoint kept: {checkpoint}" if checkpoint else "; no valid checkpoint"
         message = f"stopped for {stop_reason}, not a failed evaluation: artifact incomplete and unpromotable ({message}{kept})"

@@ -19,19 +19,12 @@ from datetime import datetime, timedelta, timezone
 
 from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.request import KINDS
+from lib.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
+                          INCOMPLETE_STOPS, STOP_REASONS, artifact_status_for)
 from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger, transaction
 from lib.teams_file import POLICY_FIELDS
 
 CALIBRATION_WINDOW_DAYS = 365
-CENSORED_STOPS = ("budget", "wall-clock")
-# stop reasons whose actual GPU-hours say something about the estimate: complete runs, and the
-# censored ones (their actual is a lower bound). Failed, cancelled, preempted ... runs do not.
-CALIBRATION_STOPS = ("completed", "early-stop", *CENSORED_STOPS)
-STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
-                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
-INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")
-COMPLETE_STOPS = ("completed", "early-stop")
-ARTIFACT_STATUSES = ("complete", "incomplete", "none")
 
 
 class UnknownRun(LedgerError):
@@ -107,11 +100,11 @@ def team_state(con, team, now=None, *, kind: str | None = None,
 
 
 _CALIBRATION_SQL = (
-    "SELECT estimated_gpu_hours, actual_gpu_hours, stop_reason IN ('budget', 'wall-clock') AS censored "
+    "SELECT estimated_gpu_hours, actual_gpu_hours, list_contains(?, stop_reason) AS censored "
     "FROM runs WHERE ended_at > ? AND ended_at <= ? {scope} "
     "AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
     "AND estimate_source IS DISTINCT FROM 'requested' "
-    "AND stop_reason IN ('completed', 'early-stop', 'budget', 'wall-clock') "
+    "AND list_contains(?, stop_reason) "
     "ORDER BY ended_at DESC, run_id LIMIT ?")
 
 
@@ -127,7 +120,8 @@ def calibration(con, team: str, kind: str, now: datetime, *,
 
     def rows(scope_sql, params):
         sql = _CALIBRATION_SQL.format(scope=scope_sql)
-        got = con.execute(sql, [since, now, *params, max_runs]).fetchall()
+        got = con.execute(sql, [list(CENSORED_STOPS), since, now, *params, list(CALIBRATION_STOPS),
+                                max_runs]).fetchall()
         return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c} for e, a, c in got]
 
     def scoped():
@@ -392,8 +386,7 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     if parts > actual * (1 + 1e-9) + 1e-9:
         raise ValueError(f"the act_* items sum to {parts:g} GPU-h, more than actual_gpu_hours {actual:g}")
     if artifact_status is None:
-        artifact_status = ("incomplete" if stop_reason in INCOMPLETE_STOPS
-                           else "complete" if stop_reason in COMPLETE_STOPS else "none")
+        artifact_status = artifact_status_for(stop_reason)
     elif artifact_status not in ARTIFACT_STATUSES:
         raise ValueError(f"artifact_status must be one of {', '.join(ARTIFACT_STATUSES)}")
     if stop_reason in INCOMPLETE_STOPS and artifact_status == "complete":
