@@ -214,41 +214,42 @@ def _compile_fast_check(spec: dict, required, nested: dict):
     every problem. A field whose check has no fast form, or a nested object not listed in `nested`,
     sends the request down the detailed path.
     """
-    consts: dict[str, frozenset] = {}
+    # Known keys are counted rather than compared as sets: a missing required key raises KeyError
+    # (caught: False), and any key beyond those counted makes len() disagree (an unknown field).
+    lines = ["def fast(r, type=type, int=int, float=float, str=str, bool=bool, dict=dict, len=len):",
+             "    try:",
+             f"        n = {len(required)}"]
 
-    def const(names) -> str:  # key sets live in the namespace, not rebuilt on every call
-        consts[f"_K{len(consts)}"] = frozenset(names)
-        return f"_K{len(consts) - 1}"
+    def field(target: str, key: str, expr: str, is_required: bool, counter: str, ind: str) -> None:
+        if is_required:
+            lines.append(f"{ind}v = {target}['{key}']")
+            lines.append(f"{ind}if not ({expr}):")
+        else:
+            lines.append(f"{ind}if '{key}' in {target}:")
+            lines.append(f"{ind}    {counter} += 1")
+            lines.append(f"{ind}    v = {target}['{key}']")
+            lines.append(f"{ind}    if not ({expr}):")
+            ind += "    "
+        lines.append(f"{ind}    return False")
 
-    lines = ["def fast(r):",
-             f"    if not (r.keys() <= {const(spec)} and {const(required)} <= r.keys()):",
-             "        return False"]
     for name, check in spec.items():
-        cond = f"'{name}' in r" if name not in required else "True"
         if name in nested:
             sub_spec, sub_required = nested[name]
-            lines.append(f"    if {cond}:")
-            lines.append(f"        p = r['{name}']")
-            lines.append(f"        if type(p) is not dict or not (p.keys() <= {const(sub_spec)} "
-                         f"and {const(sub_required)} <= p.keys()):")
-            lines.append("            return False")
+            lines += [f"        if '{name}' in r:", "            n += 1", f"            p = r['{name}']",
+                      "            if type(p) is not dict:", "                return False",
+                      f"            m = {len(sub_required)}"]
             for sub, sub_check in sub_spec.items():
-                lines.append(f"        if '{sub}' in p:")
-                lines.append(f"            v = p['{sub}']")
-                lines.append(f"            if not ({sub_check.fast}):")
-                lines.append("                return False")
+                field("p", sub, sub_check.fast, sub in sub_required, "m", "            ")
+            lines += ["            if len(p) != m:", "                return False"]
             continue
         expr = getattr(check, "fast", None)
-        if expr is None:
-            if check is None:
-                continue  # checked elsewhere (stop_policy)
-            lines.append(f"    if {cond}:\n        return False")
+        if expr is None:  # no fast form: present means the detailed path (stop_policy: checked apart)
+            lines.append(f"        if '{name}' in r:")
+            lines.append("            n += 1" if check is None else "            return False")
             continue
-        lines.append(f"    if {cond}:")
-        lines.append(f"        v = r['{name}']")
-        lines.append(f"        if not ({expr}):")
-        lines.append("            return False")
-    lines.append("    return True")
+        field("r", name, expr, name in required, "n", "        ")
+    lines += ["        return len(r) == n", "    except KeyError:", "        return False"]
+    consts: dict = {}
     namespace = {"_INF": _INF, "inf": _INF, **consts}
     exec("\n".join(lines), namespace)  # noqa: S102 — generated from the constant field table above
     return namespace["fast"]
@@ -262,6 +263,26 @@ def validate_stop_policy(policy) -> list[dict]:
     problems: list[dict] = []
     _check_stop_policy(policy, problems)
     return problems
+
+
+def _check_production(request: dict, problems: list) -> None:
+    """A production candidate may not skip full evaluation, and its pilot must budget it."""
+    if request.get("skip_full_evaluation") is True:
+        problems.append(reason(
+            "invalid-request", "a production candidate may not skip full evaluation",
+            fix="set skip_full_evaluation to false and budget the evaluation (pilot.eval_gpu_hours)",
+            field="skip_full_evaluation"))
+        return
+    pilot = request.get("pilot")
+    if type(pilot) is dict and pilot.get("eval_gpu_hours", 0) == 0:
+        problems.append(reason(
+            "invalid-request", "a production candidate's pilot must budget its full evaluation",
+            fix="set pilot.eval_gpu_hours to the measured cost of the full evaluation (> 0)",
+            field="pilot.eval_gpu_hours"))
+
+
+_DEFAULTS = {"data_snapshot": None, "skip_full_evaluation": False, "holdout_allowance": 0,
+             "submitted_at": None}
 
 
 def validate(request) -> tuple[dict | None, list[dict]]:
@@ -280,27 +301,17 @@ def validate(request) -> tuple[dict | None, list[dict]]:
         _check_pilot(request["pilot"], problems)
     if "stop_policy" in request:
         _check_stop_policy(request["stop_policy"], problems)
-    if request.get("kind") == "production" and request.get("skip_full_evaluation") is True:
-        problems.append(reason(
-            "invalid-request", "a production candidate may not skip full evaluation",
-            fix="set skip_full_evaluation to false and budget the evaluation (pilot.eval_gpu_hours)",
-            field="skip_full_evaluation"))
-    pilot = request.get("pilot")
-    if (request.get("kind") == "production" and not request.get("skip_full_evaluation")
-            and type(pilot) is dict and pilot.get("eval_gpu_hours", 0) == 0):
-        problems.append(reason(
-            "invalid-request", "a production candidate's pilot must budget its full evaluation",
-            fix="set pilot.eval_gpu_hours to the measured cost of the full evaluation (> 0)",
-            field="pilot.eval_gpu_hours"))
+    if request.get("kind") == "production":
+        _check_production(request, problems)
     if problems:
         return None, problems
-    out = dict(request)
-    out.setdefault("data_snapshot", None)
-    out.setdefault("skip_full_evaluation", False)
-    out.setdefault("holdout_allowance", 0)
-    out["submitted_at"] = _parse_time(request["submitted_at"]) if "submitted_at" in request else None
+    out = {**_DEFAULTS, **request}
+    if "submitted_at" in request:
+        out["submitted_at"] = _parse_time(request["submitted_at"])
     if has_pilot:
-        out["pilot"] = {**PILOT_DEFAULTS, **request["pilot"]}
-        out["pilot"].setdefault("checkpoint_interval_steps", out["pilot"]["planned_steps"])
-        out["pilot"].setdefault("worst_case_steps_per_second", out["pilot"]["steps_per_second"])
+        pilot = out["pilot"] = {**PILOT_DEFAULTS, **request["pilot"]}
+        if "checkpoint_interval_steps" not in pilot:
+            pilot["checkpoint_interval_steps"] = pilot["planned_steps"]
+        if "worst_case_steps_per_second" not in pilot:
+            pilot["worst_case_steps_per_second"] = pilot["steps_per_second"]
     return out, []
