@@ -66,22 +66,23 @@ from typing import Callable
 import pandas as pd
 
 from lib.ledger import open_ledger, transaction
+from lib.request import CAPACITIES, KINDS
+from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024      # size limit of one import file (bytes)
 MAX_TEXT_CHARS = 1000                      # longest text value accepted in a field (characters)
 MAX_ERRORS = 1000                          # errors listed before one summary row
 PREVIEW_ROWS = 50
-IMPORT_MEMORY_LIMIT = "600MB"              # DuckDB's buffer limit while importing (spills beyond)
+IMPORT_MEMORY_LIMIT = "700MB"              # DuckDB's buffer limit while importing (spills beyond)
 MAX_LINE_BYTES = 2 * 1024 * 1024           # DuckDB's reader refuses longer lines (max_line_size)
 
 TEXT_COLUMNS = ["run_id", "team", "data_snapshot", "job_name", "last_valid_checkpoint"]
 ENUMS = {
-    "kind": ("exploratory", "production", "retraining"),
-    "capacity": ("stable", "preemptible"),
+    "kind": KINDS,
+    "capacity": CAPACITIES,
     "estimate_source": ("pilot", "stated", "requested"),
-    "stop_reason": ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
-                    "failed", "cancelled", "out-of-memory", "node-fail", "requeued"),
-    "artifact_status": ("complete", "incomplete", "none"),
+    "stop_reason": STOP_REASONS,
+    "artifact_status": ARTIFACT_STATUSES,
 }
 NUMBER_COLUMNS = [
     "gpu_mem_gb", "estimated_gpu_hours", "est_compute_gpu_hours", "est_checkpoint_gpu_hours",
@@ -290,45 +291,75 @@ def _check_header(names: list[str], report: ImportReport) -> bool:
     return ok
 
 
-def _typed_expr(col: str) -> str:
+def _trim_sql(raw: str) -> str:
+    """SQL equal to NULLIF(trim(raw), ''), without calling trim when it cannot change the value.
+
+    trim strips space characters (' ', and non-ASCII spaces such as U+00A0) at both ends. When the
+    first and the last character are printable ASCII other than space ('!'..'~'; the first byte of a
+    multi-byte character is above '~') there is nothing to strip and the value is not empty, so raw
+    itself is the answer - as it is for most cells. trim allocates a new string per row; this does not.
+    """
+    return (f"CASE WHEN ascii({raw}) BETWEEN 33 AND 126 AND right({raw}, 1) BETWEEN '!' AND '~' "
+            f"THEN {raw} ELSE NULLIF(trim({raw}), '') END")
+
+
+# columns whose checks or typed value need the trimmed text (see _trim_sql)
+_TRIMMED = {"run_id", "team", *TIME_COLUMNS, *BOOL_COLUMNS}
+
+
+def _typed_expr(col: str, raw: str | None = None, trimmed: str | None = None) -> str:
     """SQL turning the column `col` as read (_READ_TYPE) into its typed value (NULL when not valid).
 
-    Numbers are parsed by the CSV reader itself (fast; unparsable text is a CAST reject). Times and
-    booleans are read as text and cast here: the reader ignores a UTC offset and rounds 2.5 to an
-    INTEGER, both silently, so those are not left to it.
+    raw: SQL of the value as read (default: the column itself); trimmed: SQL of _trim_sql(raw) when
+    it is already computed. Numbers are parsed by the CSV reader itself (fast; unparsable text is a
+    CAST reject). Times and booleans are read as text and cast here: the reader ignores a UTC offset
+    and rounds 2.5 to an INTEGER, both silently, so those are not left to it.
     """
-    q = f'"{col}"'
-    t = f"NULLIF(trim({q}), '')"
+    q = raw or f'"{col}"'
+    t = trimmed or _trim_sql(q)
     if col in TEXT_COLUMNS:
         return f"NULLIF({q}, '')"
-    if col in ENUMS:
-        return t
+    if col in ENUMS:   # = NULLIF(trim(q), ''); a cell holding an allowed value exactly needs no trim
+        lit = ", ".join(f"'{v}'" for v in ENUMS[col])
+        return f"CASE WHEN {q} IN ({lit}) THEN {q} ELSE NULLIF(trim({q}), '') END"
     if col in NUMBER_COLUMNS:      # read as DOUBLE by DuckDB's reader (bad text: a CAST reject)
         return q
     if col in INTEGER_COLUMNS:     # read as DOUBLE too: 2.5 must be an error, not rounded to 3
         return f"CASE WHEN {q} = trunc({q}) AND abs({q}) < 2147483648 THEN CAST({q} AS INTEGER) END"
     if col in TIME_COLUMNS:
-        return f"TRY_CAST(TRY_CAST({t} AS TIMESTAMPTZ) AS TIMESTAMP)"
+        # text -> TIMESTAMPTZ (an offset is applied; none means the session's UTC) -> its UTC instant
+        # as TIMESTAMP. epoch_us/make_timestamp do that last step ~5x faster than a TIMESTAMPTZ ->
+        # TIMESTAMP cast (which goes through ICU); +-infinity become NULL, i.e. not a valid time.
+        return f"make_timestamp(epoch_us(TRY_CAST({t} AS TIMESTAMPTZ)))"
     if col in BOOL_COLUMNS:
         return f"TRY_CAST({t} AS BOOLEAN)"
     raise KeyError(col)
 
 
-def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"") -> list[tuple[str, str, str]]:
-    """(column, condition over the raw text / typed value, message SQL) for each per-row rule."""
+def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"",
+                trim_ref=None) -> list[tuple[str, str, str]]:
+    """(column, condition over the raw text / typed value, message SQL) for each per-row rule.
+
+    trim_ref: format string naming an already computed _trim_sql(raw) (columns in _TRIMMED).
+    """
     checks = []
     for c in cols:
         raw = raw_ref(c) if callable(raw_ref) else raw_ref.format(c=c)
         typ = typed_ref.format(c=c)
-        present = (f"{raw} IS NOT NULL" if _READ_TYPE[c] == "DOUBLE"
-                   else f"NULLIF(trim({raw}), '') IS NOT NULL")
+        trimmed = trim_ref.format(c=c) if trim_ref and c in _TRIMMED else _trim_sql(raw)
+        if _READ_TYPE[c] == "DOUBLE":
+            present = f"{raw} IS NOT NULL"
+        elif c in ENUMS:   # the typed value is NULLIF(trim(raw), '')
+            present = f"{typ} IS NOT NULL"
+        else:
+            present = f"{trimmed} IS NOT NULL"
         if c in REQUIRED_COLUMNS:
             checks.append((c, f"NOT ({present})", f"'{c} is required'"))
         if c in TEXT_COLUMNS:
             checks.append((c, f"length({raw}) > {MAX_TEXT_CHARS}",
                            f"'text longer than {MAX_TEXT_CHARS} characters (' || length({raw}) || ')'"))
             if c in ("run_id", "team"):
-                checks.append((c, f"{present} AND {raw} <> trim({raw})",
+                checks.append((c, f"{present} AND {raw} <> {trimmed}",
                                f"'{c} has leading or trailing spaces'"))
         elif c in ENUMS:
             allowed = ", ".join(ENUMS[c])
@@ -343,13 +374,13 @@ def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"") -> 
             checks.append((c, f"{present} AND {typ} IS NULL", "'not a whole number'"))
             checks.append((c, f"{typ} < 0", "'must not be negative'"))
         elif c in TIME_COLUMNS:
-            checks.append((c, f"{present} AND {typ} IS NULL",
+            checks.append((c, f"{typ} IS NULL AND {present}",
                            "'not a valid date-time (use ISO 8601, e.g. 2024-05-01T13:00:00Z)'"))
             checks.append((c, f"{typ} IS NOT NULL AND NOT ({typ} >= TIMESTAMP '2000-01-01' "
                               f"AND {typ} < TIMESTAMP '2100-01-01')",
                            "'date outside 2000-2099 (a typo?)'"))
         elif c in BOOL_COLUMNS:
-            checks.append((c, f"{present} AND {typ} IS NULL", "'must be true or false'"))
+            checks.append((c, f"{typ} IS NULL AND {present}", "'must be true or false'"))
     return checks
 
 
@@ -425,6 +456,11 @@ def _read_csv_sql(names: list[str], rejects_table: str = "reject_errors") -> str
             f"rejects_scan = '{scans}', max_line_size = {MAX_LINE_BYTES}, encoding = 'utf-8')")
 
 
+def _q(col: str, suffix: str = "") -> str:
+    """The quoted SQL name of a column (of the staging query)."""
+    return f'"{col}{suffix}"'
+
+
 def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_run: bool,
                 progress: Progress) -> None:
     names = _read_header(path, report)
@@ -432,15 +468,22 @@ def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_r
         return
     progress(0.1, "reading rows")
     present = [n for n in CSV_COLUMNS if n in names]
-    # raw values kept where the typed value can be NULL although the cell was not empty
-    keep_raw = [c for c in present if c in TIME_COLUMNS or c in BOOL_COLUMNS or c in INTEGER_COLUMNS]
-    select = ", ".join([f'{_typed_expr(c)} AS "{c}"' for c in present]
-                       + [f'"{c}" AS "{c}__raw"' for c in keep_raw])
-    # one pass over the file: DuckDB's reader with an explicit dialect, then types
-    cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT {select} FROM {_read_csv_sql(names)}",
+    # One pass over the file: DuckDB's reader with an explicit dialect, then types, and per row a flag
+    # `_bad` saying whether any per-row rule is broken (computed here on the raw cells, so the raw text
+    # is never stored; the detailed messages are built only when some row is flagged, see row_errors).
+    checks = _row_checks(present, raw_ref='"{c}__raw"', typed_ref='"{c}"', trim_ref='"{c}__trim"')
+    bad_cond = " OR ".join(f"({cond})" for _, cond, _ in checks) or "false"
+    read = ", ".join([f'{_q(c)} AS {_q(c, "__raw")}' for c in present]
+                     + [f'{_trim_sql(_q(c))} AS {_q(c, "__trim")}' for c in present if c in _TRIMMED])
+    typed = ", ".join(f'{_typed_expr(c, _q(c, "__raw"), _q(c, "__trim") if c in _TRIMMED else None)} '
+                      f'AS {_q(c)}' for c in present)
+    # (preserve_insertion_order stays on: typed_csv's rowid must be the record's position in the file,
+    # which is how errors are mapped back to lines)
+    cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT {', '.join(_q(c) for c in present)}, "
+                f"({bad_cond}) AS _bad FROM (SELECT *, {typed} FROM (SELECT {read} FROM {_read_csv_sql(names)}))",
                 [str(path)]).fetchall()
-    cur.execute("CREATE TEMP VIEW typed AS SELECT rowid AS _row, * FROM typed_csv").fetchall()
-    n_rows = cur.execute("SELECT count(*) FROM typed_csv").fetchone()[0]
+    cur.execute("CREATE TEMP VIEW typed AS SELECT rowid AS _row, * EXCLUDE (_bad) FROM typed_csv").fetchall()
+    n_rows, n_bad = cur.execute("SELECT count(*), count(*) FILTER (_bad) FROM typed_csv").fetchone()
     rejects = cur.execute(
         "SELECT line, line_byte_position, column_idx, column_name, error_type, csv_line, error_message "
         "FROM reject_errors ORDER BY line, column_idx").fetchall()
@@ -467,15 +510,16 @@ def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_r
         shown = {c: (f'CASE WHEN s."{c}" = trunc(s."{c}") AND abs(s."{c}") < 1e18 '
                      f'THEN CAST(s."{c}" AS BIGINT)::VARCHAR ELSE s."{c}"::VARCHAR END'
                      if c in INTEGER_COLUMNS else f's."{c}"::VARCHAR') for c in present}
+        cur.execute("CREATE TEMP TABLE flagged AS SELECT rowid AS _row, * EXCLUDE (_bad) FROM typed_csv "
+                    "WHERE _bad").fetchall()
         union = " UNION ALL ".join(
             f"SELECT t._row, '{c}', {shown[c]}, {msg}, NULL::BIGINT FROM stg s "
-            f"JOIN typed t ON t._row = s.rowid WHERE ({cond})" for c, cond, msg in checks)
-        return cur.execute(f"SELECT * FROM ({union}) ORDER BY 1 LIMIT {MAX_ERRORS * 4}").fetchall()
+            f"JOIN flagged t ON t._row = s.rowid WHERE ({cond})" for c, cond, msg in checks)
+        found = cur.execute(f"SELECT * FROM ({union}) ORDER BY 1 LIMIT {MAX_ERRORS * 4}").fetchall()
+        cur.execute("DROP TABLE stg").fetchall()       # free the raw copy before the ledger checks
+        cur.execute("DROP TABLE flagged").fetchall()
+        return found
 
-    bad_cond = " OR ".join(f"({cond})" for _, cond, _ in
-                           _row_checks(present, raw_ref=lambda c: f't."{c}__raw"' if c in keep_raw else f't."{c}"',
-                                       typed_ref='t."{c}"')) or "false"
-    n_bad = cur.execute(f"SELECT count(*) FROM typed t WHERE {bad_cond}").fetchone()[0]
     raw_errors = row_errors() if n_bad else []
     _common_checks_and_write(cur, report, present, raw_errors, create_teams, dry_run, progress,
                              line_of=lambda rows: _csv_line_mapper(path, rejects, n_rows),
@@ -550,16 +594,42 @@ def _merge_expr(col: str, fmt: str, supplied: set[str]) -> str:
             return f"CASE WHEN {keep_reservation} THEN r.{col} ELSE COALESCE(t.{col}, r.{col}) END"
     if col in REQUIRED_COLUMNS:
         return f"t.{col}"
+    if col == "capacity":   # an empty cell on a new run: the default (runs.capacity is NOT NULL)
+        return "COALESCE(t.capacity, r.capacity, 'stable')"
     return f"COALESCE(t.{col}, r.{col})"
+
+
+_LEDGER_REF = re.compile(r"\br\.(\w+)")
+
+
+def _as_new(expr: str) -> str:
+    """A _merge_expr for a run the ledger does not hold: every ledger value (r.<col>) is NULL."""
+    return _LEDGER_REF.sub("NULL", expr)
+
+
+# time order, checked on the run as it will be stored: (column, the other column, condition, message)
+_ORDER_CHECKS = [
+    ("started_at", "reserved_from", "m.reserved_from > m.started_at",
+     "'started_at ' || m.started_at || ' is before reserved_from ' || m.reserved_from"),
+    ("ended_at", "started_at", "m.started_at > m.ended_at",
+     "'ended_at ' || m.ended_at || ' is before started_at ' || m.started_at"),
+    ("reserved_until", "reserved_from", "m.reserved_from > m.reserved_until",
+     "'reserved_until ' || m.reserved_until || ' is before reserved_from ' || m.reserved_from"),
+]
 
 
 def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str], raw_errors: list,
                              create_teams: bool, dry_run: bool, progress: Progress, *,
                              line_of, reject_errors=None) -> None:
-    """Rules needing the whole file or the ledger, then the upsert - on the temp table `typed`.
+    """Rules needing the whole file or the ledger, then the write - on the temp table/view `typed`.
 
     raw_errors: rows (staging row, column, value, message, other row) found so far. line_of: a
     callable returning a row -> line function (called only when there are errors to report).
+
+    Nothing here materialises a merged copy of the file: the merged values (_merge_expr) are computed
+    inside the statements that need them. One pass over `typed` LEFT JOIN runs counts new / updated /
+    unchanged rows and time-order violations; details are queried only when there are violations.
+    New run ids are a plain INSERT ... SELECT from `typed`; only changed existing runs are upserted.
     """
     fmt = report.fmt
     supplied = set(supplied_cols)
@@ -567,7 +637,8 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
     with contextlib.suppress(_Abort), transaction(cur):
         progress(0.5, "comparing with the ledger")
         # duplicates of run_id inside the file: every later occurrence names the first line
-        n_dupes = cur.execute("SELECT count(run_id) - count(DISTINCT run_id) FROM typed").fetchone()[0]
+        n_rows, n_dupes = cur.execute(
+            "SELECT count(*), count(run_id) - count(DISTINCT run_id) FROM typed").fetchone()
         raw_errors += [] if not n_dupes else cur.execute(
             "SELECT _row, 'run_id', run_id, 'duplicate run_id: also on line {other}', first_row FROM ("
             "  SELECT _row, run_id, min(_row) OVER (PARTITION BY run_id) AS first_row, "
@@ -575,8 +646,9 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
             ") WHERE n > 1 AND _row <> first_row ORDER BY _row LIMIT ?", [MAX_ERRORS * 2]).fetchall()
         # unknown teams: one error per team, at its first line
         unknown = cur.execute(
-            "SELECT team, min(_row), count(*) FROM typed t WHERE team IS NOT NULL AND "
-            "NOT EXISTS (SELECT 1 FROM teams x WHERE x.team = t.team) GROUP BY team ORDER BY 2").fetchall()
+            "SELECT team, first_row, n FROM (SELECT team, min(_row) AS first_row, count(*) AS n FROM typed "
+            "WHERE team IS NOT NULL GROUP BY team) g "
+            "WHERE NOT EXISTS (SELECT 1 FROM teams x WHERE x.team = g.team) ORDER BY 2").fetchall()
         if unknown and not create_teams:
             for team, first, n in unknown:
                 raw_errors.append((first, "team", team,
@@ -599,34 +671,32 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
             cur.execute("UPDATE typed SET capacity = 'stable' WHERE capacity IS NULL").fetchall()
 
         exprs = {c: _merge_expr(c, fmt, supplied) for c in CSV_COLUMNS}
-        merged_cols = ", ".join(f"{e} AS {c}" for c, e in exprs.items())
         changed = " OR ".join(f"({e}) IS DISTINCT FROM r.{c}" for c, e in exprs.items())
-        cur.execute(f"CREATE TEMP TABLE merged AS SELECT t._row, "
-                    "CASE WHEN r.run_id IS NULL THEN 'new' "
-                    f"WHEN {changed} THEN 'updated' ELSE 'unchanged' END AS _status, {merged_cols} "
-                    "FROM typed t LEFT JOIN runs r ON r.run_id = t.run_id").fetchall()
-        # time order on the run as it will be stored
-        order_checks = [
-            ("started_at", "reserved_from", "m.reserved_from > m.started_at",
-             "'started_at ' || m.started_at || ' is before reserved_from ' || m.reserved_from"),
-            ("ended_at", "started_at", "m.started_at > m.ended_at",
-             "'ended_at ' || m.ended_at || ' is before started_at ' || m.started_at"),
-            ("reserved_until", "reserved_from", "m.reserved_from > m.reserved_until",
-             "'reserved_until ' || m.reserved_until || ' is before reserved_from ' || m.reserved_from"),
-        ]
-        for col, other, cond, msg in order_checks:
-            src = col if col in supplied else other
-            raw_errors += cur.execute(
-                f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM merged m WHERE {cond} "
-                f"ORDER BY 1 LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+        merged_cols = ", ".join(f"{e} AS {c}" for c, e in exprs.items())
 
-        counts = dict(cur.execute("SELECT _status, count(*) FROM merged GROUP BY 1").fetchall())
-        report.inserted = counts.get("new", 0)
-        report.updated = counts.get("updated", 0)
-        report.unchanged = counts.get("unchanged", 0)
+        def merged(rows: str = "typed") -> str:
+            """The runs as they would be stored (not materialised), with their status."""
+            return (f"SELECT t._row, CASE WHEN r.run_id IS NULL THEN 'new' WHEN {changed} THEN 'updated' "
+                    f"ELSE 'unchanged' END AS _status, {merged_cols} "
+                    f"FROM {rows} t LEFT JOIN runs r ON r.run_id = t.run_id")
+
+        any_order_bad = " OR ".join(f"({cond})" for _, _, cond, _ in _ORDER_CHECKS)
+        n_updated, n_unchanged, n_order_bad = cur.execute(
+            "SELECT count(*) FILTER (_status = 'updated'), count(*) FILTER (_status = 'unchanged'), "
+            f"count(*) FILTER ({any_order_bad}) FROM ({merged()}) m").fetchone()
+        if n_order_bad:
+            for col, other, cond, msg in _ORDER_CHECKS:
+                src = col if col in supplied else other
+                raw_errors += cur.execute(
+                    f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM ({merged()}) m "
+                    f"WHERE {cond} ORDER BY 1 LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+
+        report.inserted = n_rows - n_updated - n_unchanged
+        report.updated = n_updated
+        report.unchanged = n_unchanged
         report.preview = cur.execute(
-            f"SELECT _status AS status, * EXCLUDE (_row, _status) FROM merged "
-            f"ORDER BY _row LIMIT {PREVIEW_ROWS}").df()
+            f"SELECT _status AS status, * EXCLUDE (_row, _status) FROM "
+            f"({merged(f'(SELECT * FROM typed ORDER BY _row LIMIT {PREVIEW_ROWS})')}) ORDER BY _row").df()
 
         extra = reject_errors([]) if reject_errors else []
         if raw_errors or extra:
@@ -645,21 +715,26 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
 
         progress(0.7, f"writing {report.inserted} new and {report.updated} changed runs")
         cols = ", ".join(CSV_COLUMNS)
-        # free the staging memory before the write (a failing statement would abort the transaction,
+        if report.updated:    # changed runs: upsert; `source` keeps the run's creator
+            cur.execute(f"CREATE TEMP TABLE changed AS SELECT {merged_cols} FROM typed t "
+                        f"JOIN runs r ON r.run_id = t.run_id WHERE {changed}").fetchall()
+            sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in CSV_COLUMNS if c != "run_id")
+            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {cols}, ?, ? FROM changed "
+                        f"ON CONFLICT (run_id) DO UPDATE SET {sets}, updated_at = EXCLUDED.updated_at",
+                        [fmt, now]).fetchall()
+            cur.execute("DROP TABLE changed").fetchall()
+        if report.inserted:   # new run ids (checked absent inside this transaction): a plain append
+            new_cols = ", ".join(f"{_as_new(e)} AS {c}" for c, e in exprs.items())
+            only_new = ("" if not (report.updated or report.unchanged) else
+                        " WHERE NOT EXISTS (SELECT 1 FROM runs x WHERE x.run_id = t.run_id)")
+            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {new_cols}, ?, ? "
+                        f"FROM typed t{only_new}", [fmt, now]).fetchall()
+        # free the staging memory before the commit (a failing statement would abort the transaction,
         # so drop only what exists: a view over typed_csv for CSV, a table for sacct)
         is_view = cur.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'typed' "
                               "AND temporary").fetchone()[0]
         cur.execute("DROP VIEW typed" if is_view else "DROP TABLE typed").fetchall()
         cur.execute("DROP TABLE IF EXISTS typed_csv").fetchall()
-        if report.inserted:   # new run ids (checked absent inside this transaction): a plain append
-            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {cols}, ?, ? FROM merged "
-                        "WHERE _status = 'new'", [fmt, now]).fetchall()
-        if report.updated:    # changed runs: upsert; `source` keeps the run's creator
-            sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in CSV_COLUMNS if c != "run_id")
-            cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {cols}, ?, ? FROM merged "
-                        "WHERE _status = 'updated' "
-                        f"ON CONFLICT (run_id) DO UPDATE SET {sets}, updated_at = EXCLUDED.updated_at",
-                        [fmt, now]).fetchall()
         report.written = True
         progress(0.95, "committing")
     if not report.written:
@@ -807,7 +882,6 @@ def _parse_sacct(path: Path, report: ImportReport) -> list[dict]:
 
     jobs: dict[str, int] = {}
     steps: list[tuple[int, str]] = []
-    header_line = "|".join(header) if header else None
     for i in range(start, len(lines)):
         lineno = i + 1
         bline = lines[i].rstrip(b"\r")

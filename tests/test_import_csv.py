@@ -47,6 +47,15 @@ def test_changed_row_counts_updated_and_empty_cells_keep_ledger_values(db):
     assert row["source"] == "csv"
 
 
+def test_an_empty_capacity_cell_takes_the_documented_default_for_a_new_run(db):
+    data = ("run_id,team,kind,gpus,capacity\n"
+            "c1,vision,production,2,\n"
+            "c2,vision,production,2,preemptible\n")
+    r = import_runs(data.encode(), db=db)
+    assert (r.inserted, r.errors) == (2, [])
+    assert runs(db)["c1"]["capacity"] == "stable" and runs(db)["c2"]["capacity"] == "preemptible"
+
+
 def test_bom_crlf_quoted_commas_and_newlines(db):
     data = ("\ufeff" + HEADER + "\r\n"
             'q1,vision,production,2,1,,,,"a, b\r\nsecond line"\r\n'
