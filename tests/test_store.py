@@ -163,6 +163,17 @@ def test_a_run_id_that_is_already_booked_is_refused(ledger):
     assert query(ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
 
 
+def test_submit_books_a_run_that_so_far_holds_only_an_imported_row(tiny_ledger):
+    with open_ledger(tiny_ledger) as con:
+        _insert_run(con, "tiny-001", job_name="from a csv", source="csv")
+    d = submit_request(tiny_request(1), db=tiny_ledger, now=NOW)
+    assert d["state"] == "admit"
+    rows = query(tiny_ledger, "SELECT count(*), any_value(reserved_gpu_hours), any_value(source) "
+                              "FROM runs WHERE run_id = 'tiny-001'")
+    assert rows[0][0] == 1 and rows[0][1] == pytest.approx(d["reserved_gpu_hours"])
+    assert rows[0][2] == "submit"
+
+
 def test_capacity_is_never_double_booked(tiny_ledger):
     states = [submit_request(tiny_request(i), db=tiny_ledger, now=NOW)["state"] for i in range(6)]
     assert states == ["admit"] * 4 + ["defer"] * 2  # 8 GPUs reserved, 2 per request
