@@ -7,34 +7,18 @@ import subprocess
 import sys
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger import open_ledger
 from lib.store import check_request
-from tests.fixtures_app import ROOT, fill_ledger, run_count
+from tests.fixtures_app import ROOT, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
 TIMEOUT_S = 60
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
-
-
-@pytest.fixture
-def ledger(tmp_path, monkeypatch):
-    path = tmp_path / "gate.duckdb"
-    now = fill_ledger(path, n_runs=300)
-    monkeypatch.setenv("GATE_DB", str(path))
-    monkeypatch.setenv("GATE_DEMO", "0")
-    return path, now
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def open_app(page: str | None = None) -> AppTest:

@@ -2,34 +2,18 @@
 from __future__ import annotations
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from lib import queries
 from lib.filters import default_filters
 from lib.queries import ALL_TEAMS
-from tests.fixtures_app import ROOT, fill_ledger
+from tests.fixtures_app import ROOT, fresh_caches, ledger  # noqa: F401 (fixtures)
 
 TIMEOUT_S = 60
 PAGE = "app_pages/recovery_planner.py"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
-
-
-@pytest.fixture
-def ledger(tmp_path, monkeypatch):
-    path = tmp_path / "gate.duckdb"
-    now = fill_ledger(path, n_runs=300)
-    monkeypatch.setenv("GATE_DB", str(path))
-    monkeypatch.setenv("GATE_DEMO", "0")
-    return path, now
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def open_page() -> AppTest:
