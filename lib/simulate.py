@@ -60,6 +60,13 @@ def _lifetime_sampler(rng: np.random.Generator, mtbf_h, lifetimes_h):
     return (lambda size: rng.exponential(m, size)), m
 
 
+def _job_inputs(work_h, checkpoint_h, restart_h, downtime_h, gpus, runs) -> tuple:
+    """The job's validated numbers (hours, counts); ValueError naming the argument otherwise."""
+    return (_number("work_h", work_h), _number("checkpoint_h", checkpoint_h),
+            _number("restart_h", restart_h), _number("downtime_h", downtime_h),
+            _count("gpus", gpus), _count("runs", runs))
+
+
 def _summary(x: np.ndarray) -> dict:
     p50, p90, p99 = np.percentile(x, [50.0, 90.0, 99.0])
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
@@ -90,12 +97,7 @@ def simulate(work_h, interval_h, checkpoint_h, restart_h, gpus, *, mtbf_h=None, 
         samples (only with return_samples): arrays completion_hours, billed_gpu_hours, interruptions,
             lost_work_hours, restart_hours (one entry per run)
     """
-    w = _number("work_h", work_h)
-    c = _number("checkpoint_h", checkpoint_h)
-    r = _number("restart_h", restart_h)
-    d = _number("downtime_h", downtime_h)
-    g = _count("gpus", gpus)
-    n_runs = _count("runs", runs)
+    w, c, r, d, g, n_runs = _job_inputs(work_h, checkpoint_h, restart_h, downtime_h, gpus, runs)
     cap = _count("max_rounds", max_rounds)
     if budget_gpu_hours is not None:
         budget = _number("budget_gpu_hours", budget_gpu_hours, allow_inf=True)
@@ -209,12 +211,7 @@ def simulate_reference(work_h, interval_h, checkpoint_h, restart_h, gpus, *, mtb
     Returns {"completion_hours": list, "billed_gpu_hours": list, "interruptions": list,
     "lost_work_hours": list}.
     """
-    w = _number("work_h", work_h)
-    c = _number("checkpoint_h", checkpoint_h)
-    r = _number("restart_h", restart_h)
-    d = _number("downtime_h", downtime_h)
-    g = _count("gpus", gpus)
-    n_runs = _count("runs", runs)
+    w, c, r, d, g, n_runs = _job_inputs(work_h, checkpoint_h, restart_h, downtime_h, gpus, runs)
     rnd = random.Random(seed)
     if (mtbf_h is None) == (lifetimes_h is None):
         raise ValueError("give exactly one of mtbf_h or lifetimes_h")
