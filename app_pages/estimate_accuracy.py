@@ -32,7 +32,11 @@ ui.table(data["sources"], "error_sources", "dl_acc_sources",
 st.subheader("Calibration the gate applies today")
 st.caption("From lib.store.calibration — what `submit` and `check` apply — over the gate's own history window: factor × raw estimate = median "
            "estimate; upper factor × raw = upper bound (empty when unknown — too few runs, or too many "
-           "stopped for budget). 'runs' and 'censored_runs' say what each rests on.")
+           "stopped for budget). 'runs' and 'censored_runs' say what each rests on. 'backtest_coverage': how "
+           "often the team × kind split-conformal bound covered its last 100 runs, each replayed from the "
+           "runs before it — it should sit near the level. It is empty where more than about a tenth of "
+           "the runs stopped for budget: conformal is then unknown and the gate's Tobit bound, which this "
+           "replay does not refit, takes over.")
 with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
     cal = ui.PageData("calibration", f, hourly=True)
 cal.chart("calibration_factors", "table")

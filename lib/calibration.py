@@ -173,30 +173,37 @@ def calibrate(history, team: str, kind: str, *, level: float = DEFAULT_LEVEL,
     return calibrate_scopes(scoped(), level=level)
 
 
-def coverage_backtest(history, *, level: float = DEFAULT_LEVEL, window_days: int = DEFAULT_WINDOW_DAYS,
-                      last: int = 500) -> dict:
-    """How often past runs' actuals stayed under the bound the gate would have given them.
+def conformal_backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL,
+                       window: int = DEFAULT_MAX_RUNS, last: int = 100) -> dict:
+    """The coverage the split-conformal bound actually achieved on one scope's recent runs.
 
-    Replays the last `last` finished runs in end-time order, calibrating each from the runs that
-    ended before it (same rolling window). Censored runs count as covered only when their stop value
-    already exceeded the bound (a known miss); otherwise they are skipped, because whether they
-    would have fit is unknown. Returns {"checked", "covered", "coverage", "unknown_bound", "level"}.
+    Replays the `last` runs in end-time order: each one's bound is the conformal quantile of the up to
+    `window` runs before it (censored as +inf), and the run counts as covered when its log ratio stays
+    at or under it. A censored run is only a known miss (its stop value already exceeded the bound);
+    otherwise whether it fitted is unknown and it is skipped, as are runs whose bound is unknown.
+    Returns {"checked", "covered", "coverage" (None when nothing checked), "unknown_bound", "level"}.
     """
-    rows = sorted((h for h in history if h.get("ended_at") is not None), key=lambda h: h["ended_at"])
+    import numpy as np
+
+    r = np.asarray(log_ratios_in_time_order, dtype=float)
+    c = np.asarray(censored, dtype=bool)
+    prior_values = np.where(c, np.inf, r)
     checked = covered = unknown = 0
-    for i in range(max(0, len(rows) - last), len(rows)):
-        run = rows[i]
-        cal = calibrate(rows[:i], run["team"], run["kind"], level=level, now=run["ended_at"],
-                        window_days=window_days)
-        if cal["upper_factor"] is None:
+    for i in range(max(0, len(r) - last), len(r)):
+        prior = prior_values[max(0, i - window):i]
+        k = math.ceil((len(prior) + 1) * level - 1e-9)
+        if len(prior) == 0 or k > len(prior):
             unknown += 1
             continue
-        bound = run["estimated_gpu_hours"] * cal["upper_factor"]
-        if run.get("censored"):
-            if run["actual_gpu_hours"] > bound:
-                checked += 1
+        q = np.partition(prior, k - 1)[k - 1]
+        if not math.isfinite(q):
+            unknown += 1
+            continue
+        if c[i]:
+            if r[i] > q:
+                checked += 1  # a known miss: it stopped above the bound and still needed more
             continue
         checked += 1
-        covered += run["actual_gpu_hours"] <= bound
+        covered += bool(r[i] <= q)
     return {"checked": checked, "covered": covered, "unknown_bound": unknown, "level": level,
             "coverage": covered / checked if checked else None}

@@ -31,6 +31,7 @@ from lib.filters import Filters
 from lib.ledger import open_ledger
 
 REQUESTED_LABEL = "requested, not measured"
+BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
 ROW_LIMIT = 500               # rows a detail table shows at most (totals are always complete)
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
 
@@ -60,7 +61,6 @@ def utcnow() -> dt.datetime:
 @contextlib.contextmanager
 def _reader(db):
     with open_ledger(db, read_only=True) as con:
-        con.execute("SELECT 1").fetchall()  # finish whatever result the open left pending
         yield con
 
 
@@ -378,6 +378,10 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
                 window_days: int | None = None) -> dict:
     """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
     runs) each rests on. Team and kind filters apply; dates do not (the gate reads its own window).
+    backtest_coverage: how often the team x kind split-conformal bound covered the scope's last
+    BACKTEST_RUNS runs when replayed from the runs before each (lib.calibration.conformal_backtest);
+    it should sit near the level. Runs whose conformal bound was unknown (heavy censoring, where the
+    gate falls back to Tobit) are not replayed: refitting Tobit per run is too slow for a page.
 
     Same rows and same function as lib.store.calibration (what submit and check use): finished runs
     in the window with a measured or stated estimate and a stop reason in store.CALIBRATION_STOPS,
@@ -385,7 +389,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     three scans per team x kind, it reads each scope for every team at once (about 0.5 s instead of
     1-2 s on a 1M-run ledger; tests/test_queries.py checks it against store.calibration)."""
     from lib import store
-    from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
+    from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes, conformal_backtest
     from lib.filters import KINDS
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
@@ -420,6 +424,14 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
           FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
         everyone = _q(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
+        p["replay"] = max_runs + BACKTEST_RUNS
+        replay = _q(con, f"""
+          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
+                       FROM cal GROUP BY team, kind)
+          SELECT c.team, c.kind, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored
+          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $replay
+          ORDER BY c.team, c.kind, c.ended_at, c.run_id""", p)
         con.execute("DROP TABLE cal")
 
     def records(df):
@@ -428,18 +440,25 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     kind_rows = {k: records(g) for k, g in by_kind.groupby(["team", "kind"])}
     team_rows = {k: records(g) for k, g in by_team.groupby("team")}
     all_rows = records(everyone)
+    replayed = {k: conformal_backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
+                                      last=BACKTEST_RUNS)
+                for k, g in replay.groupby(["team", "kind"])}
     rows = []
     for team in teams:
         for kind in (f.kinds or KINDS):
             cal = calibrate_scopes([("team×kind", kind_rows.get((team, kind), [])),
                                     ("team", team_rows.get(team, [])), ("all", all_rows)])
+            back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal.get("factor"),
                          "upper_factor": cal.get("upper_factor"), "method": cal.get("method"),
                          "scope": cal.get("scope"), "runs": cal.get("n"), "censored_runs": cal.get("n_censored"),
-                         "level": cal.get("level"), "note": cal.get("note", "")})
+                         "level": cal.get("level"), "backtest_checked": back.get("checked", 0),
+                         "backtest_coverage": back.get("coverage"), "note": cal.get("note", "")})
     table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
-                                        "censored_runs", "level", "note"])
+                                        "censored_runs", "level", "backtest_checked", "backtest_coverage",
+                                        "note"])
     table["upper_factor"] = table["upper_factor"].astype("float64")
+    table["backtest_coverage"] = table["backtest_coverage"].astype("float64")
     return {"table": table}
 
 

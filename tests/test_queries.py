@@ -214,6 +214,10 @@ def test_the_calibration_table_is_what_the_gate_applies(tmp_path, max_runs):
                 (pytest.approx(gate["factor"]), gate["method"], gate["scope"], gate["n"], gate["n_censored"])
             assert (pd.isna(row.upper_factor) and gate["upper_factor"] is None) or \
                 row.upper_factor == pytest.approx(gate["upper_factor"])
+    # the replayed coverage rests on at most BACKTEST_RUNS runs and is a share when anything was checked
+    assert (out["backtest_checked"] <= queries.BACKTEST_RUNS).all() and out["backtest_checked"].sum() > 0
+    checked = out[out["backtest_checked"] > 0]["backtest_coverage"]
+    assert ((checked >= 0) & (checked <= 1)).all()
     speech = queries.calibration(Filters(now.date(), now.date(), teams=("speech",), kinds=("production",)),
                                  path, now)["table"]
     assert list(zip(speech["team"], speech["kind"])) == [("speech", "production")]
