@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
                        reason=f"no Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
-                              "(.ci/run does); never `playwright install`"),
+                              "(.ci/run does); Playwright's own browser download cannot work here"),
 ]
 
 PAGES = {  # navigation title -> (a heading it shows, charts it draws at least)
