@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GATE_DEMO", "0")
 
-PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
-         "stops_promotion"]
+PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "recovery_planner",
+         "upload", "stops_promotion"]
 FIRST_TARGET_S, CACHED_TARGET_S = 2.0, 0.3
 
 
