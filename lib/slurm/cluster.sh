@@ -29,7 +29,8 @@ DIR="${TG_SLURM_DIR:-/tmp/tg-slurm}"
 ETC="$DIR/etc"; RUN="$DIR/run"; LOG="$DIR/log"; SPOOL="$DIR/spool"; DEV="$DIR/dev"
 CLUSTER_NAME="${TG_SLURM_CLUSTER:-tg}"
 DB_NAME="tg_slurm_acct"; DB_USER="tg_slurm"; DB_PASS="tg_slurm_pw"
-PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmdbd mariadb-server)
+# lua-socket: the hook talks to the warm gate server over its Unix socket without starting a process
+PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmdbd mariadb-server lua-socket)
 export SLURM_CONF="$ETC/slurm.conf"
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
@@ -38,7 +39,8 @@ die() { log "ERROR: $*"; exit 1; }
 have_all() {
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v slurmdbd >/dev/null &&
   command -v sbatch >/dev/null && command -v munged >/dev/null && command -v mariadbd >/dev/null &&
-  ls /usr/lib/*/slurm-wlm/job_submit_lua.so >/dev/null 2>&1
+  ls /usr/lib/*/slurm-wlm/job_submit_lua.so >/dev/null 2>&1 &&
+  ls /usr/lib/*/lua/5.1/socket/unix.so >/dev/null 2>&1
 }
 
 cmd_install() {

@@ -17,9 +17,17 @@ TG_PYTHON, TG_REPO, GATE_DB, TG_ON_GATE_FAILURE (refuse|accept-and-flag), TG_GAT
 TG_GATE_SOCKET (warm gate server), TG_HOOK_LOG (stderr), TG_FLAG_LOG (failures, JSON lines),
 TG_DEFAULT_PARTITION, TG_PYCACHE (bytecode cache dir, so `python -S` does not recompile every time).
 
+Fast path: when LuaSocket (Debian's lua-socket) is there and the warm gate server listens on
+TG_GATE_SOCKET, the hook sends the job description straight to it over the Unix socket, in the
+server's wire format (NUL-separated "f:<field>", value, ..., "c:<key>", value), and reads
+"<exit code>\n" + the answer lines: no process is started. Otherwise (no LuaSocket, no server) it
+starts `python -S` as below, which asks the server itself or decides in-process.
+
 Lua 5.1 inside slurmctld: io.popen():close() gives no exit status, hence `; echo EXIT=$?`. Never return
 nil (nil ACCEPTS the job): every refusal returns slurm.ERROR.
 ]]
+
+local has_unix, unix = pcall(require, "socket.unix")
 
 local HOOK_CONF = "/tmp/tg-slurm/etc/job_submit_gate.conf"  -- rewritten by cluster.sh start
 
@@ -72,25 +80,56 @@ local function gate_failed(conf, job_desc, why)
   return slurm.ERROR
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  if not wants_gpus(job_desc) then return slurm.SUCCESS end
-  local conf, conf_err = read_conf()
-  if conf_err then return gate_failed(conf, job_desc, conf_err) end
-  local py, repo = conf.TG_PYTHON, conf.TG_REPO
-  if not py or py == "" or not repo or repo == "" then
-    return gate_failed(conf, job_desc, "TG_PYTHON or TG_REPO not set in " .. HOOK_CONF)
-  end
-  local limit_s = (tonumber(conf.TG_GATE_TIMEOUT_S) or 5) + 15
-  local args = {
-    "--account", q(job_desc.account), "--partition", q(job_desc.partition),
-    "--time-limit", q(job_desc.time_limit), "--name", q(job_desc.name),
-    "--comment", q(job_desc.comment), "--user", q(job_desc.user_name),
-    "--uid", q(submit_uid), "--work-dir", q(job_desc.work_dir),
-    "--tres-per-node", q(job_desc.tres_per_node), "--tres-per-job", q(job_desc.tres_per_job),
-    "--tres-per-task", q(job_desc.tres_per_task), "--tres-per-socket", q(job_desc.tres_per_socket),
-    "--num-tasks", q(job_desc.num_tasks), "--min-nodes", q(job_desc.min_nodes),
-    "--array", q(job_desc.array_inx),
+-- the job description as the gate reads it: (field, value) in the order slurm_hook.FIELDS lists them
+local function job_fields(job_desc, submit_uid)
+  return {
+    {"account", job_desc.account}, {"partition", job_desc.partition},
+    {"time_limit", job_desc.time_limit}, {"name", job_desc.name}, {"comment", job_desc.comment},
+    {"user", job_desc.user_name}, {"uid", submit_uid}, {"work_dir", job_desc.work_dir},
+    {"tres_per_node", job_desc.tres_per_node}, {"tres_per_job", job_desc.tres_per_job},
+    {"tres_per_task", job_desc.tres_per_task}, {"tres_per_socket", job_desc.tres_per_socket},
+    {"num_tasks", job_desc.num_tasks}, {"min_nodes", job_desc.min_nodes}, {"array", job_desc.array_inx},
   }
+end
+
+-- The warm server's answer as the Python client would print it ("...lines...EXIT=<code>"), or nil
+-- when there is no LuaSocket or no server listening (then Python runs), or nil, "no answer" when the
+-- server took the job and gave no answer.
+local function ask_server(conf, job_desc, submit_uid)
+  local path = conf.TG_GATE_SOCKET
+  if not has_unix or not path or path == "" then return nil end
+  local c = (unix.stream or unix)()
+  if not c then return nil end
+  c:settimeout((tonumber(conf.TG_GATE_TIMEOUT_S) or 5) + 8)
+  if not c:connect(path) then c:close(); return nil end
+  local parts = {}
+  for _, kv in ipairs(job_fields(job_desc, submit_uid)) do
+    if kv[2] ~= nil and tostring(kv[2]) ~= "" then
+      parts[#parts + 1] = "f:" .. kv[1]; parts[#parts + 1] = tostring(kv[2])
+    end
+  end
+  local config = {db = conf.GATE_DB, on_failure = conf.TG_ON_GATE_FAILURE, timeout_s = conf.TG_GATE_TIMEOUT_S,
+                  flag_log = conf.TG_FLAG_LOG, default_partition = conf.TG_DEFAULT_PARTITION, socket = path}
+  for k, v in pairs(config) do
+    if v ~= nil and v ~= "" then parts[#parts + 1] = "c:" .. k; parts[#parts + 1] = tostring(v) end
+  end
+  local sent = c:send(table.concat(parts, "\0"))
+  if not sent then c:close(); return nil end  -- nothing was taken: Python may still try
+  c:shutdown("send")
+  local answer, err, partial = c:receive("*a")
+  c:close()
+  answer = answer or partial
+  local code, rest = (answer or ""):match("^(%d+)\n(.*)$")
+  if not code then return nil, "no answer" end
+  return rest .. "EXIT=" .. code, "served"
+end
+
+local function run_python(conf, job_desc, submit_uid, limit_s)
+  local py, repo = conf.TG_PYTHON, conf.TG_REPO
+  local args = {}
+  for _, kv in ipairs(job_fields(job_desc, submit_uid)) do
+    args[#args + 1] = "--" .. kv[1]:gsub("_", "-") .. " " .. q(kv[2])
+  end
   -- -S: no site start-up (its .pth files cost ~50 ms); the module adds what it needs itself.
   -- Imported (not run as a script) so its bytecode is cached, under TG_PYCACHE, not in the repo.
   local pycache = ""
@@ -105,9 +144,28 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     " -S -c 'import sys, lib.slurm_hook as h; sys.exit(h.main())' " ..
     table.concat(args, " ") .. " 2>>" .. q(conf.TG_HOOK_LOG or "/dev/null") .. "; echo EXIT=$?"
   local p = io.popen(cmd, "r")
-  if not p then return gate_failed(conf, job_desc, "cannot start the gate command") end
+  if not p then return nil end
   local out = p:read("*a") or ""
   p:close()
+  return out
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if not wants_gpus(job_desc) then return slurm.SUCCESS end
+  local conf, conf_err = read_conf()
+  if conf_err then return gate_failed(conf, job_desc, conf_err) end
+  local py, repo = conf.TG_PYTHON, conf.TG_REPO
+  if not py or py == "" or not repo or repo == "" then
+    return gate_failed(conf, job_desc, "TG_PYTHON or TG_REPO not set in " .. HOOK_CONF)
+  end
+  local limit_s = (tonumber(conf.TG_GATE_TIMEOUT_S) or 5) + 15
+  local out, served = ask_server(conf, job_desc, submit_uid)
+  if served == "no answer" then
+    -- the server took the job but did not answer: never decide twice, apply the failure policy
+    return gate_failed(conf, job_desc, "gate server did not answer")
+  end
+  if not out then out = run_python(conf, job_desc, submit_uid, limit_s) end
+  if not out then return gate_failed(conf, job_desc, "cannot start the gate command") end
   local code = tonumber(out:match("EXIT=(%d+)%s*$"))
   local msg = out:match("MSG (.-)\n")
   local name = out:match("NAME (.-)\n")
