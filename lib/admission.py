@@ -137,12 +137,25 @@ def decide(request, policy: dict | None, state: dict) -> dict:
 
     kind, gpus = req["kind"], req["gpus"]
     est = estimate_request(req)
+    if not math.isfinite(est["raw_gpu_hours"]):
+        # each number was finite, but together they overflow (e.g. 1e-300 steps/s): not a request
+        # the gate can judge, and never one it may admit with a NaN or infinite reservation
+        field = "pilot" if "pilot" in req else "estimated_gpu_hours"
+        return reject(request, [reason(
+            "invalid-request", f"the {field} numbers give an estimate of {est['raw_gpu_hours']!r} GPU-h",
+            fix="check the pilot measurements (steps per second, planned steps) and resubmit",
+            field=field)], policy=policy, now=now)
     cal = state.get("calibration")
     if cal is None:
         cal = calibrate(state.get("calibration_history", ()), req["team"], kind, now=now)
     notes: list[str] = []
     basis = policy.get(f"budget_basis_{kind}", "raw")
     judged, judged_at, median, upper = _judged(est["raw_gpu_hours"], cal, basis, notes)
+    if not math.isfinite(judged):  # a finite raw estimate times a calibration factor can overflow
+        return reject(request, [reason(
+            "invalid-request", f"the calibrated estimate overflows ({judged!r} GPU-h)",
+            fix="check the estimate or pilot measurements and resubmit", field="pilot"
+            if "pilot" in req else "estimated_gpu_hours")], policy=policy, now=now)
     wall_h = judged / gpus
     est.update(median_gpu_hours=median, upper_gpu_hours=upper, judged_gpu_hours=judged,
                judged_at=judged_at, wall_hours=wall_h, calibration=cal)
@@ -168,7 +181,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
     if judged > budget:
         add(reason("budget", f"{judged_at} estimate {judged:.1f} GPU-h exceeds the budget {budget:g} GPU-h",
                    requested=round(judged, 2), limit=budget, unit="GPU-h",
-                   fix=f"fits if budget_gpu_hours ≥ {math.ceil(judged * 10) / 10:.1f}, "
+                   fix=f"fits if budget_gpu_hours ≥ {_tenth_up(judged):.1f}, "
                        f"or with {judged - budget:.1f} GPU-h less work"))
 
     spent = state.get("period_spent_gpu_hours", 0.0)
@@ -252,6 +265,11 @@ def decide(request, policy: dict | None, state: dict) -> dict:
     reserved = judged if not reasons else None
     return _decision(req, "defer" if reasons else "admit", reasons, policy=policy, estimate=est, notes=notes, now=now,
                      reserved=reserved, stop_fp=fingerprint(req.get("stop_policy")), extra=extra)
+
+
+def _tenth_up(x: float) -> float:
+    """x rounded up to a tenth (a budget that surely fits), without overflowing for huge x."""
+    return math.ceil(x * 10) / 10 if x < 1e300 else x
 
 
 def _capacity_reason(code, gpus, limit, in_use, holders, what) -> dict:

@@ -18,6 +18,8 @@ CAPACITIES = ("stable", "preemptible")
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (domain notes §6)
 
 _INF = math.inf
+INT32_MAX = 2**31 - 1  # whole-number fields land in the ledger's INTEGER / BIGINT columns
+INT64_MAX = 2**63 - 1
 
 
 def _number_problem(value, minimum, strict, integral, maximum, below):
@@ -92,7 +94,7 @@ _REQUIRED = {
     "run_id": text(),
     "team": text(),
     "kind": _choice(KINDS),
-    "gpus": number(1, integral=True),
+    "gpus": number(1, integral=True, maximum=INT32_MAX),
     "gpu_mem_gb": number(strict=True),
     "max_runtime_hours": number(strict=True),
     "budget_gpu_hours": number(),
@@ -107,7 +109,7 @@ _OPTIONAL = {
     "pilot": None,        # checked by _check_pilot
     "stop_policy": None,  # checked by _check_stop_policy
     "skip_full_evaluation": _bool,
-    "holdout_allowance": number(integral=True),
+    "holdout_allowance": number(integral=True, maximum=INT32_MAX),
     "submitted_at": lambda v: None if _parse_time(v) else f"must be an ISO-8601 time, got {v!r}",
     "note": text(2000),
 }
@@ -117,8 +119,8 @@ PILOT_FIELDS = {
     "worst_case_share": number(maximum=1),
     "peak_mem_gb": number(strict=True),
     "checkpoint_write_s": number(),
-    "planned_steps": number(1, integral=True),
-    "checkpoint_interval_steps": number(1, integral=True),
+    "planned_steps": number(1, integral=True, maximum=INT64_MAX),
+    "checkpoint_interval_steps": number(1, integral=True, maximum=INT64_MAX),
     "eval_gpu_hours": number(),
     "data_loading_fraction": number(below=1),
     "restart_minutes": number(),
@@ -131,13 +133,13 @@ _EARLY_STOP_REQUIRED = dict.fromkeys(("metric", "mode")).keys()
 STOP_FIELDS = {
     "max_wall_clock_hours": number(strict=True),
     "spend_limit_gpu_hours": number(strict=True),
-    "max_failed_steps": number(integral=True),
+    "max_failed_steps": number(integral=True, maximum=INT32_MAX),
     "early_stop": None,
 }
 EARLY_STOP_FIELDS = {
     "metric": text(),
     "mode": _choice(("min", "max")),
-    "patience": number(integral=True),
+    "patience": number(integral=True, maximum=INT32_MAX),
     "min_delta": number(),
 }
 _SPEC = {**_REQUIRED, **_OPTIONAL}

@@ -1,6 +1,7 @@
 """Properties of the decision that must hold for every request (hypothesis)."""
 import math
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from lib.admission import admit_training, decide
@@ -131,3 +132,30 @@ def test_the_compiled_fast_check_agrees_with_the_detailed_checks(base, field, pi
     if "pilot" in req:
         _check_pilot(req["pilot"], problems)
     assert _fields_ok(req) == (not problems), problems
+
+
+extreme = st.one_of(st.floats(min_value=5e-324, max_value=1e-300), st.floats(min_value=1e300, max_value=1e308),
+                    st.sampled_from([5e-324, 1e-310, 1e308, 1.7e308]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(["steps_per_second", "worst_case_steps_per_second", "checkpoint_write_s",
+                              "eval_gpu_hours", "restart_minutes"]),
+       value=extreme, steps=st.one_of(st.integers(1, 10**6), st.just(2**63 - 1)),
+       loading=st.floats(0, 0.99), interruptions=st.floats(0, 1e6))
+def test_extreme_but_finite_pilot_numbers_never_admit_a_non_finite_reservation(field, value, steps,
+                                                                               loading, interruptions):
+    """Each number finite, together overflowing: a reject or a finite decision, never a crash."""
+    pilot = {**PILOT, field: value, "planned_steps": steps, "data_loading_fraction": loading}
+    d = decide(request(estimated_gpu_hours=..., pilot=pilot, expected_interruptions=interruptions),
+               policy(), state(hist=[]))
+    if d["state"] == "admit":
+        assert math.isfinite(d["reserved_gpu_hours"]) and d["reserved_gpu_hours"] >= 0
+    if d["estimate"] is not None:
+        assert math.isfinite(d["estimate"]["judged_gpu_hours"])
+
+
+@pytest.mark.parametrize("field,value", [("holdout_allowance", 2**31), ("gpus", 2**31)])
+def test_whole_numbers_beyond_the_ledger_columns_reject(field, value):
+    d = decide(request(**{field: value}), policy(), state())
+    assert d["state"] == "reject" and d["reasons"][0]["field"] == field
