@@ -46,8 +46,10 @@ import sys
 EXIT_ADMIT, EXIT_REFUSED, EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED = 0, 1, 3, 4
 FAILURE_POLICIES = ("refuse", "accept-and-flag")
 NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields (INFINITE is 0xFFFFFFFF)
+# without these the gate cannot judge the job (a gate failure); a missing data_snapshot is not among
+# them: the decision defers it with `no-snapshot`, as it does for the command line
 REQUIRED = ("run_id", "team", "kind", "gpus", "gpu_mem_gb", "max_runtime_hours", "budget_gpu_hours",
-            "checkpoint_supported", "expected_interruptions", "data_snapshot", "capacity")
+            "checkpoint_supported", "expected_interruptions", "capacity")
 FIELDS = ("account", "partition", "time_limit", "name", "comment", "user", "uid", "work_dir",
           "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "num_tasks",
           "min_nodes", "array")
@@ -174,25 +176,29 @@ def parse_comment(comment, *, work_dir=None, uid=None) -> dict:
         if not os.path.isabs(path):
             path = os.path.join(work_dir or "/", path)
         source = f"request file {path}"
+        # open first (never following a symlink), then check what was opened: no window in which
+        # a swapped link could make SlurmUser read another user's file
         try:
-            st = os.stat(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise IncompleteRequest(f"{source} cannot be read ({exc.strerror})") from None
-        submitter = _slurm_int(uid)
-        owner_ok = submitter is not None and (submitter == 0 or st.st_uid == submitter)
-        import stat as _stat
-        if not _stat.S_ISREG(st.st_mode) or not owner_ok:
-            raise IncompleteRequest(f"{source} must be a regular file owned by the submitting user")
-        if st.st_size > MAX_REQUEST_FILE_BYTES:
-            raise IncompleteRequest(f"{source} is larger than {MAX_REQUEST_FILE_BYTES} bytes")
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise IncompleteRequest(f"{source} cannot be read ({exc})") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            submitter = _slurm_int(uid)
+            owner_ok = submitter is not None and (submitter == 0 or st.st_uid == submitter)
+            import stat as _stat
+            if not _stat.S_ISREG(st.st_mode) or not owner_ok:
+                raise IncompleteRequest(f"{source} must be a regular file owned by the submitting user")
+            if st.st_size > MAX_REQUEST_FILE_BYTES:
+                raise IncompleteRequest(f"{source} is larger than {MAX_REQUEST_FILE_BYTES} bytes")
+            try:
+                text = f.read(MAX_REQUEST_FILE_BYTES + 1).decode("utf-8-sig")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise IncompleteRequest(f"{source} cannot be read ({exc})") from None
     import json
     try:
-        obj = json.loads(text)
+        # NaN / Infinity stay strings: the decision then rejects them as not numbers (never accepted)
+        obj = json.loads(text, parse_constant=str)
     except json.JSONDecodeError as exc:
         raise IncompleteRequest(
             f"{source} is not a JSON object ({exc.msg} at line {exc.lineno} column {exc.colno}); "
@@ -228,7 +234,7 @@ def build_request(fields: dict, *, preemptible_partitions=None, default_partitio
     time_to_set = None
     if hours is not None:
         enforce("max_runtime_hours", hours, " h")
-    elif _is_number(req.get("max_runtime_hours")) and req["max_runtime_hours"] > 0:
+    elif _is_number(req.get("max_runtime_hours")) and 0 < req["max_runtime_hours"] < float("inf"):
         # no --time: the job gets the judged runtime as its limit, so Slurm enforces it
         time_to_set = max(1, int(-(-req["max_runtime_hours"] * 60 // 1)))
     if not req.get("run_id") and (fields.get("name") or "").strip():

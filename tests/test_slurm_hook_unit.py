@@ -100,9 +100,40 @@ def test_missing_fields_are_an_incomplete_request_naming_each_with_its_option():
     with pytest.raises(h.IncompleteRequest) as e:
         h.build_request(j, preemptible_partitions=[])
     text = str(e.value)
-    for field in ("max_runtime_hours", "budget_gpu_hours", "data_snapshot", "estimated_gpu_hours or pilot"):
+    for field in ("max_runtime_hours", "budget_gpu_hours", "estimated_gpu_hours or pilot"):
         assert field in text
     assert "--time=HH:MM:SS" in text
+    # a missing snapshot is the gate's to judge (a no-snapshot deferral), not an unjudgeable job
+    assert "data_snapshot" not in text
+
+
+def test_a_job_without_a_data_snapshot_reaches_the_gate_and_is_deferred_for_it():
+    req, _, _ = h.build_request(job(comment=comment(data_snapshot=...)), preemptible_partitions=[])
+    assert "data_snapshot" not in req
+
+
+def test_nan_and_infinity_in_the_comment_reach_the_gate_as_invalid_not_as_a_failure():
+    text = comment().replace('"expected_interruptions": 0', '"expected_interruptions": NaN')
+    assert "NaN" in text
+    req, _, _ = h.build_request(job(comment=text), preemptible_partitions=[])
+    assert req["expected_interruptions"] == "NaN"  # a string: decide() rejects it as not a number
+    from lib.admission import decide
+    from tests.fixtures_gate import policy, state
+    assert decide({**req, "team": "vision"}, policy(), state())["state"] == "reject"
+    inf = comment(max_runtime_hours=...).replace("{", '{"max_runtime_hours": Infinity, ', 1)
+    _, time_to_set, _ = h.build_request(job(time_limit=NO_VAL, comment=inf), preemptible_partitions=[])
+    assert time_to_set is None
+
+
+def test_a_request_file_behind_a_symlink_is_refused(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text(comment(), encoding="utf-8")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with pytest.raises(h.IncompleteRequest, match="cannot be read"):
+        h.parse_comment(f"@{link}", uid=0)
+    real.write_bytes(b"\xef\xbb\xbf" + comment().encode())  # a BOM is fine
+    assert h.parse_comment(f"@{real}", uid=0)["kind"]
 
 
 @pytest.mark.parametrize("text, words", [
