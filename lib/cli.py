@@ -107,6 +107,8 @@ def read_request(source: str):
                          f"column {exc.colno}") from None
     except ValueError as exc:
         raise InputError(f"request {source} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"request {source} is nested too deeply to be a request") from None
 
 
 # ------------------------------------------------------------------------------ commands
@@ -153,7 +155,7 @@ def cmd_import(args) -> int:
     except ImportError as exc:
         raise LedgerError(f"the importer is not available: {exc}") from None
     report = import_runs(args.file, fmt=args.format, db=args.db, create_teams=args.create_teams,
-                         dry_run=args.dry_run, progress=_progress(args))
+                         dry_run=args.dry_run, progress=_progress(args), timeout_s=args.timeout)
     if report.errors:
         for e in report.errors:
             say(f"line {e.get('line')}, column {e.get('column')}, value {e.get('value')!r}: "

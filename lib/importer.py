@@ -65,7 +65,7 @@ from typing import Callable
 
 import pandas as pd
 
-from lib.ledger import open_ledger, transaction
+from lib.ledger import DEFAULT_TIMEOUT_S, open_ledger, transaction
 from lib.request import CAPACITIES, KINDS
 from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
@@ -194,7 +194,8 @@ def _source_path(source):
 
 
 def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False,
-                dry_run: bool = False, progress: Progress | None = None) -> ImportReport:
+                dry_run: bool = False, progress: Progress | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> ImportReport:
     """Import run history from `source` (a path, or the file's bytes) into the ledger `db`.
 
     fmt: "csv" (module docstring) or "sacct" (`_parse_sacct`). Nothing is written when any error is
@@ -221,7 +222,7 @@ def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False
         if size == 0:
             report.errors = [_err(1, None, None, "the file is empty (expected a header line and rows)")]
             return report
-        with open_ledger(db, read_only=dry_run) as con:
+        with open_ledger(db, read_only=dry_run, timeout_s=timeout_s) as con:
             cur = con.cursor()      # fresh connection state: its own rejects tables and temp tables
             try:
                 cur.execute("SET TimeZone = 'UTC'").fetchall()
@@ -607,6 +608,9 @@ def _as_new(expr: str) -> str:
     return _LEDGER_REF.sub("NULL", expr)
 
 
+# the columns a gate-admitted reservation was judged on: an import may add actuals, never change these
+_ADMITTED_COLUMNS = ("team", "kind", "gpus")
+
 # time order, checked on the run as it will be stored: (column, the other column, condition, message)
 _ORDER_CHECKS = [
     ("started_at", "reserved_from", "m.reserved_from > m.started_at",
@@ -690,6 +694,17 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
                 raw_errors += cur.execute(
                     f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM ({merged()}) m "
                     f"WHERE {cond} ORDER BY 1 LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+
+        if n_updated:  # what the gate admitted is not for an import to change behind its back
+            # (compared as the run would be stored: sacct keeps the ledger's kind for a known run)
+            for col in _ADMITTED_COLUMNS:
+                raw_errors += cur.execute(
+                    f"SELECT t._row, '{col}', ({exprs[col]})::VARCHAR, 'run ' || r.run_id || ' holds a reservation "
+                    f"the gate admitted with {col} ' || r.{col} || '; an import may not change it (finish the "
+                    f"run, or submit a new run ID)', NULL FROM typed t JOIN runs r ON r.run_id = t.run_id "
+                    f"WHERE r.source = 'submit' AND r.reserved_gpu_hours IS NOT NULL "
+                    f"AND ({exprs[col]}) IS DISTINCT FROM r.{col} ORDER BY 1 LIMIT ?",
+                    [MAX_ERRORS * 2]).fetchall()
 
         report.inserted = n_rows - n_updated - n_unchanged
         report.updated = n_updated

@@ -151,6 +151,11 @@ def test_import_of_bad_input_exits_2_and_writes_nothing(ledger, tmp_path):
     assert counts(ledger) == before
 
 
+def test_a_request_nested_too_deeply_exits_2(ledger):
+    p = run_cli("check", "-", db=ledger, stdin="[" * 100_000 + "]" * 100_000)
+    assert p.returncode == 2 and "nested too deeply" in p.stderr
+
+
 def test_usage_errors_exit_2():
     p = run_cli("frobnicate")
     assert p.returncode == 2 and "invalid choice" in p.stderr

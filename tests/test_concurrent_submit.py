@@ -64,6 +64,10 @@ def test_a_ledger_locked_past_the_timeout_exits_3_and_changes_nothing(tiny_ledge
         assert p.stdout == ""
         p = run_cli("check", path, "--timeout", "0.3", db=tiny_ledger, timeout=20)
         assert p.returncode == 3 and "locked" in p.stderr
+        csv = tmp_path / "runs.csv"
+        csv.write_text("run_id,team,kind,gpus\nimp-1,tiny,exploratory,1\n")
+        p = run_cli("import", csv, "--timeout", "0.4", db=tiny_ledger, timeout=20)
+        assert p.returncode == 3 and "0.4 s" in p.stderr  # the import honours --timeout too
     finally:
         holder.communicate("\n", timeout=10)
     assert counts(tiny_ledger) == before

@@ -203,3 +203,18 @@ def test_random_text_round_trips(tmp_path_factory, job, snap):
     assert r.errors == []
     row = runs(db)["h1"]
     assert (row["job_name"], row["data_snapshot"]) == (job, snap)
+
+
+def test_an_import_may_add_actuals_to_an_admitted_run_but_never_change_what_was_judged(db):
+    from lib.ledger import open_ledger
+    with open_ledger(db) as con:  # a reservation as lib.store.submit_request records it
+        con.execute("INSERT INTO runs (run_id, team, kind, gpus, reserved_gpu_hours, source, updated_at) "
+                    "VALUES ('adm-1', 'vision', 'production', 2, 10.0, 'submit', now())").fetchall()
+    before = dump(db)
+    moved = "run_id,team,kind,gpus\nadm-1,nlp,production,64\n"
+    r = import_runs(moved.encode(), db=db)
+    assert {(e["line"], e["column"], e["value"]) for e in r.errors} == {(2, "team", "nlp"), (2, "gpus", "64")}
+    assert "admitted" in r.errors[0]["message"] and dump(db) == before
+    actuals = "run_id,team,kind,gpus,actual_gpu_hours\nadm-1,vision,production,2,9.5\n"
+    r = import_runs(actuals.encode(), db=db)
+    assert (r.updated, r.errors) == (1, []) and runs(db)["adm-1"]["actual_gpu_hours"] == 9.5
