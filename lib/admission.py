@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from datetime import datetime, timezone
+from datetime import datetime
 
 from lib.calibration import calibrate
 from lib.estimate import estimate_request
 from lib.reasons import in_order, reason
-from lib.request import validate
+from lib.request import utcnow, validate
 
 BASES = ("raw", "median", "upper")
 
@@ -59,10 +59,6 @@ def fingerprint(obj) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
 def _next_month(now: datetime) -> str:
     return (datetime(now.year + 1, 1, 1) if now.month == 12
             else datetime(now.year, now.month + 1, 1)).date().isoformat()
@@ -100,15 +96,23 @@ def _decision(request, state: str, reasons, *, policy=None, estimate=None, notes
 
 def reject(request, problems: list[dict], *, policy=None, now=None) -> dict:
     """A `reject` decision for an invalid request (problems: invalid-request reasons)."""
-    return _decision(request, "reject", in_order(problems), policy=policy, now=now or _utcnow())
+    return _decision(request, "reject", in_order(problems), policy=policy, now=now or utcnow())
 
 
-def unknown_team(request, *, now=None) -> dict:
-    """A `reject` for a request naming a team that has no policy in the ledger."""
+def unknown_team(request, *, known_teams=(), now=None) -> dict:
+    """A `reject` for a request naming no team with a policy: every other problem of the request
+    too, and the teams it could name."""
+    _, problems = validate(request)
     team = request.get("team") if type(request) is dict else None
-    return reject(request, [reason("invalid-request", f"team {team!r} has no policy in the ledger",
-                                   fix="use a team from data/teams.toml, or ask a planner to add it",
-                                   field="team")], now=now)
+    if type(team) is str and team.strip():
+        problems.append(reason(
+            "invalid-request", f"team {team!r} has no policy in the ledger", field="team",
+            fix=(f"use one of: {', '.join(known_teams)}" if known_teams
+                 else "load data/teams.toml into the ledger (python -m lib teams), or ask a planner "
+                      "to add the team")))
+    elif not problems:
+        problems.append(reason("invalid-request", "team is required", fix="name the team", field="team"))
+    return reject(request if type(request) is dict else {}, problems, now=now)
 
 
 def _judged(raw: float, cal: dict, basis: str, notes: list) -> tuple[float, str, float, float | None]:
@@ -128,7 +132,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
     reserved_until}], "period_spent_gpu_hours", "snapshots": set, "calibration" (a
     lib.calibration.calibrate result) or "calibration_history" (rows for it)}.
     """
-    now = state.get("now") or _utcnow()
+    now = state.get("now") or utcnow()
     req, problems = validate(request)
     if problems:
         return reject(request, problems, policy=policy, now=now)

@@ -29,6 +29,7 @@ import pandas as pd
 from lib.capacity_timeline import fit_for_reasons
 from lib.filters import Filters
 from lib.ledger import open_ledger
+from lib.request import utcnow
 
 REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
@@ -52,10 +53,6 @@ _IDLE = f"""
        ELSE r.gpus * greatest(0, {_H.format(a='r.reserved_from', b='r.reserved_until')}) END
     AS window_gpu_hours
 """
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
 @contextlib.contextmanager

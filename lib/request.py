@@ -148,6 +148,11 @@ _REQUIRED_NAMES = _REQUIRED.keys()
 FIELDS = tuple(_SPEC)
 
 
+def utcnow() -> datetime:
+    """Now as a naive UTC datetime: the convention of requests, decisions and the ledger."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
 def _parse_time(value):
     if type(value) is not str:
         return None

@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
-from lib.request import KINDS
+from lib.request import KINDS, utcnow
 from lib.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
                           INCOMPLETE_STOPS, STOP_REASONS, artifact_status_for)
 from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger, transaction
@@ -29,11 +29,6 @@ CALIBRATION_WINDOW_DAYS = 365
 
 class UnknownRun(LedgerError):
     """finish_run was given a run ID the ledger does not know."""
-
-
-def utcnow() -> datetime:
-    """Now as a naive UTC datetime (the ledger's convention)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def _naive_utc(t) -> datetime | None:
@@ -133,15 +128,6 @@ def calibration(con, team: str, kind: str, now: datetime, *,
 
 # ---------------------------------------------------------------------------------------- deciding
 
-def _reject(request, field: str, message: str, fix: str, now: datetime) -> dict:
-    """A reject decision built without deciding (unknown team, run ID already booked)."""
-    from lib.admission import reject
-    from lib.reasons import reason
-
-    return reject(request if isinstance(request, dict) else {},
-                  [reason("invalid-request", message, fix=fix, field=field)], now=now)
-
-
 def _booked(con, run_id) -> bool:
     """True when the run ID already holds a reservation or has run (a resubmission would double-book)."""
     if type(run_id) is not str:
@@ -154,31 +140,18 @@ def _booked(con, run_id) -> bool:
 
 def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
     """(decision, policy) for the request against the ledger as `con` sees it."""
-    from lib.admission import decide
+    from lib.admission import decide, reject, unknown_team
+    from lib.reasons import reason
 
     team = request.get("team") if isinstance(request, dict) else None
     policy = team_policy(con, team) if isinstance(team, str) else None
     if policy is None:
-        # no usable team: every problem of the request, plus the unknown team, in one reject
-        from lib.reasons import reason
-        from lib.request import validate
-        _, problems = validate(request)
-        if isinstance(team, str) and team.strip():
-            known = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
-            problems.append(reason(
-                "invalid-request", f"team {team!r} is not known to the gate",
-                fix=(f"use one of: {', '.join(known)}" if known
-                     else "load data/teams.toml into the ledger (python -m lib teams)"),
-                field="team"))
-        if not problems:  # validate() accepts it but there is no team: cannot happen, be safe
-            problems.append(reason("invalid-request", "team is required", fix="name the team",
-                                   field="team"))
-        from lib.admission import reject
-        return reject(request if isinstance(request, dict) else {}, problems, now=now), None
+        known = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+        return unknown_team(request, known_teams=known, now=now), None
     if _booked(con, request.get("run_id")):
-        return _reject(
-            request, "run_id", f"run_id {request['run_id']!r} already holds a reservation or has run",
-            "choose a new run_id (one run ID per submission)", now), policy
+        return reject(request, [reason(
+            "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
+            fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
     kind = request.get("kind")
     state = team_state(con, team, now, kind=kind if kind in KINDS else None)
     return decide(request, policy, state), policy
