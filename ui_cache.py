@@ -224,10 +224,7 @@ def ensure_demo() -> None:
             def progress(fraction, message=""):
                 bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message))
 
-            kwargs = {"progress": progress} if "progress" in inspect.signature(ensure_demo_history).parameters \
-                or any(p.kind == p.VAR_KEYWORD for p in inspect.signature(ensure_demo_history).parameters.values()) \
-                else {}
-            built = ensure_demo_history(db_path(), **kwargs)
+            built = ensure_demo_history(db_path(), progress=progress)
             status.update(label="Demo history built" if built else "Ledger already has history",
                           state="complete", expanded=False)
         clear_caches()
