@@ -9,12 +9,14 @@ memory, getrusage ru_maxrss of that child, is measured separately):
   3. re-import     the same file again into that ledger (every row unchanged)
   4. read_csv + PK (informative) read_csv into a fresh table that has PRIMARY KEY (run_id), i.e. with
                    the cost of the ledger's key index: a floor for any import into `runs`
+  5. unclosed quote the same file with a quote opened on line 3 and never closed (the rest of the file
+                   is one field): the import must refuse it with bounded memory
 Each child's clock starts before its imports (duckdb; lib.importer, which brings pandas for the preview)
 and stops after the database is closed (checkpoint included). The four are run in rounds (1 2 3 4,
 1 2 3 4, ...) so each round sees the same machine load; the table shows, per measurement, the fastest
 of R rounds (wall seconds; CPU seconds = user + system of that child), the ratio of the fastest to the
 fastest read_csv, and the largest peak memory of any round.
-Target (issue 3): import and re-import <= 2 x read_csv, peak < 1 GB.
+Targets: import and re-import <= 2 x read_csv, peak < 1 GB; the refused unclosed-quote file < 1 GB.
 """
 from __future__ import annotations
 
@@ -50,8 +52,13 @@ if what in ("read_csv", "read_csv_pk"):
 else:
     from lib.importer import import_runs
     r = import_runs(csv_path, db=db)
-    assert not r.errors, r.errors[:5]
-    out = {{"inserted": r.inserted, "updated": r.updated, "unchanged": r.unchanged}}
+    if what == "import_refused":
+        assert r.errors and not r.written, "expected the file to be refused"
+        e = r.errors[0]
+        out = {{"refused": f"line {{e['line']}}: {{e['message'][:40]}}"}}
+    else:
+        assert not r.errors, r.errors[:5]
+        out = {{"inserted": r.inserted, "updated": r.updated, "unchanged": r.unchanged}}
 out["seconds"] = time.perf_counter() - t0
 ru = resource.getrusage(resource.RUSAGE_SELF)
 out["cpu_s"] = ru.ru_utime + ru.ru_stime
@@ -136,6 +143,11 @@ def main(argv=None) -> None:
         subprocess.run([sys.executable, __file__, "--generate", str(csv_path), "--rows", str(args.rows)],
                        check=True)
         gen_s = time.perf_counter() - t0
+        unclosed = d / "unclosed.csv"
+        with open(csv_path, "rb") as src, open(unclosed, "wb") as dst:
+            header, first, second = src.readline(), src.readline(), src.readline()
+            dst.write(header + first + second.replace(b",job 1,", b',"job 1,', 1))
+            shutil.copyfileobj(src, dst)
         sys.path.insert(0, str(ROOT))
         from lib.ledger import open_ledger
         empty, ledger = d / "empty.duckdb", d / "ledger.duckdb"
@@ -147,7 +159,7 @@ def main(argv=None) -> None:
                 con.execute("INSERT INTO teams (team, reserved_gpus, max_gpus_per_job, max_gpu_mem_gb, "
                             "max_runtime_hours, monthly_budget_gpu_hours, policy_version) "
                             "VALUES (?, 64, 32, 80, 72, 100000, 'bench')", [t]).fetchall()
-        runs: dict[str, list[dict]] = {k: [] for k in ("base", "first", "again", "pk")}
+        runs: dict[str, list[dict]] = {k: [] for k in ("base", "first", "again", "pk", "unclosed")}
         for _ in range(max(1, args.repeat)):
             for name in ("baseline", "baseline_pk"):
                 for suffix in (".duckdb", ".duckdb.wal"):
@@ -158,6 +170,7 @@ def main(argv=None) -> None:
             runs["first"].append(measure("import", csv_path, ledger))
             runs["again"].append(measure("import", csv_path, ledger))
             runs["pk"].append(measure("read_csv_pk", csv_path, d / "baseline_pk.duckdb"))
+            runs["unclosed"].append(measure("import_refused", unclosed, ledger))
         best = {k: min(v, key=lambda m: m["seconds"]) for k, v in runs.items()}
         peak = {k: max(m["peak_mb"] for m in v) for k, v in runs.items()}
         base_s = best["base"]["seconds"]
@@ -170,6 +183,7 @@ def main(argv=None) -> None:
             ("first", "import_runs, fresh ledger", lambda m: f"{m['inserted']:,} inserted"),
             ("again", "import_runs, same file again", lambda m: f"{m['unchanged']:,} unchanged"),
             ("pk", "(read_csv -> table with PK)", lambda m: f"{m['rows']:,} rows (informative)"),
+            ("unclosed", "import_runs, unclosed quote", lambda m: f"refused, {m['refused']}"),
         ):
             m = best[key]
             print(f"{name:<34}{m['seconds']:>9.2f}{m['seconds'] / base_s:>12.2f}{m['cpu_s']:>8.1f}"
@@ -180,6 +194,7 @@ def main(argv=None) -> None:
         ok = (max(best["first"]["seconds"], best["again"]["seconds"]) <= 2 * base_s
               and max(peak["first"], peak["again"]) < 1024)
         print(f"\ntarget (import and re-import <= 2 x read_csv, peak < 1 GB): {'met' if ok else 'NOT met'}")
+        print(f"target (unclosed quote refused, peak < 1 GB): {'met' if peak['unclosed'] < 1024 else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -57,12 +57,12 @@ import datetime as dt
 import difflib
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import duckdb
 import pandas as pd
 
 from lib.ledger import DEFAULT_TIMEOUT_S, open_ledger, transaction
@@ -140,6 +140,7 @@ class ImportReport:
     teams_created: list = field(default_factory=list)
     skipped: int = 0                                 # sacct: job lines without GPUs, folded steps
     notes: list = field(default_factory=list)        # non-blocking remarks
+    unlisted: int = 0                                # errors counted but not itemised (beyond the cap)
 
     @property
     def ok(self) -> bool:
@@ -160,14 +161,35 @@ def _err(line, column, value, message) -> dict:
     return {"line": line, "column": column, "value": value, "message": message}
 
 
-def _cap(errors: list) -> list:
+def _cap(errors: list, unlisted: int = 0) -> list:
+    """The errors in file order, at most MAX_ERRORS, then one row saying how many more there are
+    (`unlisted`: errors found by a count but not fetched)."""
     errors = sorted(errors, key=lambda e: (e["line"] if e["line"] is not None else 0,
                                            _col_order(e["column"])))
-    if len(errors) > MAX_ERRORS:
-        more = len(errors) - MAX_ERRORS
+    more = max(0, len(errors) - MAX_ERRORS) + unlisted
+    if more:
         errors = errors[:MAX_ERRORS] + [_err(None, None, None,
                                              f"... and {more} more errors not listed (fix these first)")]
     return errors
+
+
+def _limited(cur, sql: str, order: str = "1", params=()) -> tuple[list, int]:
+    """(the first MAX_ERRORS * 2 rows of `sql` in `order`, how many more rows it has)."""
+    rows = cur.execute(f"SELECT *, count(*) OVER () FROM ({sql}) ORDER BY {order} LIMIT {MAX_ERRORS * 2}",
+                       list(params)).fetchall()
+    total = rows[0][-1] if rows else 0
+    return [r[:-1] for r in rows], total - len(rows)
+
+
+def _add(errors: list, rows: list, unlisted: int) -> int:
+    """Append `rows` to `errors`; return `unlisted` (the matching rows that were not fetched)."""
+    errors += rows
+    return unlisted
+
+
+def _col_order_sql(column: str) -> str:
+    """SQL ordering error rows by their column's place in CSV_COLUMNS (`column`: its SQL)."""
+    return f"list_position({[*CSV_COLUMNS]!r}, {column})"
 
 
 def _col_order(column) -> int:
@@ -234,24 +256,52 @@ def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False
                     _import_sacct(cur, path, report, create_teams, dry_run, progress)
             finally:
                 cur.close()
-    report.errors = _cap(report.errors)
+    report.errors = _cap(report.errors, report.unlisted)
     progress(1.0, "done" if report.written else ("checked (dry run)" if report.ok else "not imported"))
     return report
 
 
 # ----------------------------------------------------------------------------------------------- CSV
 
+_NOT_CSV = [   # (leading bytes, what the file is)
+    (b"\x1f\x8b", "a gzip-compressed file: decompress it first (gunzip) and import the CSV inside"),
+    (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one): save or extract it as CSV"),
+    (b"SQLite format 3\x00", "an SQLite database, not a CSV file"),
+    (b"PAR1", "a Parquet file, not a CSV file"),
+]
+
+
 def _read_header(path: Path, report: ImportReport) -> list[str] | None:
     with open(path, "rb") as f:
         head = f.read(min(MAX_LINE_BYTES, path.stat().st_size))
+    for magic, what in _NOT_CSV:
+        if head.startswith(magic):
+            report.errors.append(_err(1, None, repr(head[:8]), f"this is {what}"))
+            return None
+    if head[8:12] == b"DUCK":
+        report.errors.append(_err(1, None, repr(head[:12]), "this is a DuckDB database, not a CSV file"))
+        return None
     text_head = head.split(b"\n", 1)[0]
+    if b"\r" in text_head.rstrip(b"\r"):
+        problem = _line_end_problem(path)
+        report.errors.append(_err(1, None, None, problem[1] if problem else "the header line holds a CR"))
+        return None
+    if b"\x00" in text_head:
+        report.errors.append(_err(1, None, repr(text_head[:40]), "the header holds NUL bytes: this is "
+                                                                  "binary data, not a CSV file"))
+        return None
     try:
         first = text_head.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         report.errors.append(_err(1, None, repr(text_head[max(0, exc.start - 10):exc.end + 10]),
                                   "the header is not valid UTF-8: save the file as UTF-8 (CSV UTF-8)"))
         return None
-    names = next(csv.reader([first.rstrip("\r")], delimiter=",", quotechar='"'), [])
+    try:
+        with _csv_field_limit():
+            names = next(csv.reader([first.rstrip("\r")], delimiter=",", quotechar='"', strict=True), [])
+    except csv.Error as exc:
+        report.errors.append(_err(1, None, first[:200], f"the header is not a CSV line ({exc})"))
+        return None
     if not names or all(not n.strip() for n in names):
         report.errors.append(_err(1, None, None, "the first line is empty: expected the header "
                                                  f"(e.g. {','.join(REQUIRED_COLUMNS)})"))
@@ -276,7 +326,13 @@ def _check_header(names: list[str], report: ImportReport) -> bool:
             ok = False
             continue
         seen[name] = i
-        if name not in CSV_COLUMNS:
+        if name not in CSV_COLUMNS and name.strip().lower() in CSV_COLUMNS:
+            known = name.strip().lower()
+            report.errors.append(_err(1, known, name, f"column {name!r} (column {i}) must be written "
+                                                      f"{known!r}: lower case, no spaces around it"))
+            seen.setdefault(known, i)   # one error per column: it is not also 'missing'
+            ok = False
+        elif name not in CSV_COLUMNS:
             close = difflib.get_close_matches(name.strip().lower(), CSV_COLUMNS, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             if not name.strip():
@@ -359,6 +415,7 @@ def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"",
         if c in TEXT_COLUMNS:
             checks.append((c, f"length({raw}) > {MAX_TEXT_CHARS}",
                            f"'text longer than {MAX_TEXT_CHARS} characters (' || length({raw}) || ')'"))
+            checks.append((c, f"contains({raw}, chr(0))", "'holds a NUL byte (binary data?)'"))
             if c in ("run_id", "team"):
                 checks.append((c, f"{present} AND {raw} <> {trimmed}",
                                f"'{c} has leading or trailing spaces'"))
@@ -385,18 +442,46 @@ def _row_checks(cols: list[str], raw_ref="s.\"{c}\"", typed_ref="t.\"{c}\"",
     return checks
 
 
-def _scan_record_lines(path: Path) -> list[int]:
-    """Start line of every non-blank CSV record after the header, as Python's csv module reads it."""
-    csv.field_size_limit(sys.maxsize)
-    starts = []
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.reader(f, delimiter=",", quotechar='"', doublequote=True, strict=False)
-        prev = 0
-        for rec in reader:
-            start, prev = prev + 1, reader.line_num
-            if rec:
-                starts.append(start)
-    return starts[1:]
+def _record_lines(path: Path, wanted: set[int], rejected_lines: set[int],
+                  id_column: int) -> dict[int, tuple[int, str]]:
+    """{staging row: (line the record starts on, its run_id cell)} for the `wanted` rows.
+
+    Staging row k is the k-th record (0-based, after the header) that DuckDB did not reject, so the
+    file is walked with Python's csv module, skipping blank lines and the records starting on a
+    `rejected_lines` line. The run_id cell lets the caller check that both parsers saw the same
+    record. Fields are bounded by MAX_LINE_BYTES (as DuckDB's reader is): a longer field, e.g. an
+    unclosed quote swallowing the rest of the file, ends the walk instead of growing memory.
+    """
+    found: dict[int, tuple[int, str]] = {}
+    if not wanted:
+        return found
+    last = max(wanted)
+    with _csv_field_limit():
+        with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+            reader = csv.reader(f, delimiter=",", quotechar='"', doublequote=True, strict=False)
+            prev, row = 0, -1
+            with contextlib.suppress(csv.Error):
+                for rec in reader:
+                    start, prev = prev + 1, reader.line_num
+                    if not rec or start == 1 or start in rejected_lines:
+                        continue
+                    row += 1
+                    if row in wanted:
+                        found[row] = (start, rec[id_column] if id_column < len(rec) else "")
+                        if row >= last:
+                            break
+    return found
+
+
+@contextlib.contextmanager
+def _csv_field_limit():
+    """Python's csv module reads fields up to MAX_LINE_BYTES, the longest line DuckDB's reader takes
+    (its default, 128 KiB, is lower; no limit would let an unclosed quote hold the rest of the file)."""
+    old = csv.field_size_limit(MAX_LINE_BYTES)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
 
 
 def _lines_at_offsets(path: Path, offsets: list[int]) -> dict[int, int]:
@@ -445,16 +530,17 @@ _REJECT_MESSAGES = {
     "UNQUOTED VALUE": "a quoted value is not closed (truncated line, or a stray '\"'?)",
     "LINE SIZE OVER MAXIMUM": f"line longer than {MAX_LINE_BYTES // (1024 * 1024)} MB",
     "CAST": "not a number (use digits and a . decimal point, no thousands separator)",
+    "NUL": "line holds NUL bytes: binary data, or a file damaged by a crash or a full disk",
 }
 
 
-def _read_csv_sql(names: list[str], rejects_table: str = "reject_errors") -> str:
+def _read_csv_sql(names: list[str]) -> str:
     """read_csv(?) of the file: explicit dialect, the header's own (checked) names, rejects stored."""
     columns = "{" + ", ".join("'" + n.replace("'", "''") + f"': '{_READ_TYPE[n]}'" for n in names) + "}"
-    scans = "reject_scans" if rejects_table == "reject_errors" else rejects_table + "_scans"
     return ("read_csv(?, header = true, delim = ',', quote = '\"', escape = '\"', auto_detect = false, "
-            f"columns = {columns}, store_rejects = true, rejects_table = '{rejects_table}', "
-            f"rejects_scan = '{scans}', max_line_size = {MAX_LINE_BYTES}, encoding = 'utf-8')")
+
+            f"columns = {columns}, store_rejects = true, rejects_table = 'reject_errors', "
+            f"rejects_scan = 'reject_scans', max_line_size = {MAX_LINE_BYTES}, encoding = 'utf-8')")
 
 
 def _q(col: str, suffix: str = "") -> str:
@@ -469,21 +555,30 @@ def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_r
         return
     progress(0.1, "reading rows")
     present = [n for n in CSV_COLUMNS if n in names]
-    # One pass over the file: DuckDB's reader with an explicit dialect, then types, and per row a flag
-    # `_bad` saying whether any per-row rule is broken (computed here on the raw cells, so the raw text
-    # is never stored; the detailed messages are built only when some row is flagged, see row_errors).
+    # ONE read of the file into ONE staging table, `typed_csv`: per record its position `_row` among
+    # the records the reader accepted, its typed values, a flag `_bad` saying whether any per-row rule
+    # is broken, and - for flagged records only - the raw cells. Every error is computed from one
+    # staging row, so a value is never reported under another record. `_row` is numbered straight off
+    # the reader, before the projection (whose output order DuckDB does not keep), and each line it is
+    # mapped to is checked against the file (_csv_lines). The reader stays parallel: single-threaded,
+    # DuckDB 2.0.1 silently drops a record whose quote is never closed.
     checks = _row_checks(present, raw_ref='"{c}__raw"', typed_ref='"{c}"', trim_ref='"{c}__trim"')
     bad_cond = " OR ".join(f"({cond})" for _, cond, _ in checks) or "false"
     read = ", ".join([f'{_q(c)} AS {_q(c, "__raw")}' for c in present]
                      + [f'{_trim_sql(_q(c))} AS {_q(c, "__trim")}' for c in present if c in _TRIMMED])
     typed = ", ".join(f'{_typed_expr(c, _q(c, "__raw"), _q(c, "__trim") if c in _TRIMMED else None)} '
                       f'AS {_q(c)}' for c in present)
-    # (preserve_insertion_order stays on: typed_csv's rowid must be the record's position in the file,
-    # which is how errors are mapped back to lines)
-    cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT {', '.join(_q(c) for c in present)}, "
-                f"({bad_cond}) AS _bad FROM (SELECT *, {typed} FROM (SELECT {read} FROM {_read_csv_sql(names)}))",
-                [str(path)]).fetchall()
-    cur.execute("CREATE TEMP VIEW typed AS SELECT rowid AS _row, * EXCLUDE (_bad) FROM typed_csv").fetchall()
+    raw_if_bad = ", ".join(f'CASE WHEN _bad THEN {_q(c, "__raw")} END AS {_q(c, "__raw")}' for c in present)
+    try:
+        cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT _row, {', '.join(_q(c) for c in present)}, _bad, "
+                    f"{raw_if_bad} FROM (SELECT *, ({bad_cond}) AS _bad FROM (SELECT *, {typed} FROM "
+                    f"(SELECT row_number() OVER () - 1 AS _row, {read} FROM {_read_csv_sql(names)})))",
+                    [str(path)]).fetchall()
+    except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
+        report.errors.append(_unreadable(path, exc))
+        return
+    cur.execute(f"CREATE TEMP VIEW typed AS SELECT _row, {', '.join(_q(c) for c in present)} "
+                "FROM typed_csv").fetchall()
     n_rows, n_bad = cur.execute("SELECT count(*), count(*) FILTER (_bad) FROM typed_csv").fetchone()
     rejects = cur.execute(
         "SELECT line, line_byte_position, column_idx, column_name, error_type, csv_line, error_message "
@@ -502,40 +597,84 @@ def _import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_r
         return
     progress(0.3, f"checking {n_rows} rows")
 
-    def row_errors() -> list:
-        """Every per-row rule broken by a flagged row: (row, column, value, message, None)."""
-        checks = _row_checks(present)
-        # the raw cells again (same rows: the reader skips the same rejects)
-        cur.execute(f"CREATE TEMP TABLE stg AS SELECT * FROM {_read_csv_sql(names, 'reject_errors_2')}",
-                    [str(path)]).fetchall()
-        shown = {c: (f'CASE WHEN s."{c}" = trunc(s."{c}") AND abs(s."{c}") < 1e18 '
-                     f'THEN CAST(s."{c}" AS BIGINT)::VARCHAR ELSE s."{c}"::VARCHAR END'
-                     if c in INTEGER_COLUMNS else f's."{c}"::VARCHAR') for c in present}
-        cur.execute("CREATE TEMP TABLE flagged AS SELECT rowid AS _row, * EXCLUDE (_bad) FROM typed_csv "
-                    "WHERE _bad").fetchall()
-        union = " UNION ALL ".join(
-            f"SELECT t._row, '{c}', {shown[c]}, {msg}, NULL::BIGINT FROM stg s "
-            f"JOIN flagged t ON t._row = s.rowid WHERE ({cond})" for c, cond, msg in checks)
-        found = cur.execute(f"SELECT * FROM ({union}) ORDER BY 1 LIMIT {MAX_ERRORS * 4}").fetchall()
-        cur.execute("DROP TABLE stg").fetchall()       # free the raw copy before the ledger checks
+    row_errors: list = []
+    unlisted = 0
+    if n_bad:   # every per-row rule each flagged record breaks: (row, column, value, message, None)
+        checks = _row_checks(present, raw_ref='f."{c}__raw"', typed_ref='f."{c}"')
+        shown = {c: (f'CASE WHEN f."{c}__raw" = trunc(f."{c}__raw") AND abs(f."{c}__raw") < 1e18 '
+                     f'THEN CAST(f."{c}__raw" AS BIGINT)::VARCHAR ELSE f."{c}__raw"::VARCHAR END'
+                     if c in INTEGER_COLUMNS else f'f."{c}__raw"::VARCHAR') for c in present}
+        cur.execute("CREATE TEMP TABLE flagged AS SELECT * EXCLUDE (_bad) FROM typed_csv WHERE _bad").fetchall()
+        union = " UNION ALL ".join(f"SELECT f._row, '{c}' AS _col, {shown[c]}, {msg}, NULL::BIGINT "
+                                   f"FROM flagged f WHERE ({cond})" for c, cond, msg in checks)
+        row_errors, unlisted = _limited(cur, union, f"_row, {_col_order_sql('_col')}")
         cur.execute("DROP TABLE flagged").fetchall()
-        return found
+        if not row_errors:  # a flagged row must never pass unexplained: refuse rather than write it
+            row_errors = [(None, None, None, f"{n_bad} rows broke a rule that could not be itemised; "
+                                             "nothing was imported", None)]
 
-    raw_errors = row_errors() if n_bad else []
-    _common_checks_and_write(cur, report, present, raw_errors, create_teams, dry_run, progress,
-                             line_of=lambda rows: _csv_line_mapper(path, rejects, n_rows),
-                             reject_errors=lambda lines: _reject_errors(path, rejects, names))
-
-
-def _csv_line_mapper(path: Path, rejects, n_rows: int):
-    """A function staging-row -> file line (exact when Python's csv agrees with DuckDB on records)."""
     rejected_lines = set(_lines_at_offsets(path, [r[1] for r in rejects if r[1] is not None]).values())
-    starts = _scan_record_lines(path)
-    accepted = [s for s in starts if s not in rejected_lines]
-    if len(accepted) == n_rows:
-        return lambda row: accepted[row]
-    # parsers disagree (e.g. mixed line endings): fall back to record numbers
-    return lambda row: row + 2
+    _common_checks_and_write(
+        cur, report, present, row_errors, create_teams, dry_run, progress, unlisted=unlisted,
+        lines_for=lambda rows: _csv_lines(cur, path, rows, rejected_lines, names.index("run_id")),
+        extra_errors=lambda: _reject_errors(path, rejects, names))
+
+
+def _csv_lines(cur, path: Path, rows: set[int], rejected_lines: set[int], id_column: int) -> dict:
+    """{staging row: file line} for `rows`, each checked: the record found on that line must have the
+    run_id the staging row has. A row that fails the check (the two parsers disagree about the file)
+    maps to None rather than to a wrong line."""
+    rows = {r for r in rows if r is not None}
+    if not rows:
+        return {}
+    found = _record_lines(path, rows, rejected_lines, id_column)
+    ids = dict(cur.execute("SELECT _row, COALESCE(run_id__raw, run_id) FROM typed_csv WHERE _row IN "
+                           "(SELECT unnest(?))", [sorted(rows)]).fetchall()) if found else {}
+    return {r: line for r, (line, rid) in found.items() if (rid or None) == ids.get(r)}
+
+
+def _unreadable(path: Path, exc: Exception) -> dict:
+    """The error for a file DuckDB's CSV reader gave up on, with the line where the file goes wrong."""
+    where = _line_end_problem(path)
+    if where:
+        return _err(where[0], None, None, where[1])
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return _err(None, None, None, f"the file cannot be read as CSV: {first.removeprefix('Invalid Input Error: ')}")
+
+
+def _line_end_problem(path: Path) -> tuple[int, str] | None:
+    """(line, message) for the first line whose line end differs from the header's, else None.
+
+    A CSV file has one kind of line end: LF, or CRLF. A file edited with two tools can mix them, and
+    CR alone (classic Mac OS) is no line end to a CSV reader at all."""
+    with open(path, "rb") as f:
+        head = f.read(MAX_LINE_BYTES)
+    nl, cr = head.find(b"\n"), head.find(b"\r")
+    if cr != -1 and (nl == -1 or cr < nl - 1):
+        return 1, "lines end with CR alone (classic Mac line ends): save the file with LF or CRLF line ends"
+    if nl == -1:
+        return None
+    crlf = head[nl - 1:nl] == b"\r"
+    header_end, other = ("CRLF", "LF alone") if crlf else ("LF", "CR")
+    line, before = 1, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            bad = -1
+            if not crlf:
+                bad = chunk.find(b"\r")
+            elif chunk.count(b"\n") != chunk.count(b"\r\n") + (before == b"\r" and chunk[:1] == b"\n"):
+                pos = chunk.find(b"\n")
+                while pos != -1 and bad == -1:
+                    if (chunk[pos - 1:pos] if pos else before) != b"\r":
+                        bad = pos
+                    pos = chunk.find(b"\n", pos + 1)
+            if bad != -1:
+                return (line + chunk.count(b"\n", 0, bad),
+                        f"this line ends with {other} while the header ends with {header_end}: the file "
+                        "mixes line ends; save it again as CSV")
+            line += chunk.count(b"\n")
+            before = chunk[-1:]
+    return None
 
 
 def _reject_errors(path: Path, rejects, names) -> list[dict]:
@@ -543,17 +682,19 @@ def _reject_errors(path: Path, rejects, names) -> list[dict]:
     out, seen = [], set()
     for rline, byte_pos, col_idx, col_name, etype, csv_line, emsg in rejects:
         line = lines.get(byte_pos, rline)
+        text = (csv_line or "").lstrip("\r\n")
+        if "\x00" in text:   # a run of NUL bytes: one error for the line, whatever the reader made of it
+            etype, col_name, col_idx = "NUL", None, None
         key = (line, etype, col_name if etype in ("CAST", "INVALID ENCODING") else None)
         if key in seen:
             continue
         seen.add(key)
         value = None
-        text = (csv_line or "").lstrip("\r\n")
         if etype in ("INVALID ENCODING", "UNQUOTED VALUE", "CAST") and col_idx:
             with contextlib.suppress(Exception):
                 fields = next(csv.reader([text], delimiter=",", quotechar='"'))
                 value = fields[col_idx - 1] if col_idx - 1 < len(fields) else None
-        elif etype in ("TOO MANY COLUMNS", "MISSING COLUMNS", "LINE SIZE OVER MAXIMUM"):
+        elif etype in ("TOO MANY COLUMNS", "MISSING COLUMNS", "LINE SIZE OVER MAXIMUM", "NUL"):
             value = text[:200]
         if etype == "INVALID ENCODING" and byte_pos is not None:
             with open(path, "rb") as f:   # show the offending bytes, not DuckDB's replacement text
@@ -624,11 +765,14 @@ _ORDER_CHECKS = [
 
 def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str], raw_errors: list,
                              create_teams: bool, dry_run: bool, progress: Progress, *,
-                             line_of, reject_errors=None) -> None:
+                             lines_for: Callable[[set], dict], extra_errors: Callable[[], list] | None = None,
+                             unlisted: int = 0) -> None:
     """Rules needing the whole file or the ledger, then the write - on the temp table/view `typed`.
 
-    raw_errors: rows (staging row, column, value, message, other row) found so far. line_of: a
-    callable returning a row -> line function (called only when there are errors to report).
+    raw_errors: rows (staging row, column, value, message, other row) found so far; `unlisted` more
+    were counted but not fetched. lines_for(rows) -> {row: file line} (called only when there are
+    errors to report; a row it cannot place is reported without a line). extra_errors() -> errors
+    already in report form (the CSV reader's rejects).
 
     Nothing here materialises a merged copy of the file: the merged values (_merge_expr) are computed
     inside the statements that need them. One pass over `typed` LEFT JOIN runs counts new / updated /
@@ -643,11 +787,12 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
         # duplicates of run_id inside the file: every later occurrence names the first line
         n_rows, n_dupes = cur.execute(
             "SELECT count(*), count(run_id) - count(DISTINCT run_id) FROM typed").fetchone()
-        raw_errors += [] if not n_dupes else cur.execute(
-            "SELECT _row, 'run_id', run_id, 'duplicate run_id: also on line {other}', first_row FROM ("
-            "  SELECT _row, run_id, min(_row) OVER (PARTITION BY run_id) AS first_row, "
-            "         count(*) OVER (PARTITION BY run_id) AS n FROM typed WHERE run_id IS NOT NULL"
-            ") WHERE n > 1 AND _row <> first_row ORDER BY _row LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+        if n_dupes:
+            unlisted += _add(raw_errors, *_limited(
+                cur, "SELECT _row, 'run_id', run_id, 'duplicate run_id: also on line {other}', first_row FROM ("
+                "  SELECT _row, run_id, min(_row) OVER (PARTITION BY run_id) AS first_row, "
+                "         count(*) OVER (PARTITION BY run_id) AS n FROM typed WHERE run_id IS NOT NULL"
+                ") WHERE n > 1 AND _row <> first_row"))
         # unknown teams: one error per team, at its first line
         unknown = cur.execute(
             "SELECT team, first_row, n FROM (SELECT team, min(_row) AS first_row, count(*) AS n FROM typed "
@@ -691,20 +836,19 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
         if n_order_bad:
             for col, other, cond, msg in _ORDER_CHECKS:
                 src = col if col in supplied else other
-                raw_errors += cur.execute(
-                    f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM ({merged()}) m "
-                    f"WHERE {cond} ORDER BY 1 LIMIT ?", [MAX_ERRORS * 2]).fetchall()
+                unlisted += _add(raw_errors, *_limited(
+                    cur, f"SELECT m._row, '{src}', m.{src}::VARCHAR, {msg}, NULL FROM ({merged()}) m "
+                    f"WHERE {cond}"))
 
         if n_updated:  # what the gate admitted is not for an import to change behind its back
             # (compared as the run would be stored: sacct keeps the ledger's kind for a known run)
             for col in _ADMITTED_COLUMNS:
-                raw_errors += cur.execute(
-                    f"SELECT t._row, '{col}', ({exprs[col]})::VARCHAR, 'run ' || r.run_id || ' holds a reservation "
-                    f"the gate admitted with {col} ' || r.{col} || '; an import may not change it (finish the "
-                    f"run, or submit a new run ID)', NULL FROM typed t JOIN runs r ON r.run_id = t.run_id "
-                    f"WHERE r.source = 'submit' AND r.reserved_gpu_hours IS NOT NULL "
-                    f"AND ({exprs[col]}) IS DISTINCT FROM r.{col} ORDER BY 1 LIMIT ?",
-                    [MAX_ERRORS * 2]).fetchall()
+                unlisted += _add(raw_errors, *_limited(
+                    cur, f"SELECT t._row, '{col}', ({exprs[col]})::VARCHAR, 'run ' || r.run_id || ' holds a "
+                    f"reservation the gate admitted with {col} ' || r.{col} || '; an import may not change it "
+                    f"(finish the run, or submit a new run ID)', NULL FROM typed t JOIN runs r "
+                    f"ON r.run_id = t.run_id WHERE r.source = 'submit' AND r.reserved_gpu_hours IS NOT NULL "
+                    f"AND ({exprs[col]}) IS DISTINCT FROM r.{col}"))
 
         report.inserted = n_rows - n_updated - n_unchanged
         report.updated = n_updated
@@ -713,15 +857,17 @@ def _common_checks_and_write(cur, report: ImportReport, supplied_cols: list[str]
             f"SELECT _status AS status, * EXCLUDE (_row, _status) FROM "
             f"({merged(f'(SELECT * FROM typed ORDER BY _row LIMIT {PREVIEW_ROWS})')}) ORDER BY _row").df()
 
-        extra = reject_errors([]) if reject_errors else []
-        if raw_errors or extra:
-            mapper = line_of(None)
+        extra = extra_errors() if extra_errors else []
+        if raw_errors or extra or unlisted:
+            lines = lines_for({r for e in raw_errors for r in (e[0], e[4])})
             for row, col, value, msg, other in raw_errors:
-                line = mapper(row)
                 if other is not None:
-                    msg = msg.replace("{other}", str(mapper(other)))
-                report.errors.append(_err(line, col, value, msg))
+                    msg = msg.replace("{other}", str(lines.get(other, "?")))
+                if row is not None and row not in lines:
+                    msg += f" (record {row + 1} after the header; its line could not be determined)"
+                report.errors.append(_err(lines.get(row), col, value, msg))
             report.errors += extra
+            report.unlisted = unlisted
             report.inserted = report.updated = report.unchanged = 0
             report.teams_created = []
             raise _Abort
@@ -991,6 +1137,8 @@ def _sacct_row(lineno: int, job: str, get, idx, report: ImportReport) -> dict | 
     for name in ("jobname", "account", "partition"):
         if len(get(name)) > MAX_TEXT_CHARS:
             bad(name, get(name), f"text longer than {MAX_TEXT_CHARS} characters")
+        elif "\x00" in get(name):
+            bad(name, get(name), "holds a NUL byte (binary data?)")
     if len(report.errors) > errors_before:
         return None
     if not gpus:
@@ -1067,4 +1215,4 @@ def _import_sacct(cur, path: Path, report: ImportReport, create_teams: bool, dry
         f"SELECT _row, 'run_id', run_id, 'run id longer than {MAX_TEXT_CHARS} characters', NULL "
         f"FROM typed WHERE length(run_id) > {MAX_TEXT_CHARS}").fetchall()
     _common_checks_and_write(cur, report, _SACCT_SUPPLIED, raw_errors, create_teams, dry_run, progress,
-                             line_of=lambda _rows: (lambda row: row))
+                             lines_for=lambda rows: {r: r for r in rows})
