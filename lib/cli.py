@@ -129,7 +129,8 @@ def cmd_check(args) -> int:
     request = read_request(args.request)
     decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
     _report_decision(decision, "check")
-    say(f"check: {decision['state']} {decision.get('run_id')} (what-if: nothing written)")
+    again = f", already recorded at {decision['recorded_at']}" if decision.get("replayed") else ""
+    say(f"check: {decision['state']} {decision.get('run_id')}{again} (what-if: nothing written)")
     return _decision_exit(decision)
 
 
@@ -139,7 +140,10 @@ def cmd_submit(args) -> int:
     decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
                               timeout_s=args.timeout)
     _report_decision(decision, "submit")
-    if decision["state"] == "admit":
+    if decision.get("replayed"):
+        say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
+            f"{decision['recorded_at']}; answered that recorded decision, nothing new written")
+    elif decision["state"] == "admit":
         est = decision.get("estimate") or {}
         say(f"submit: admit {decision['run_id']}: recorded the decision and a reservation of "
             f"{decision['reserved_gpu_hours']:.2f} GPU-h for {est.get('wall_hours', 0):.2f} h")

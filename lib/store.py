@@ -6,7 +6,9 @@ nothing, `submit_request` does everything in ONE write transaction (read policy 
 append the decision, reserve on admit). DuckDB admits one writing process per file, and
 `lib.ledger.open_ledger` retries a locked file for a bounded time, so concurrent submitters
 serialize: each one sees every reservation committed before it, and none is double-booked.
-Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3).
+Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3). Submitting
+the admitted request again, unchanged, answers the recorded decision and writes nothing (a retry
+after a lost answer); see `_recorded_admit`.
 """
 from __future__ import annotations
 
@@ -138,8 +140,37 @@ def _booked(con, run_id) -> bool:
     return bool(row and row[0])
 
 
+def _recorded_admit(con, request, now: datetime) -> dict | None:
+    """The admit recorded for this very request, while its reservation still waits for the run.
+
+    "This very request": the same JSON object as the one recorded with the admit, compared after
+    the same canonical serialisation (keys sorted), so key order does not matter but values and
+    their types do. The reservation must not have started, ended or expired at `now`. The answer
+    is the recorded decision as recorded, plus "replayed": true and "recorded_at" (ISO time of
+    the decisions row). None when there is no such admit.
+    """
+    run_id = request.get("run_id")
+    live = con.execute(
+        "SELECT count(*) FROM runs WHERE run_id = ? AND reserved_gpu_hours IS NOT NULL "
+        "AND started_at IS NULL AND ended_at IS NULL AND (reserved_until IS NULL OR reserved_until > ?)",
+        [run_id, now]).fetchone()[0]
+    if not live:
+        return None
+    row = con.execute(
+        "SELECT decided_at, request_json, decision_json FROM decisions "
+        "WHERE run_id = ? AND state = 'admit' ORDER BY decision_id DESC LIMIT 1", [run_id]).fetchone()
+    if row is None or row[1] != _json(request):
+        return None
+    return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
+
+
 def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
-    """(decision, policy) for the request against the ledger as `con` sees it."""
+    """(decision, policy) for the request against the ledger as `con` sees it.
+
+    A request whose run ID is booked is refused, unless it is the very request that booked it and
+    the reservation still waits for the run: then the answer is the recorded admit (see
+    `_recorded_admit`), so a caller that lost the answer can retry safely.
+    """
     from lib.admission import decide, reject, unknown_team
     from lib.reasons import reason
 
@@ -149,6 +180,9 @@ def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
         known = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
         return unknown_team(request, known_teams=known, now=now), None
     if _booked(con, request.get("run_id")):
+        replayed = _recorded_admit(con, request, now)
+        if replayed is not None:
+            return replayed, policy
         return reject(request, [reason(
             "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
             fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
@@ -158,7 +192,10 @@ def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
 
 
 def check_request(request, *, db=None, now=None, timeout_s: float = 10.0) -> dict:
-    """The what-if: the decision submit would give now, from a read-only open. Writes nothing."""
+    """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
+
+    For a request already admitted and still waiting for its run, that is the recorded admit.
+    """
     now = _naive_utc(now) or utcnow()
     with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
         decision, _ = _decide(con, request, now)
@@ -247,7 +284,11 @@ def writer_turn(db=None, timeout_s: float = 10.0):
 
 
 def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0) -> dict:
-    """Decide and record, in one write transaction; on admit the run becomes a reservation."""
+    """Decide and record, in one write transaction; on admit the run becomes a reservation.
+
+    Resubmitting the very request that was admitted (the caller lost the answer) records nothing
+    new: the answer is the recorded admit, marked "replayed" (see `_recorded_admit`).
+    """
     now = _naive_utc(now) or utcnow()
     with writer_turn(db, timeout_s) as left_s, \
             open_ledger(db, read_only=False, timeout_s=left_s) as con:
@@ -258,6 +299,9 @@ def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s
 
 
 def _record(con, request, decision: dict, origin: str, now: datetime) -> None:
+    """Append the decision; on admit, book the run. A replayed decision is already recorded: no-op."""
+    if decision.get("replayed") is True:
+        return
     est = decision.get("estimate") or {}
     req = request if isinstance(request, dict) else {}
     con.execute(

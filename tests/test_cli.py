@@ -4,13 +4,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
 
 import duckdb
 import pytest
 
 from lib.store import submit_request
-from tests.fixtures_ledger import (NOW, counts, demo_template, ledger, query, request,  # noqa: F401
-                                   run_cli, tiny_ledger, tiny_request, write_json)
+from tests.fixtures_ledger import (NOW, REPO, counts, demo_template, ledger, query,  # noqa: F401
+                                   request, run_cli, tiny_ledger, tiny_request, write_json)
 
 AT = ["--now", NOW.isoformat()]
 
@@ -68,6 +71,31 @@ def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(ledger, tmp_
     assert p.returncode == 2
     assert json.loads(p.stdout)["reasons"][0]["field"] == "team"
     assert query(ledger, "SELECT count(*) FROM decisions WHERE origin = 'cli'") == [(2,)]
+
+
+def test_a_submit_whose_answer_was_lost_is_retried_safely(ledger, tmp_path):
+    path = write_json(tmp_path / "r.json", request())
+    env = {**os.environ, "GATE_DB": str(ledger)}
+    lost = subprocess.Popen([sys.executable, "-m", "lib", "submit", str(path), *AT], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lost.stdout.close()  # the caller goes away before the answer: it never learns the decision
+    err = lost.stderr.read()
+    assert lost.wait(timeout=60) != 0, err
+    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
+    before = counts(ledger)
+
+    retry = write_json(tmp_path / "retry.json", dict(reversed(list(request().items()))))
+    p = run_cli("submit", retry, "--now", "2026-06-15T12:02:00", db=ledger)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert (d["state"], d["replayed"], d["decided_at"]) == ("admit", True, "2026-06-15T12:00:00")
+    assert "nothing new written" in p.stderr
+    p = run_cli("check", retry, "--now", "2026-06-15T12:02:00", db=ledger)
+    assert p.returncode == 0 and json.loads(p.stdout) == d
+    assert counts(ledger) == before
+
+    p = run_cli("submit", write_json(tmp_path / "other.json", request(gpus=4)), *AT, db=ledger)
+    assert p.returncode == 2 and json.loads(p.stdout)["reasons"][0]["field"] == "run_id"
 
 
 def test_missing_request_file_exits_2(ledger, tmp_path):

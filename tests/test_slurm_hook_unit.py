@@ -257,6 +257,19 @@ def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path)
     assert run["reserved_from"].microsecond == 0
 
 
+def test_a_job_resubmitted_as_it_was_gets_the_recorded_admit_and_nothing_new_is_recorded(tmp_path):
+    db = make_ledger(tmp_path / "gate.duckdb")
+    first = h.gate(job(), config(tmp_path, db=str(db)))
+    assert first.code == h.EXIT_ADMIT, first.msg
+    reserved = run_row(db, "vision-slurm-ok")
+    again = h.gate(job(), config(tmp_path, db=str(db)))  # sbatch retried: same job, same comment
+    assert again.code == h.EXIT_ADMIT, again.msg
+    assert again.lines() == first.lines() and again.decision["replayed"] is True
+    assert len(decisions(db)) == 1 and run_row(db, "vision-slurm-ok") == reserved
+    other = h.gate(job(tres_per_node="gres:gpu:4"), config(tmp_path, db=str(db)))
+    assert other.code == h.EXIT_REFUSED and "already holds a reservation" in other.msg
+
+
 def test_real_ledger_reads_preemptible_partitions_of_the_team(tmp_path):
     db = make_ledger(tmp_path / "gate.duckdb")
     out = h.gate(job(partition="spot", comment=comment(checkpoint_supported=False)),

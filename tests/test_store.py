@@ -156,11 +156,63 @@ def test_invalid_request_lists_every_problem(ledger):
     assert {"run_id", "gpus", "kind"} <= fields
 
 
-def test_a_run_id_that_is_already_booked_is_refused(ledger):
+def test_a_run_id_that_is_already_booked_is_refused_to_a_different_request(ledger):
     assert submit_request(request(), db=ledger, now=NOW)["state"] == "admit"
-    d = submit_request(request(), db=ledger, now=NOW + timedelta(minutes=1))
-    assert d["state"] == "reject" and d["reasons"][0]["field"] == "run_id"
+    for other in (request(gpus=4), request(note="another run")):
+        d = submit_request(other, db=ledger, now=NOW + timedelta(minutes=1))
+        assert d["state"] == "reject" and d["reasons"][0]["field"] == "run_id"
+        assert "already holds a reservation" in d["reasons"][0]["message"]
+        assert "replayed" not in d
     assert query(ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
+    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli' ORDER BY decision_id") == [
+        ("admit",), ("reject",), ("reject",)]
+
+
+def _ledger_dump(db) -> dict:
+    return {t: query(db, f"SELECT * FROM {t} ORDER BY ALL") for t in ("runs", "decisions", "pilots")}
+
+
+def test_resubmitting_the_admitted_request_answers_the_recorded_decision_and_writes_nothing(ledger):
+    first = submit_request(request(pilot=dict(PILOT), estimated_gpu_hours=..., budget_gpu_hours=500,
+                                   max_runtime_hours=48), db=ledger, now=NOW, origin="test")
+    assert first["state"] == "admit", first["reasons"]
+    before = _ledger_dump(ledger)
+    again = dict(reversed(list(request(pilot=dict(reversed(list(PILOT.items()))), estimated_gpu_hours=...,
+                                       budget_gpu_hours=500, max_runtime_hours=48).items())))
+    assert list(again) != list(request())  # the same object, keys in another order
+    later = NOW + timedelta(minutes=3)
+    for answer in (submit_request(again, db=ledger, now=later),
+                   check_request(again, db=ledger, now=later)):
+        assert answer["replayed"] is True and answer["recorded_at"] == NOW.isoformat()
+        assert {k: v for k, v in answer.items() if k not in ("replayed", "recorded_at")} == first
+        assert answer["decided_at"] == NOW.isoformat(timespec="seconds")
+    assert _ledger_dump(ledger) == before
+
+
+def test_a_replay_needs_the_reservation_to_still_wait_for_its_run(tiny_ledger):
+    d = submit_request(tiny_request(1), db=tiny_ledger, now=NOW)
+    until = NOW + timedelta(hours=d["estimate"]["wall_hours"])
+    assert submit_request(tiny_request(1), db=tiny_ledger, now=until - timedelta(seconds=1))["replayed"]
+    expired = submit_request(tiny_request(1), db=tiny_ledger, now=until + timedelta(seconds=1))
+    assert expired["state"] == "reject" and "replayed" not in expired
+    submit_request(tiny_request(2), db=tiny_ledger, now=NOW)
+    finish_run("tiny-002", actual_gpu_hours=1, stop_reason="completed", ended_at=NOW + timedelta(hours=1),
+               db=tiny_ledger)
+    ended = submit_request(tiny_request(2), db=tiny_ledger, now=NOW + timedelta(minutes=1))
+    assert ended["state"] == "reject" and "replayed" not in ended
+    assert query(tiny_ledger, "SELECT state, count(*) FROM decisions GROUP BY ALL ORDER BY ALL") == [
+        ("admit", 2), ("reject", 2)]
+
+
+def test_a_deferred_request_is_decided_again_when_resubmitted(tiny_ledger):
+    for i in range(4):
+        assert submit_request(tiny_request(i), db=tiny_ledger, now=NOW)["state"] == "admit"
+    assert submit_request(tiny_request(9), db=tiny_ledger, now=NOW)["state"] == "defer"
+    finish_run("tiny-000", actual_gpu_hours=1, stop_reason="completed", ended_at=NOW, db=tiny_ledger)
+    d = submit_request(tiny_request(9), db=tiny_ledger, now=NOW + timedelta(minutes=1))
+    assert d["state"] == "admit" and "replayed" not in d  # capacity freed: decided anew, not replayed
+    assert query(tiny_ledger, "SELECT state FROM decisions WHERE run_id = 'tiny-009' "
+                              "ORDER BY decision_id") == [("defer",), ("admit",)]
 
 
 def test_submit_books_a_run_that_so_far_holds_only_an_imported_row(tiny_ledger):
