@@ -16,8 +16,14 @@ import contextlib
 import json
 import math
 import os
+import threading
 import time
 from datetime import datetime, timedelta, timezone
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux
+    fcntl = None
 
 from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.request import KINDS, utcnow
@@ -252,46 +258,102 @@ def writer_turn(db=None, timeout_s: float = 10.0):
 
     Submitters on one machine queue on a cheap OS lock (flock on `<ledger>.writer-lock`) instead of
     all polling DuckDB's file lock at once: with 20 submitters, polling DuckDB starves the process
-    that holds the file of CPU on a small machine. DuckDB's own lock (and lib.ledger's bounded retry)
-    still guards against every other process (the app, an import). Without fcntl (Windows) this is
-    a no-op. Raises LedgerLocked after `timeout_s`.
+    that holds the file of CPU on a small machine. The wait blocks in the kernel's queue of that
+    lock, so writers get their turns in the order they arrived. DuckDB's own lock (and lib.ledger's
+    bounded retry) still guards against every other process (the app, an import). Without fcntl
+    (Windows) this is a no-op. Raises LedgerLocked after `timeout_s` seconds.
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on Linux
+    if fcntl is None:  # pragma: no cover - not on Linux
         yield timeout_s
         return
+    started = time.monotonic()
     path = ledger_path(db)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".writer-lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _lock_in_turn(path.with_name(path.name + ".writer-lock"), timeout_s)
+    if fd is None:
+        raise LedgerLocked(
+            f"ledger {path} is locked by another process (waited {time.monotonic() - started:.1f} s "
+            f"for other submitters, timeout {timeout_s:.1f} s); try again when they have finished")
     try:
-        deadline = time.monotonic() + timeout_s
-        delay_s = 0.002
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LedgerLocked(
-                        f"ledger {path} is locked by another process (waited {timeout_s:.1f} s for "
-                        "other submitters); try again when they have finished") from None
-                time.sleep(delay_s)
-                delay_s = min(delay_s * 2, 0.05)
-        yield max(0.05, deadline - time.monotonic())
+        yield max(0.05, timeout_s - (time.monotonic() - started))
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _lock_in_turn(lock_path, timeout_s: float) -> int | None:
+    """A descriptor holding an exclusive flock on `lock_path`, or None after `timeout_s` seconds.
+
+    flock has no timeout, so a helper thread makes the blocking call while this thread waits at
+    most `timeout_s`. When this thread stops waiting first, the descriptor is the helper's: it
+    closes it (releasing the lock at once) when the kernel grants the lock.
+    """
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        pass
+    except BaseException:
+        os.close(fd)
+        raise
+    guard, granted = threading.Lock(), threading.Event()
+    gave_up: list[bool] = []
+    failed: list[OSError] = []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            failed.append(exc)
+        with guard:
+            if gave_up:
+                os.close(fd)
+            else:
+                granted.set()
+
+    threading.Thread(target=wait, name="ledger-writer-turn", daemon=True).start()
+    try:
+        granted.wait(timeout_s)
+    finally:
+        with guard:
+            if not granted.is_set():
+                gave_up.append(True)
+    if gave_up:
+        return None
+    if failed:
+        os.close(fd)
+        raise failed[0]
+    return fd
+
+
+@contextlib.contextmanager
+def _write_ledger(db, timeout_s: float):
+    """The ledger opened for writing in this process's writer turn (see `writer_turn`).
+
+    Raises LedgerLocked when the turn and DuckDB's file lock together take longer than `timeout_s`
+    seconds; its message reports the whole time waited, both locks included.
+    """
+    started = time.monotonic()
+    with writer_turn(db, timeout_s) as left_s, contextlib.ExitStack() as stack:
+        try:
+            con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=left_s))
+        except LedgerLocked as exc:
+            raise LedgerLocked(
+                f"ledger {ledger_path(db)} is locked by another process (waited "
+                f"{time.monotonic() - started:.1f} s, timeout {timeout_s:.1f} s); try again when the "
+                "import or submit holding it has finished") from exc
+        yield con
 
 
 def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0) -> dict:
     """Decide and record, in one write transaction; on admit the run becomes a reservation.
 
     Resubmitting the very request that was admitted (the caller lost the answer) records nothing
-    new: the answer is the recorded admit, marked "replayed" (see `_recorded_admit`).
+    new: the answer is the recorded admit, marked "replayed" (see `_recorded_admit`). Waits at most
+    `timeout_s` seconds for the ledger, then raises LedgerLocked.
     """
     now = _naive_utc(now) or utcnow()
-    with writer_turn(db, timeout_s) as left_s, \
-            open_ledger(db, read_only=False, timeout_s=left_s) as con:
+    with _write_ledger(db, timeout_s) as con:
         with transaction(con):
             decision, policy = _decide(con, request, now)
             _record(con, request, decision, origin, now)
@@ -422,8 +484,7 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     now = utcnow()
     ended = _naive_utc(ended_at) or now
     started = _naive_utc(started_at)
-    with writer_turn(db, timeout_s) as left_s, \
-            open_ledger(db, read_only=False, timeout_s=left_s) as con:
+    with _write_ledger(db, timeout_s) as con:
         with transaction(con):
             row = con.execute(
                 "SELECT started_at, reserved_from FROM runs WHERE run_id = ?", [run_id]).fetchone()
