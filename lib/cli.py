@@ -5,8 +5,9 @@ $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
 
-Exit codes: 0 admit / success, 1 defer, 2 invalid request or input (message on stderr),
-3 ledger locked past the timeout, or any other gate failure.
+Exit codes: 0 admit / success, 1 defer, 2 invalid request or input (message on stderr; also a --db
+that is not a ledger, or names no file for a command that only reads), 3 ledger locked past the
+timeout, or any other gate failure (a damaged ledger, one newer than this program).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger
+from lib.ledger import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
@@ -382,11 +383,12 @@ def main(argv=None) -> int:
     from lib.store import UnknownRun
     from lib.teams_file import TeamsFileError
     try:
+        check_ledger_file(args.db)  # a wrong --db is refused before anything is made next to it
         return COMMANDS[args.command](args)
     except LedgerLocked as exc:
         say(f"{args.command}: {exc}")
         return EXIT_FAILURE
-    except (InputError, UnknownRun, TeamsFileError, ValueError) as exc:
+    except (InputError, UnknownRun, TeamsFileError, NotALedger, ValueError) as exc:
         say(f"{args.command}: {exc}")
         return EXIT_INVALID
     except LedgerError as exc:

@@ -494,8 +494,9 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
 
 
 def ensure_demo_history(db=None, **kwargs) -> bool:
-    """Build the default demo when the ledger has no runs at all; True when it did."""
-    with open_ledger(db, read_only=True) as con:
+    """Build the default demo when the ledger has no runs at all (or does not exist yet); True when
+    it did."""
+    with open_ledger(db, read_only=True, create=True) as con:
         empty = con.execute("SELECT count(*) = 0 FROM runs").fetchall()[0][0]
     if not empty:
         return False

@@ -3,10 +3,16 @@
 DuckDB lets one process hold a file read-write; while it does, every other process is refused, even
 read-only. So nothing here keeps a handle between units of work: `open_ledger()` retries briefly on a
 lock (bounded by `timeout_s`) and raises `LedgerLocked` with a clear message after that.
+
+Only a ledger is ever opened: a file holding anything else (another DuckDB database, an SQLite
+database, any other file, a directory) is refused with `NotALedger` and left exactly as it was. The
+file's first bytes are read before DuckDB sees it, and DuckDB never installs or loads extensions on
+its own, so a wrong path never reaches for the network.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import time
@@ -17,8 +23,12 @@ import duckdb
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
-_CONFIG = {"threads": 2, "memory_limit": "4GB"}
+_CONFIG = {"threads": 2, "memory_limit": "4GB",
+           "autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SCHEMA_SQL = (Path(__file__).with_name("schema.sql")).read_text(encoding="utf-8")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+DUCKDB_MAGIC = b"DUCK"  # at byte offset 8
+_TABLES_SHOWN = 5
 
 
 class LedgerError(RuntimeError):
@@ -29,12 +39,51 @@ class LedgerLocked(LedgerError):
     """Another process held the ledger file for longer than the timeout."""
 
 
+class NotALedger(LedgerError):
+    """The path holds no Training Gate ledger (nothing there, or some other file): a wrong path."""
+
+
 def ledger_path(path: str | os.PathLike | None = None) -> Path:
     """The ledger file: `path`, else $GATE_DB, else data/gate.duckdb."""
     if path:
         return Path(path)
     env = os.environ.get("GATE_DB")
     return Path(env) if env else DEFAULT_PATH
+
+
+def default_timeout_s() -> float:
+    """Seconds to wait for a ledger another process holds: $GATE_TIMEOUT_S, else 10."""
+    try:
+        value = float(os.environ.get("GATE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and value >= 0 else DEFAULT_TIMEOUT_S
+
+
+def check_ledger_file(path: str | os.PathLike | None = None) -> bool:
+    """Look at the file's first bytes, without DuckDB: True when it is a DuckDB file, False when
+    nothing is there yet; NotALedger for a directory, an empty (0-byte) file, an SQLite database or
+    any other file. A DuckDB file may still hold some other database: `open_ledger` checks that."""
+    p = ledger_path(path)
+    try:
+        if p.is_dir():
+            raise NotALedger(f"{p} is a directory, not a ledger file")
+        if not p.exists():
+            return False
+        if not p.is_file():
+            raise NotALedger(f"{p} is not a regular file, so not a ledger")
+        if p.stat().st_size == 0:
+            raise NotALedger(f"{p} is empty (0 bytes), not a ledger: a mistaken path or a truncated "
+                             "copy; restore the ledger from a backup or remove the file")
+        with open(p, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise LedgerError(f"cannot read ledger {p}: {exc.strerror or exc}") from None
+    if head.startswith(SQLITE_MAGIC):
+        raise NotALedger(f"{p} is an SQLite database, not a ledger")
+    if head[8:12] != DUCKDB_MAGIC:
+        raise NotALedger(f"{p} is not a DuckDB file, so not a ledger")
+    return True
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -58,27 +107,66 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
                 ) from exc
             time.sleep(delay_s * (0.5 + random.random()))
             delay_s = min(delay_s * 2, 0.25)
+        except (duckdb.Error, OSError) as exc:
+            raise LedgerError(f"cannot open ledger {path}: {exc}") from exc
 
 
-def _schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    """The ledger's schema version; 0 for a file with no schema yet.
+def _name(path: Path | None) -> str:
+    return f"ledger {path}" if path else "this ledger"
+
+
+def _user_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "
+        "ORDER BY table_schema, table_name").fetchall()]
+
+
+def _schema_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> int | None:
+    """The ledger's schema version; None for a DuckDB database with no tables yet.
 
     Reads `meta` directly (a missing table means a new file): about 10 ms cheaper per open than
-    asking information_schema, and every submit opens the ledger.
+    asking information_schema, and every submit opens the ledger. Raises NotALedger for a database
+    with tables but no schema version, LedgerError for a version that is not a whole number.
     """
     try:
         rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
-    except duckdb.CatalogException:
-        return 0
-    return int(rows[0][0]) if rows else 0
+    except (duckdb.CatalogException, duckdb.BinderException):
+        rows = []
+    if not rows:
+        tables = _user_tables(con)
+        if not tables:
+            return None
+        shown = ", ".join(tables[:_TABLES_SHOWN]) + (", …" if len(tables) > _TABLES_SHOWN else "")
+        raise NotALedger(f"{path or 'this file'} is a DuckDB database but not a Training Gate ledger "
+                         f"(it has tables {shown}, but no schema version)")
+    value = rows[0][0]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise LedgerError(f"{_name(path)} has schema version {value!r}, which is not a whole "
+                          "number: its meta table is damaged; restore the ledger from a backup") from None
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the schema on a new ledger; refuse a ledger written by a newer program."""
-    version = _schema_version(con)
-    if version > SCHEMA_VERSION:
+def _check_complete(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse a file too short to hold the blocks its own header says are in use (a truncated copy)."""
+    rows = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
+                       "WHERE database_name = current_database()").fetchall()
+    if not rows:
+        return
+    block_size, blocks = rows[0]
+    size = path.stat().st_size
+    if size < block_size * blocks:
+        raise LedgerError(f"ledger {path} is truncated ({size:,} bytes, but {blocks:,} blocks of "
+                          f"{block_size:,} bytes in use): restore it from a backup")
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:
+    """Create the schema on a new (table-less) database; refuse a ledger written by a newer program
+    and any database that is not a ledger."""
+    version = _schema_version(con, path)
+    if version is not None and version > SCHEMA_VERSION:
         raise LedgerError(
-            f"this ledger has schema version {version}, newer than this program's "
+            f"{_name(path)} has schema version {version}, newer than this program's "
             f"{SCHEMA_VERSION}: upgrade Training Gate before using it"
         )
     if version == SCHEMA_VERSION:
@@ -101,30 +189,53 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @contextlib.contextmanager
-def open_ledger(path=None, *, read_only: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S):
-    """Open the ledger for one unit of work; create it (and its folder) on first write.
+def open_ledger(path=None, *, read_only: bool = False, timeout_s: float | None = None,
+                create: bool | None = None):
+    """Open the ledger for one unit of work.
 
-    A read-only open of a file that does not exist yet creates it first, so readers of a fresh
-    machine see an empty ledger rather than an error.
+    A write open creates a missing ledger (and its folder), or the schema in a DuckDB file with no
+    tables. A read-only open of a missing file creates it first when `create` is true; by default
+    (`create=None`) only the configured ledger (`path` None: $GATE_DB, else data/gate.duckdb) is
+    created, so a fresh machine reads an empty ledger, while a path the caller names must exist.
+    Anything that is not a ledger raises NotALedger and is left unchanged. `timeout_s` (default
+    $GATE_TIMEOUT_S, else 10 s) bounds the wait for a ledger another process holds.
     """
     p = ledger_path(path)
-    if not p.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(_connect(p, False, timeout_s)) as con:
-            ensure_schema(con)
+    if timeout_s is None:
+        timeout_s = default_timeout_s()
+    if create is None:
+        create = not path
+    if not check_ledger_file(p):
+        if read_only and not create:
+            raise NotALedger(f"no ledger at {p}: check the path, or create one with "
+                             "`python -m lib teams --db PATH` or an import")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(f"cannot create ledger {p}: {exc.strerror or exc}") from None
+        if read_only:
+            with contextlib.closing(_connect(p, False, timeout_s)) as con:
+                ensure_schema(con, p)
     con = _connect(p, read_only, timeout_s)
     try:
-        if not read_only:
-            ensure_schema(con)
-        else:
-            _check_version_read_only(con, p)
+        try:
+            _check_complete(con, p)
+            if not read_only:
+                ensure_schema(con, p)
+            else:
+                _check_version_read_only(con, p)
+        except duckdb.Error as exc:
+            raise LedgerError(f"cannot use ledger {p}: {exc}") from exc
         yield con
     finally:
         con.close()
 
 
 def _check_version_read_only(con, p: Path) -> None:
-    version = _schema_version(con)
+    version = _schema_version(con, p)
+    if version is None:
+        raise NotALedger(f"{p} is an empty DuckDB database, not a ledger yet: create one with "
+                         "`python -m lib teams --db PATH` or an import")
     if version > SCHEMA_VERSION:
         raise LedgerError(
             f"ledger {p} has schema version {version}, newer than this program's {SCHEMA_VERSION}"

@@ -10,7 +10,7 @@ from lib.ledger import SCHEMA_VERSION, LedgerError, LedgerLocked, open_ledger
 
 def test_a_new_ledger_is_created_with_its_schema_version(tmp_path):
     p = tmp_path / "sub" / "gate.duckdb"
-    with open_ledger(p, read_only=True) as con:
+    with open_ledger(p, read_only=True, create=True) as con:
         assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall() == \
             [(str(SCHEMA_VERSION),)]
         # the open leaves no pending result behind: the next query on the handle works
