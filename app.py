@@ -1,7 +1,8 @@
 """Training Gate dashboard: `streamlit run app.py` (the ledger is $GATE_DB, else data/gate.duckdb).
 
 The router: page config, the demo history on first start with an empty ledger, the shared sidebar
-filters (applied on every page), and the list of pages.
+filters (applied on every page), and the list of pages. A locked, unreadable or wrong ledger shows
+a message on every page instead of the page.
 
 The page scripts live in app_pages/, not pages/: Streamlit 1.67 still treats a `pages/` folder next
 to the entry script as a v1 multipage app until st.navigation has run once in the process, so a
@@ -26,6 +27,8 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-ui.ensure_demo()
-ui.filter_widgets()
+with ui.ledger_errors("Reload the page in a moment."):
+    ui.ensure_ledger()
+    ui.ensure_demo()
+    ui.filter_widgets()
 page.run()

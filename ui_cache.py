@@ -22,7 +22,7 @@ import streamlit as st
 
 from lib import figures, queries
 from lib.filters import Filters, default_filters
-from lib.ledger import LedgerError, LedgerLocked, ledger_path
+from lib.ledger import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
 from lib.tables import escape_markdown, safe_csv_bytes
 
 CACHE_TTL_S = 600
@@ -54,14 +54,19 @@ def now_minute() -> dt.datetime:
 
 @contextlib.contextmanager
 def ledger_errors(retry: str = "Try again in a moment."):
-    """Turn a locked or unreadable ledger into a message on the page (and stop the page there)."""
+    """Turn a locked, unreadable or wrong ledger into a message on the page (and stop the page
+    there): never a traceback."""
     try:
         yield
     except LedgerLocked as exc:
-        st.error(f"The ledger is busy: {exc}. {retry}")
+        st.error(f"The ledger is busy: {escape_markdown(exc)}. {retry}")
+        st.stop()
+    except NotALedger as exc:
+        st.error(f"The ledger cannot be read: {escape_markdown(exc)}. Point `GATE_DB` at a Training "
+                 "Gate ledger (or unset it for `data/gate.duckdb`) and restart the app.")
         st.stop()
     except LedgerError as exc:
-        st.error(f"The ledger cannot be read: {exc}")
+        st.error(f"The ledger cannot be read: {escape_markdown(exc)}")
         st.stop()
 
 
@@ -113,14 +118,18 @@ class PageData:
 
     def chart(self, builder: str, *keys: str, **options) -> None:
         """Draw lib.figures.<builder>(data[key], ...) (team colours added when it takes them)."""
-        fig = _figure(builder, self.name, keys, self.path, self.version, self.filters, self.now,
-                      tuple(all_teams()), tuple(sorted(options.items())))
+        with ledger_errors("Reload the page in a moment."):
+            fig = _figure(builder, self.name, keys, self.path, self.version, self.filters, self.now,
+                          tuple(all_teams()), tuple(sorted(options.items())))
         st.plotly_chart(fig, width="stretch")
 
 
 def sidebar_options() -> dict:
+    """Teams, run count and last day for the filters; a locked or unreadable ledger stops the page
+    with a message."""
     path = db_path()
-    return _sidebar_options(path, data_version(path))
+    with ledger_errors("Reload the page in a moment."):
+        return _sidebar_options(path, data_version(path))
 
 
 def clear_caches() -> None:
@@ -207,6 +216,14 @@ def chart(fig) -> None:
 
 
 # ------------------------------------------------------------------------------ demo
+
+def ensure_ledger() -> None:
+    """On first start, create the app's ledger ($GATE_DB, else data/gate.duckdb) when it does not
+    exist yet, so every page reads an empty ledger rather than an error."""
+    if not os.path.lexists(db_path()):
+        with open_ledger(db_path()):
+            pass
+
 
 def ensure_demo() -> None:
     """On first start with an empty ledger, build the demo history (unless GATE_DEMO=0), showing

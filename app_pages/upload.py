@@ -12,7 +12,8 @@ import streamlit as st
 
 import ui_cache as ui
 from lib.importer import import_runs
-from lib.ledger import LedgerLocked
+from lib.ledger import LedgerError, LedgerLocked, default_timeout_s
+from lib.tables import escape_markdown
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 
@@ -41,11 +42,32 @@ fmt = fmt_choice if fmt_choice != "auto" else ("csv" if upload.name.lower().ends
 key = (hashlib.sha256(data).hexdigest(), fmt, create_teams)
 st.text(f"File: {upload.name} · {len(data):,} bytes · read as {fmt}")
 
+
+def import_or_stop(what: str, status=None, **options):
+    """import_runs on the uploaded file; any failure is shown as a message saying nothing was
+    written (never a traceback), and the page stops there."""
+    try:
+        return import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams,
+                           timeout_s=default_timeout_s(), **options)
+    except LedgerLocked as exc:
+        label = "The ledger is busy"
+        text = f"{escape_markdown(exc)}. Nothing was written; try again in a moment."
+    except LedgerError as exc:
+        label = "The ledger cannot be used"
+        text = f"{escape_markdown(exc)}. Nothing was written."
+    except Exception as exc:  # noqa: BLE001 - shown on the page, never as a traceback
+        label = f"The {what} failed"
+        text = f"The {what} failed and nothing was written: {escape_markdown(f'{type(exc).__name__}: {exc}')}"
+    if status is not None:
+        status.update(label=label, state="error")
+    st.error(text)
+    st.stop()
+
+
 check = st.session_state.get("upload_check")
 if not check or check["key"] != key:
     with st.spinner("Checking the file (nothing is written)…"):
-        with ui.ledger_errors():
-            report = import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams, dry_run=True)
+        report = import_or_stop("check", dry_run=True)
     check = {"key": key, "report": report}
     st.session_state["upload_check"] = check
 report = check["report"]
@@ -82,13 +104,7 @@ if done:
 if st.button("Import", type="primary", key="upload_import", disabled=bool(len(errors)) or bool(done)):
     with st.status("Importing…", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
-        try:
-            result = import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams,
-                                 progress=ui.import_progress(bar))
-        except LedgerLocked as exc:
-            status.update(label="The ledger is busy", state="error")
-            st.error(f"{exc}. Nothing was written; try again in a moment.")
-            st.stop()
+        result = import_or_stop("import", status, progress=ui.import_progress(bar))
         if result.errors:
             status.update(label="Not imported", state="error")
             st.dataframe(pd.DataFrame(result.errors, columns=["line", "column", "value", "message"])

@@ -24,11 +24,12 @@ import contextlib
 import datetime as dt
 import re
 
+import duckdb
 import pandas as pd
 
 from lib.capacity_timeline import fit_for_reasons
 from lib.filters import Filters
-from lib.ledger import open_ledger
+from lib.ledger import LedgerError, ledger_path, open_ledger
 from lib.request import utcnow
 
 REQUESTED_LABEL = "requested, not measured"
@@ -57,8 +58,13 @@ _IDLE = f"""
 
 @contextlib.contextmanager
 def _reader(db):
+    """A read-only handle on the ledger; a read the file itself fails (a damaged ledger) raises
+    LedgerError naming the file."""
     with open_ledger(db, read_only=True) as con:
-        yield con
+        try:
+            yield con
+        except duckdb.IOException as exc:
+            raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
 
 
 def _used(sql: str, params: dict | None) -> dict:
