@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 try:
     import fcntl
@@ -29,7 +30,7 @@ from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.request import KINDS, utcnow
 from lib.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
                           INCOMPLETE_STOPS, STOP_REASONS, artifact_status_for)
-from lib.ledger import LedgerError, LedgerLocked, ledger_path, open_ledger, transaction
+from lib.ledger import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
 from lib.teams_file import POLICY_FIELDS
 
 CALIBRATION_WINDOW_DAYS = 365
@@ -269,7 +270,7 @@ def writer_turn(db=None, timeout_s: float = 10.0):
     started = time.monotonic()
     path = ledger_path(db)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _lock_in_turn(path.with_name(path.name + ".writer-lock"), timeout_s)
+    fd = _lock_in_turn(_writer_lock_file(path), timeout_s)
     if fd is None:
         raise LedgerLocked(
             f"ledger {path} is locked by another process (waited {time.monotonic() - started:.1f} s "
@@ -326,6 +327,11 @@ def _lock_in_turn(lock_path, timeout_s: float) -> int | None:
     return fd
 
 
+def _writer_lock_file(ledger: Path) -> Path:
+    """The file writers of `ledger` take turns on."""
+    return ledger.with_name(ledger.name + ".writer-lock")
+
+
 @contextlib.contextmanager
 def _write_ledger(db, timeout_s: float):
     """The ledger opened for writing in this process's writer turn (see `writer_turn`).
@@ -334,9 +340,15 @@ def _write_ledger(db, timeout_s: float):
     seconds; its message reports the whole time waited, both locks included.
     """
     started = time.monotonic()
+    lock_file = _writer_lock_file(ledger_path(db))
+    lock_existed = lock_file.exists()
     with writer_turn(db, timeout_s) as left_s, contextlib.ExitStack() as stack:
         try:
             con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=left_s))
+        except NotALedger:   # someone else's file: leave nothing of ours beside it
+            if not lock_existed:
+                lock_file.unlink(missing_ok=True)
+            raise
         except LedgerLocked as exc:
             raise LedgerLocked(
                 f"ledger {ledger_path(db)} is locked by another process (waited "

@@ -154,12 +154,8 @@ def cli_args(command: str, tmp_path) -> list:
             "export": ["export"], "demo": ["demo", "--runs", "5"]}[command]
 
 
-WRITER_LOCK = pytest.mark.xfail(
-    strict=True, reason="lib.store.writer_turn creates <ledger>.writer-lock before the ledger is opened")
-
-
 @pytest.mark.parametrize("kind, command", [
-    pytest.param(kind, command, marks=WRITER_LOCK if (kind, command) == ("foreign-duckdb", "submit") else ())
+    (kind, command)
     for kind in ("foreign-duckdb", "sqlite")
     for command in ("check", "submit", "teams", "import", "import-dry-run", "export", "demo")])
 def test_the_command_line_refuses_a_db_that_is_not_a_ledger_and_leaves_it_unchanged(tmp_path, kind, command):
