@@ -20,17 +20,19 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from lib import figures, queries
-from lib.filters import Filters, default_filters
-from lib.ledger import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
-from lib.tables import escape_markdown, safe_csv_bytes
+from lib.dashboard import figures
+
+from lib.dashboard import queries
+from lib.dashboard.filters import Filters, default_filters
+from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
+from lib.dashboard.tables import escape_markdown, safe_csv_bytes
 
 CACHE_TTL_S = 600
 _DEMO_LOCK = threading.Lock()
 
 
 def db_path() -> str:
-    """The ledger file the app reads: $GATE_DB, else data/gate.duckdb (lib.ledger.ledger_path)."""
+    """The ledger file the app reads: $GATE_DB, else data/gate.duckdb (lib.ledger.connection.ledger_path)."""
     return str(ledger_path())
 
 
@@ -81,7 +83,7 @@ def _sidebar_options(path: str, version: tuple) -> dict:
 
 
 def page_data(name: str, filters: Filters):
-    """The cached result of lib.queries.<name>(filters) for the current ledger."""
+    """The cached result of lib.dashboard.queries.<name>(filters) for the current ledger."""
     return PageData(name, filters).data
 
 
@@ -117,7 +119,7 @@ class PageData:
         return self.data[key]
 
     def chart(self, builder: str, *keys: str, **options) -> None:
-        """Draw lib.figures.<builder>(data[key], ...) (team colours added when it takes them)."""
+        """Draw lib.dashboard.figures.<builder>(data[key], ...) (team colours added when it takes them)."""
         with ledger_errors("Reload the page in a moment."):
             fig = _figure(builder, self.name, keys, self.path, self.version, self.filters, self.now,
                           tuple(all_teams()), tuple(sorted(options.items())))
@@ -230,7 +232,7 @@ def ensure_demo() -> None:
     progress. One build per process even when several sessions start at once."""
     if os.environ.get("GATE_DEMO", "1") == "0" or not ledger_is_empty():
         return
-    from lib.demo import ensure_demo_history
+    from lib.ledger.demo import ensure_demo_history
     with _DEMO_LOCK:
         clear_caches()
         if not ledger_is_empty():

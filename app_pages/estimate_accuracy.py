@@ -30,7 +30,7 @@ ui.table(data["sources"], "error_sources", "dl_acc_sources",
          empty="No finished run with an itemised estimate in this period.")
 
 st.subheader("Calibration the gate applies today")
-st.caption("From lib.store.calibration — what `submit` and `check` apply — over the gate's own history window: factor × raw estimate = median "
+st.caption("From lib.ledger.service.calibration — what `submit` and `check` apply — over the gate's own history window: factor × raw estimate = median "
            "estimate; upper factor × raw = upper bound (empty when unknown — too few runs, or too many "
            "stopped for budget). 'runs' and 'censored_runs' say what each rests on. 'backtest_coverage': how "
            "often the team × kind split-conformal bound covered its last 100 runs, each replayed from the "

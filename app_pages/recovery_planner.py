@@ -1,9 +1,9 @@
 """Recovery planner: checkpoint interval, completion-time risk, preemptible vs stable capacity, and
 what the gate decides when a run is preempted or breaches its budget.
 
-The interruption rate and restart time come from the ledger (lib.queries.recovery_inputs, per team x
-capacity type); everything else is lib.preemption (closed forms), lib.simulate (Monte Carlo) and
-lib.recovery (the decision). Inputs live in session state, so they survive reruns and page switches.
+The interruption rate and restart time come from the ledger (lib.dashboard.queries.recovery_inputs, per team x
+capacity type); everything else is lib.planning.preemption (closed forms), lib.planning.simulate (Monte Carlo) and
+lib.planning.recovery (the decision). Inputs live in session state, so they survive reruns and page switches.
 """
 import math
 
@@ -12,11 +12,11 @@ import pandas as pd
 import streamlit as st
 
 import ui_cache as ui
-from lib import figures
-from lib.preemption import best_segment_count, compare_capacity, expected_time, optimal_interval
-from lib.queries import ALL_TEAMS, MIN_LIFETIME_SAMPLES
-from lib.recovery import scenario_outcomes
-from lib.simulate import simulate
+from lib.dashboard import figures
+from lib.planning.preemption import best_segment_count, compare_capacity, expected_time, optimal_interval
+from lib.dashboard.queries import ALL_TEAMS, MIN_LIFETIME_SAMPLES
+from lib.planning.recovery import scenario_outcomes
+from lib.planning.simulate import simulate
 
 SIM_RUNS = [2_000, 5_000, 20_000]
 SCENARIO_RUNS = 5_000
@@ -213,7 +213,7 @@ for col, o in zip(c, optima.iloc[:3].itertuples(index=False)):
     col.metric(f"{o.method.capitalize()} interval", f"{o.interval_h * 60:,.1f} min",
                help=f"expected completion {o.expected_hours:.4g} h")
 c[3].metric("Chosen interval: expected completion", _hours(now_e["expected_hours"]) if now_e else "—",
-            help="lib.preemption.expected_time at the chosen interval")
+            help="lib.planning.preemption.expected_time at the chosen interval")
 
 # ----------------------------------------------------------------------------- distribution
 st.subheader("Completion time and budget risk")
@@ -334,5 +334,5 @@ ui.table(options.round(3).rename(columns={"mean": "completion_mean_h", "p50": "c
                                  "p99": "completion_p99_h"}),
          "recovery_options", "dl_rp_options", empty="No options.",
          caption=f"Expected GPU-hours from the closed form; completion times and breach shares from {SCENARIO_RUNS:,} "
-                 "simulated relaunches each (lib.recovery.scenario_outcomes). Ending keeps the last valid checkpoint; "
+                 "simulated relaunches each (lib.planning.recovery.scenario_outcomes). Ending keeps the last valid checkpoint; "
                  "the artifact is incomplete.")

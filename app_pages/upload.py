@@ -11,9 +11,9 @@ import pandas as pd
 import streamlit as st
 
 import ui_cache as ui
-from lib.importer import import_runs
-from lib.ledger import LedgerError, LedgerLocked, default_timeout_s
-from lib.tables import escape_markdown
+from lib.ledger.importer import import_runs
+from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s
+from lib.dashboard.tables import escape_markdown
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 

@@ -1,6 +1,6 @@
 """What-if: try a proposed request against the gate as it stands now, without submitting it.
 
-The form calls lib.store.check_request — exactly what `python -m lib check` calls — and shows the
+The form calls lib.ledger.service.check_request — exactly what `python -m lib check` calls — and shows the
 decision, every reason with its fix, the raw and calibrated estimate, and the request JSON ready
 for `python -m lib submit`. The result stays on screen until the inputs change.
 """
@@ -8,8 +8,9 @@ import pandas as pd
 import streamlit as st
 
 import ui_cache as ui
-from lib import figures, whatif
-from lib.store import check_request
+from lib.dashboard import figures
+from lib.dashboard import whatif
+from lib.ledger.service import check_request
 
 st.title("What-if")
 st.caption("Nothing is written: this is the check `python -m lib check REQUEST.json` runs, against the ledger now.")

@@ -16,8 +16,8 @@ import random
 import time
 from datetime import timedelta
 
-from lib.admission import admit_training, decide
-from lib.calibration import calibrate
+from lib.gate.admission import admit_training, decide
+from lib.gate.calibration import calibrate
 from tests.fixtures_gate import NOW, PILOT, history, policy, reservation
 
 
@@ -68,8 +68,8 @@ def measure(n: int, mix: str, rounds: int = 5) -> list[tuple]:
              r["expected_interruptions"]) for r, _ in cases]
     fns = {
         "source admit_training (4 args, verbatim)": lambda: [source_admit_training(*a) for a in four],
-        "lib.admission.admit_training (validated)": lambda: [admit_training(*a) for a in four],
-        "lib.admission.decide (full decision)": lambda: [decide(r, pol, s) for r, s in cases],
+        "lib.gate.admission.admit_training (validated)": lambda: [admit_training(*a) for a in four],
+        "lib.gate.admission.decide (full decision)": lambda: [decide(r, pol, s) for r, s in cases],
     }
     best = dict.fromkeys(fns, float("inf"))
     outputs = {}
@@ -79,7 +79,7 @@ def measure(n: int, mix: str, rounds: int = 5) -> list[tuple]:
             outputs[name] = fn()
             best[name] = min(best[name], time.process_time() - t0)
     states: dict[str, int] = {}
-    for d in outputs["lib.admission.decide (full decision)"]:
+    for d in outputs["lib.gate.admission.decide (full decision)"]:
         states[d["state"]] = states.get(d["state"], 0) + 1
     return [(mix, name, sec, n / sec, best["source admit_training (4 args, verbatim)"], states)
             for name, sec in best.items()]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib.demo import build_demo  # noqa: E402
-from lib.ledger import open_ledger  # noqa: E402
+from lib.ledger.demo import build_demo  # noqa: E402
+from lib.ledger.connection import open_ledger  # noqa: E402
 
 
 def _median_s(fn, repeat: int = 7) -> float:
@@ -47,7 +47,7 @@ def bench(size: int, folder: Path) -> dict:
     rw = _median_s(_open_close(path, False))
     check_s = None
     try:
-        from lib.store import check_request
+        from lib.ledger.service import check_request
         req = {"run_id": "bench-1", "team": "vision", "kind": "production", "gpus": 8, "gpu_mem_gb": 80,
                "max_runtime_hours": 24, "budget_gpu_hours": 400, "checkpoint_supported": True,
                "expected_interruptions": 1, "data_snapshot": "common-crawl-2025-04",

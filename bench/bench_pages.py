@@ -2,12 +2,12 @@
 
     python bench/bench_pages.py [--runs 10000 1000000] [--repeat 3]
 
-For each ledger (built once into bench/out/ with lib.demo.build_demo when missing) and each page:
+For each ledger (built once into bench/out/ with lib.ledger.demo.build_demo when missing) and each page:
 - first render: caches cleared, then the whole app run (entry script + sidebar + page) under
   Streamlit's AppTest, i.e. every query of the page and its figures;
 - cached rerender: the same page run again (query results and figures cached).
 Times are the median of --repeat runs (seconds). Also printed: the cost of one read-only open of
-the ledger and of one what-if check (lib.store.check_request). Targets: first < 2 s, cached < 0.3 s.
+the ledger and of one what-if check (lib.ledger.service.check_request). Targets: first < 2 s, cached < 0.3 s.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ FIRST_TARGET_S, CACHED_TARGET_S = 2.0, 0.3
 
 
 def ledger_for(runs: int) -> Path:
-    from lib.demo import build_demo
+    from lib.ledger.demo import build_demo
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     path = out / (f"demo_{runs // 1000}k.duckdb" if runs < 1_000_000 else f"demo_{runs // 1_000_000}m.duckdb")
@@ -69,7 +69,7 @@ def time_pages(path: Path, repeat: int) -> dict:
 
 
 def open_cost_s(path: Path, n: int = 20) -> float:
-    from lib.ledger import open_ledger
+    from lib.ledger.connection import open_ledger
     t = time.perf_counter()
     for _ in range(n):
         with open_ledger(path, read_only=True) as con:
@@ -78,7 +78,7 @@ def open_cost_s(path: Path, n: int = 20) -> float:
 
 
 def check_cost_s(path: Path) -> float:
-    from lib.store import check_request
+    from lib.ledger.service import check_request
     req = {"run_id": "bench-whatif", "team": "vision", "kind": "exploratory", "gpus": 4, "gpu_mem_gb": 40,
            "max_runtime_hours": 12, "budget_gpu_hours": 100, "checkpoint_supported": True,
            "expected_interruptions": 0, "data_snapshot": "common-crawl-2025-04", "capacity": "stable",

@@ -15,8 +15,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lib.preemption import expected_time  # noqa: E402
-from lib.simulate import simulate, simulate_reference  # noqa: E402
+from lib.planning.preemption import expected_time  # noqa: E402
+from lib.planning.simulate import simulate, simulate_reference  # noqa: E402
 
 JOB = dict(work_h=24.0, interval_h=1.0, checkpoint_h=5 / 60, restart_h=0.25, gpus=8)
 DOWNTIME_H = 0.1

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lib.ledger import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
-from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
+from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
+from lib.gate.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
@@ -119,14 +119,14 @@ def _decision_exit(decision: dict) -> int:
 
 
 def _report_decision(decision: dict, verb: str) -> None:
-    from lib.reasons import summary
+    from lib.gate.reasons import summary
     print(dump_json(decision))
     if decision["state"] != "admit":
         say(summary(decision))
 
 
 def cmd_check(args) -> int:
-    from lib.store import check_request
+    from lib.ledger.service import check_request
     request = read_request(args.request)
     decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
     _report_decision(decision, "check")
@@ -136,7 +136,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_submit(args) -> int:
-    from lib.store import submit_request
+    from lib.ledger.service import submit_request
     request = read_request(args.request)
     decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
                               timeout_s=args.timeout)
@@ -156,7 +156,7 @@ def cmd_submit(args) -> int:
 
 def cmd_import(args) -> int:
     try:
-        from lib.importer import import_runs
+        from lib.ledger.importer import import_runs
     except ImportError as exc:
         raise LedgerError(f"the importer is not available: {exc}") from None
     report = import_runs(args.file, fmt=args.format, db=args.db, create_teams=args.create_teams,
@@ -174,7 +174,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_finish(args) -> int:
-    from lib.store import finish_run
+    from lib.ledger.service import finish_run
     row = finish_run(
         args.run_id, actual_gpu_hours=args.actual_gpu_hours, stop_reason=args.stop_reason,
         ended_at=args.ended_at, started_at=args.started_at,
@@ -191,7 +191,7 @@ def cmd_finish(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from lib.demo import build_demo
+    from lib.ledger.demo import build_demo
     t0 = time.monotonic()
     counts = build_demo(args.db, runs=args.runs, seed=args.seed, progress=_progress(args),
                         teams_file=args.teams_file)
@@ -256,7 +256,7 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
-    from lib.teams_file import sync_teams
+    from lib.ledger.teams_file import sync_teams
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file)
     say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "
@@ -380,8 +380,8 @@ def main(argv=None) -> int:
     for name, default in (("db", None), ("progress", False), ("timeout", 10.0)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    from lib.store import UnknownRun
-    from lib.teams_file import TeamsFileError
+    from lib.ledger.service import UnknownRun
+    from lib.ledger.teams_file import TeamsFileError
     try:
         check_ledger_file(args.db)  # a wrong --db is refused before anything is made next to it
         return COMMANDS[args.command](args)

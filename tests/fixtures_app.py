@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.ledger import open_ledger, transaction
+from lib.ledger.connection import open_ledger, transaction
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

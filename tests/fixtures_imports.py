@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib.ledger import open_ledger
+from lib.ledger.connection import open_ledger
 
 TEAMS = {"vision": ["spot"], "nlp": []}
 TABLES = ["meta", "teams", "snapshots", "runs", "pilots", "decisions"]

@@ -100,7 +100,7 @@ def write_json(path: Path, obj) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_template(tmp_path_factory) -> Path:
-    from lib.demo import build_demo
+    from lib.ledger.demo import build_demo
     path = tmp_path_factory.mktemp("ledger-template") / "demo.duckdb"
     build_demo(path, runs=DEMO_RUNS, seed=7, now=NOW)
     return path
@@ -117,8 +117,8 @@ def ledger(demo_template, tmp_path) -> Path:
 @pytest.fixture
 def tiny_ledger(tmp_path) -> Path:
     """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs."""
-    from lib.ledger import open_ledger
-    from lib.teams_file import sync_teams
+    from lib.ledger.connection import open_ledger
+    from lib.ledger.teams_file import sync_teams
     teams = tmp_path / "tiny.toml"
     teams.write_text(TINY_TEAMS, encoding="utf-8")
     path = tmp_path / "tiny.duckdb"

@@ -40,8 +40,8 @@ def job(**changes) -> dict:
 
 def make_ledger(path) -> Path:
     """A new ledger file at `path` with the teams and snapshots of data/teams.toml."""
-    from lib.ledger import open_ledger
-    from lib.teams_file import sync_teams
+    from lib.ledger.connection import open_ledger
+    from lib.ledger.teams_file import sync_teams
     path = Path(path)
     with open_ledger(path) as con:
         sync_teams(con)
@@ -50,7 +50,7 @@ def make_ledger(path) -> Path:
 
 def decisions(db, run_id=None) -> list[dict]:
     """The ledger's decision rows (oldest first), optionally of one run."""
-    from lib.ledger import open_ledger
+    from lib.ledger.connection import open_ledger
     with open_ledger(db, read_only=True) as con:
         sql = "SELECT run_id, state, reason_codes, origin, request_json FROM decisions"
         args = []
@@ -63,7 +63,7 @@ def decisions(db, run_id=None) -> list[dict]:
 
 
 def run_row(db, run_id) -> dict | None:
-    from lib.ledger import open_ledger
+    from lib.ledger.connection import open_ledger
     with open_ledger(db, read_only=True) as con:
         cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
         names = [d[0] for d in cur.description]

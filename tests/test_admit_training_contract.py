@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from lib.admission import admit_training
+from lib.gate.admission import admit_training
 
 
 def test_the_source_documents_three_asserts():

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.ledger import SCHEMA_VERSION, open_ledger
+from lib.ledger.connection import SCHEMA_VERSION, open_ledger
 from tests.fixtures_app import ROOT, fill_ledger, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if",

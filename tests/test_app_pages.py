@@ -9,8 +9,8 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.ledger import open_ledger
-from lib.store import check_request
+from lib.ledger.connection import open_ledger
+from lib.ledger.service import check_request
 from tests.fixtures_app import ROOT, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",

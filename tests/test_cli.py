@@ -11,7 +11,7 @@ import sys
 import duckdb
 import pytest
 
-from lib.store import submit_request
+from lib.ledger.service import submit_request
 from tests.fixtures_ledger import (NOW, REPO, counts, demo_template, ledger, query,  # noqa: F401
                                    request, run_cli, tiny_ledger, tiny_request, write_json)
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from lib.admission import decide
-from lib.reasons import CODES, ORDER
+from lib.gate.admission import decide
+from lib.gate.reasons import CODES, ORDER
 from tests.fixtures_gate import NOW, PILOT, history, policy, request, reservation, state
 
 

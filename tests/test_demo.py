@@ -1,13 +1,13 @@
-"""lib.demo: a seeded, reproducible, internally consistent two-year history."""
+"""lib.ledger.demo: a seeded, reproducible, internally consistent two-year history."""
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
 
-from lib.demo import build_demo, ensure_demo_history
-from lib.reasons import CODES
-from lib.store import STOP_REASONS
+from lib.ledger.demo import build_demo, ensure_demo_history
+from lib.gate.reasons import CODES
+from lib.ledger.service import STOP_REASONS
 from tests.fixtures_ledger import NOW, counts, demo_template, ledger, query  # noqa: F401
 
 RUNS_SQL = "SELECT * EXCLUDE (updated_at) FROM runs ORDER BY run_id"
@@ -127,7 +127,7 @@ def test_deferred_decisions_carry_known_reason_codes(big_demo):
 
 
 def test_rebuild_replaces_the_demo_and_keeps_other_rows(ledger):
-    from lib.store import submit_request
+    from lib.ledger.service import submit_request
     from tests.fixtures_ledger import request
     submit_request(request(), db=ledger, now=NOW)
     before = counts(ledger)

@@ -1,7 +1,7 @@
 """Pilot estimates: itemised GPU-hours with margins, worst-case shapes at their own rate."""
 import pytest
 
-from lib.estimate import ITEMS, from_pilot, from_stated
+from lib.gate.estimate import ITEMS, from_pilot, from_stated
 from tests.fixtures_gate import PILOT
 
 

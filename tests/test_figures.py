@@ -7,8 +7,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lib import figures, queries
-from lib.filters import default_filters
+from lib.dashboard import figures
+
+from lib.dashboard import queries
+from lib.dashboard.filters import default_filters
 from tests.fixtures_app import fill_ledger
 
 UNITS = ("(GPU-h", "(GPUs", "(runs)", "(requests)", "(%)", "(ratio)", "(×")

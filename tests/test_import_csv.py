@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.importer import CSV_COLUMNS, import_runs
+from lib.ledger.importer import CSV_COLUMNS, import_runs
 from tests.fixtures_imports import GOOD, HEADER, dump, make_ledger, runs
 
 
@@ -161,7 +161,7 @@ def test_unknown_team_created_on_request(db):
     data = GOOD + "r3,ghosts,exploratory,1,1,,,,\nr4,ghosts,exploratory,1,1,,,,\n"
     r = import_runs(data.encode(), db=db, create_teams=True)
     assert r.errors == [] and r.teams_created == ["ghosts"] and r.inserted == 4
-    from lib.ledger import open_ledger
+    from lib.ledger.connection import open_ledger
     with open_ledger(db, read_only=True) as con:
         team = con.execute("SELECT max_gpus_per_job, monthly_budget_gpu_hours, policy_version FROM teams "
                            "WHERE team = 'ghosts'").fetchone()
@@ -183,7 +183,7 @@ def test_progress_is_reported(db):
 
 
 def test_size_limit(db, monkeypatch):
-    import lib.importer as importer
+    import lib.ledger.importer as importer
     monkeypatch.setattr(importer, "MAX_IMPORT_BYTES", 100)
     errors = _one_bad(db, (GOOD * 3).encode())
     assert "larger than the import limit" in errors[0]["message"]
@@ -206,8 +206,8 @@ def test_random_text_round_trips(tmp_path_factory, job, snap):
 
 
 def test_an_import_may_add_actuals_to_an_admitted_run_but_never_change_what_was_judged(db):
-    from lib.ledger import open_ledger
-    with open_ledger(db) as con:  # a reservation as lib.store.submit_request records it
+    from lib.ledger.connection import open_ledger
+    with open_ledger(db) as con:  # a reservation as lib.ledger.service.submit_request records it
         con.execute("INSERT INTO runs (run_id, team, kind, gpus, reserved_gpu_hours, source, updated_at) "
                     "VALUES ('adm-1', 'vision', 'production', 2, 10.0, 'submit', now())").fetchall()
     before = dump(db)

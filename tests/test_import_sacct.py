@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from lib.importer import XDMOD_FIELDS, import_runs
-from lib.ledger import open_ledger
+from lib.ledger.importer import XDMOD_FIELDS, import_runs
+from lib.ledger.connection import open_ledger
 from tests.fixtures_imports import dump, make_ledger, runs
 
 HEADER = ("JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from lib.ledger import SCHEMA_VERSION, LedgerError, LedgerLocked, open_ledger
+from lib.ledger.connection import SCHEMA_VERSION, LedgerError, LedgerLocked, open_ledger
 
 
 def test_a_new_ledger_is_created_with_its_schema_version(tmp_path):

@@ -15,7 +15,7 @@ import sqlite3
 import duckdb
 import pytest
 
-from lib.ledger import SCHEMA_VERSION, LedgerError, NotALedger, open_ledger
+from lib.ledger.connection import SCHEMA_VERSION, LedgerError, NotALedger, open_ledger
 from tests.fixtures_app import fill_ledger
 from tests.fixtures_ledger import REPO, request, run_cli, write_json
 

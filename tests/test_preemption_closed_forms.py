@@ -1,11 +1,11 @@
-"""Closed forms of lib.preemption pinned against independently derived values."""
+"""Closed forms of lib.planning.preemption pinned against independently derived values."""
 import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.preemption import (best_segment_count, compare_capacity, expected_time, job_mtbf_h,
+from lib.planning.preemption import (best_segment_count, compare_capacity, expected_time, job_mtbf_h,
                             lambert_w0, optimal_interval, segment_lengths)
 
 MIN = 1.0 / 60.0

@@ -1,7 +1,7 @@
 """Promotion is separate from admission: only complete production candidates with evidence pass."""
 import pytest
 
-from lib.promotion import promotion_status
+from lib.gate.promotion import promotion_status
 
 GOOD = {"kind": "production", "full_evaluation": True, "stop_reason": "completed",
         "artifact_status": "complete", "holdout_reads": 1, "holdout_allowance": 2}

@@ -7,13 +7,13 @@ import io
 import pandas as pd
 import pytest
 
-from lib import queries
-from lib.capacity_timeline import earliest_fit, fit_for_reasons, next_month_start
-from lib.filters import Filters, default_filters
-from lib.ledger import open_ledger, transaction
-from lib.store import calibration as store_calibration
-from lib.tables import escape_markdown, neutralise, safe_csv_bytes
-from lib.whatif import build_request
+from lib.dashboard import queries
+from lib.gate.capacity import earliest_fit, fit_for_reasons, next_month_start
+from lib.dashboard.filters import Filters, default_filters
+from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.service import calibration as store_calibration
+from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
+from lib.dashboard.whatif import build_request
 from tests.fixtures_app import fill_ledger, insert_teams
 
 NOW = dt.datetime(2026, 6, 15, 12, 0)

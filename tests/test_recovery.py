@@ -1,10 +1,10 @@
-"""lib.recovery: resume, restart or end after a preemption or a budget breach."""
+"""lib.planning.recovery: resume, restart or end after a preemption or a budget breach."""
 import math
 
 import pytest
 
-from lib.preemption import expected_time
-from lib.recovery import decide_recovery, scenario_outcomes
+from lib.planning.preemption import expected_time
+from lib.planning.recovery import decide_recovery, scenario_outcomes
 
 OPTION_KEYS = ("expected_extra_gpu_hours", "expected_lost_work_gpu_hours", "expected_restart_gpu_hours",
                "expected_total_gpu_hours")

@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lib import figures
-from lib.preemption import expected_time, optimal_interval
+from lib.dashboard import figures
+from lib.planning.preemption import expected_time, optimal_interval
 
 W, C, R, M = 24.0, 5 / 60, 10 / 60, 6.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib import queries
-from lib.filters import default_filters
-from lib.queries import ALL_TEAMS
+from lib.dashboard import queries
+from lib.dashboard.filters import default_filters
+from lib.dashboard.queries import ALL_TEAMS
 from tests.fixtures_app import ROOT, fresh_caches, ledger  # noqa: F401 (fixtures)
 
 TIMEOUT_S = 60

@@ -1,4 +1,4 @@
-"""lib.queries.recovery_inputs on a hand-built ledger: MTBF, restart time and empirical lifetimes per
+"""lib.dashboard.queries.recovery_inputs on a hand-built ledger: MTBF, restart time and empirical lifetimes per
 team x capacity type, with numbers worked out by hand."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from lib import queries
-from lib.filters import Filters
-from lib.ledger import open_ledger, transaction
-from lib.queries import ALL_TEAMS, default_restart_h, recovery_inputs
+from lib.dashboard import queries
+from lib.dashboard.filters import Filters
+from lib.ledger.connection import open_ledger, transaction
+from lib.dashboard.queries import ALL_TEAMS, default_restart_h, recovery_inputs
 from tests.fixtures_app import insert_teams
 
 NOW = dt.datetime(2026, 6, 15, 12, 0)

@@ -1,11 +1,11 @@
-"""lib.simulate against the closed forms, exact hand-worked cases and itself."""
+"""lib.planning.simulate against the closed forms, exact hand-worked cases and itself."""
 import math
 
 import numpy as np
 import pytest
 
-from lib.preemption import expected_time
-from lib.simulate import simulate, simulate_reference
+from lib.planning.preemption import expected_time
+from lib.planning.simulate import simulate, simulate_reference
 
 RUNS = 20_000
 

@@ -178,8 +178,8 @@ def test_sacct_output_imports_onto_the_admitted_run_and_the_dashboard_sees_it(cl
     # the admitted estimate and reservation stay on the same run
     assert (run["estimated_gpu_hours"], run["estimate_source"]) == (before["estimated_gpu_hours"], "stated")
     assert run["reserved_gpu_hours"] == before["reserved_gpu_hours"]
-    from lib import queries
-    from lib.filters import Filters
+    from lib.dashboard import queries
+    from lib.dashboard.filters import Filters
     today = dt.datetime.now(dt.timezone.utc).date()
     f = Filters(today - dt.timedelta(days=1), today + dt.timedelta(days=1), teams=("vision",))
     ov = queries.overview(f, db=cluster.db)
@@ -191,8 +191,8 @@ def test_sacct_output_imports_onto_the_admitted_run_and_the_dashboard_sees_it(cl
 @pytest.fixture
 def ledger_held(cluster):
     """Another process holds the ledger read-write (DuckDB then refuses every other opener)."""
-    holder = subprocess.Popen(  # lib.ledger's open retries while the gate server finishes a close
-        [sys.executable, "-c", "import sys, time; from lib.ledger import open_ledger\n"
+    holder = subprocess.Popen(  # lib.ledger.connection's open retries while the gate server finishes a close
+        [sys.executable, "-c", "import sys, time; from lib.ledger.connection import open_ledger\n"
          "with open_ledger(sys.argv[1]) as con:\n    print('held', flush=True); time.sleep(120)",
          str(cluster.db)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from lib import slurm_hook as h
-from lib.ledger import LedgerLocked
+from lib.slurm import hook as h
+from lib.ledger.connection import LedgerLocked
 from tests.fixtures_slurm import REPO, comment, decisions, job, make_ledger, run_row
 
 NO_VAL, INFINITE = "4294967294", "4294967295"
@@ -117,7 +117,7 @@ def test_nan_and_infinity_in_the_comment_reach_the_gate_as_invalid_not_as_a_fail
     assert "NaN" in text
     req, _, _ = h.build_request(job(comment=text), preemptible_partitions=[])
     assert req["expected_interruptions"] == "NaN"  # a string: decide() rejects it as not a number
-    from lib.admission import decide
+    from lib.gate.admission import decide
     from tests.fixtures_gate import policy, state
     assert decide({**req, "team": "vision"}, policy(), state())["state"] == "reject"
     inf = comment(max_runtime_hours=...).replace("{", '{"max_runtime_hours": Infinity, ', 1)
@@ -293,7 +293,7 @@ def test_an_unreadable_ledger_is_a_gate_failure(tmp_path):
 
 def _run_hook(env_extra, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO), **env_extra}
-    return subprocess.run([sys.executable, "-S", str(REPO / "lib" / "slurm_hook.py"), *args],
+    return subprocess.run([sys.executable, "-S", str(REPO / "lib" / "slurm" / "hook.py"), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -313,7 +313,7 @@ def test_command_line_cold_and_through_the_warm_server_give_the_same_answer(tmp_
     assert "NAME cold-1" in cold.stdout.splitlines()
     sock_dir = tempfile.mkdtemp(prefix="tg-hook-")  # AF_UNIX paths are short: not under tmp_path
     sock = os.path.join(sock_dir, "gate.sock")
-    server = subprocess.Popen([sys.executable, "-m", "lib.slurm_hook", "serve", "--socket", sock],
+    server = subprocess.Popen([sys.executable, "-m", "lib.slurm.hook", "serve", "--socket", sock],
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                               stderr=subprocess.DEVNULL)
     try:

@@ -1,7 +1,7 @@
 """Stop rules: fixed before results, never reading the holdout; budget stops leave artifacts incomplete."""
 import pytest
 
-from lib.stopping import FrozenPolicyError, check_unchanged, evaluate, freeze
+from lib.gate.stopping import FrozenPolicyError, check_unchanged, evaluate, freeze
 
 POLICY = {"max_wall_clock_hours": 10, "spend_limit_gpu_hours": 100, "max_failed_steps": 3,
           "early_stop": {"metric": "val_loss", "mode": "min", "patience": 2, "min_delta": 0.01}}

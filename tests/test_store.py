@@ -1,4 +1,4 @@
-"""lib.store: the policy and state the gate decides on, and what submit / finish write."""
+"""lib.ledger.service: the policy and state the gate decides on, and what submit / finish write."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from lib.ledger import open_ledger
-from lib.store import (UnknownRun, calibration, check_request, finish_run, submit_request, team_policy,
+from lib.ledger.connection import open_ledger
+from lib.ledger.service import (UnknownRun, calibration, check_request, finish_run, submit_request, team_policy,
                        team_state)
 from tests.fixtures_ledger import (NOW, PILOT, counts, demo_template, ledger, query, request,  # noqa: F401
                                    tiny_ledger, tiny_request)

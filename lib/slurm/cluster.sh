@@ -63,7 +63,7 @@ pid_alive() {
   [[ -f "$RUN/$1.pid" ]] || return 1
   pid="$(cat "$RUN/$1.pid")"
   kill -0 "$pid" 2>/dev/null || return 1
-  case "$1" in gate-server) want="slurm_hook" ;; *) want="$1" ;; esac
+  case "$1" in gate-server) want="lib.slurm.hook" ;; *) want="$1" ;; esac
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$want"
 }
 
@@ -223,7 +223,7 @@ start_gate_server() {
     log "gate server older than lib/ or started for another repo/python: restarting it"; stop_one gate-server
   fi
   if ! pid_alive gate-server; then rm -f "$RUN/gate.sock"; fi
-  (cd "$repo" && unset PYTHONDONTWRITEBYTECODE && PYTHONPYCACHEPREFIX="$DIR/pycache" PYTHONPATH="$repo" spawn gate-server "$py" -m lib.slurm_hook serve --socket "$RUN/gate.sock")
+  (cd "$repo" && unset PYTHONDONTWRITEBYTECODE && PYTHONPYCACHEPREFIX="$DIR/pycache" PYTHONPATH="$repo" spawn gate-server "$py" -m lib.slurm.hook serve --socket "$RUN/gate.sock")
   echo "$py $repo" >"$RUN/gate-server.cmd"
   wait_for gate-server 30 test -S "$RUN/gate.sock"
 }

@@ -1,8 +1,8 @@
 --[[ Training Gate: Slurm's submit hook (JobSubmitPlugins=lua; this file sits next to slurm.conf).
 
 A job that requests GPUs (--gres=gpu:N, --gpus[-per-node|-per-task|-per-socket]) is judged by the gate:
-the hook runs `lib.slurm_hook.main()` (absolute interpreter, repo as working directory and PYTHONPATH), which
-turns the job description into a gate request, calls lib.store.submit_request(origin="slurm") and
+the hook runs `lib.slurm.hook.main()` (absolute interpreter, repo as working directory and PYTHONPATH), which
+turns the job description into a gate request, calls lib.ledger.service.submit_request(origin="slurm") and
 answers with an exit code:
   0 admitted        -> accept (job name set to the run ID so the sacct import lands on the same run;
                        a comment's runtime becomes the time limit when the job set none)
@@ -80,7 +80,7 @@ local function gate_failed(conf, job_desc, why)
   return slurm.ERROR
 end
 
--- the job description as the gate reads it: (field, value) in the order slurm_hook.FIELDS lists them
+-- the job description as the gate reads it: (field, value) in the order lib.slurm.hook.FIELDS lists them
 local function job_fields(job_desc, submit_uid)
   return {
     {"account", job_desc.account}, {"partition", job_desc.partition},
@@ -141,7 +141,7 @@ local function run_python(conf, job_desc, submit_uid, limit_s)
     " TG_GATE_TIMEOUT_S=" .. q(conf.TG_GATE_TIMEOUT_S) .. " TG_GATE_SOCKET=" .. q(conf.TG_GATE_SOCKET) ..
     " TG_FLAG_LOG=" .. q(conf.TG_FLAG_LOG) .. " TG_DEFAULT_PARTITION=" .. q(conf.TG_DEFAULT_PARTITION) ..
     " timeout -k 2 " .. limit_s .. " " .. q(py) ..
-    " -S -c 'import sys, lib.slurm_hook as h; sys.exit(h.main())' " ..
+    " -S -c 'import sys, lib.slurm.hook as h; sys.exit(h.main())' " ..
     table.concat(args, " ") .. " 2>>" .. q(conf.TG_HOOK_LOG or "/dev/null") .. "; echo EXIT=$?"
   local p = io.popen(cmd, "r")
   if not p then return nil end

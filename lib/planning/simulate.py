@@ -1,6 +1,6 @@
 """Monte Carlo simulation of a checkpointed job under interruptions (vectorised numpy).
 
-Same conventions as :mod:`lib.preemption` (hours everywhere, GPU-hours for spend): the work is cut into
+Same conventions as :mod:`lib.planning.preemption` (hours everywhere, GPU-hours for spend): the work is cut into
 segments of ``interval_h`` hours, each followed by a checkpoint of ``checkpoint_h`` hours (the last
 included; a remainder is one shorter segment with its own checkpoint; ``interval_h=None`` = no
 checkpointing, one segment of the whole work). An interruption during compute or checkpoint loses the
@@ -12,7 +12,7 @@ Interruptions form a renewal process: each (re)start of the job draws a fresh li
 its next interruption), either exponential with mean ``mtbf_h`` or resampled with replacement from an
 empirical sample ``lifetimes_h`` (e.g. the gaps between interruptions recorded in the ledger). A lifetime
 runs across as many segments as it lasts; the first lifetime starts with the job. With exponential
-lifetimes this is exactly the closed-form model of :func:`lib.preemption.expected_time`.
+lifetimes this is exactly the closed-form model of :func:`lib.planning.preemption.expected_time`.
 
 Vectorisation: all runs advance together, one *round* = one lifetime per still-running run; the loop is
 over rounds (interruptions), with a shrinking set of active runs.
@@ -25,7 +25,7 @@ import random
 
 import numpy as np
 
-from lib.preemption import _count, _number, expected_time, segment_lengths
+from lib.planning.preemption import checked_count, checked_number, expected_time, segment_lengths
 
 __all__ = ["simulate", "simulate_reference", "segment_bounds"]
 
@@ -54,7 +54,7 @@ def _lifetime_sampler(rng: np.random.Generator, mtbf_h, lifetimes_h):
             raise ValueError("lifetimes_h must hold finite hours > 0")
         n = arr.size
         return (lambda size: arr[rng.integers(0, n, size)]), float(arr.mean())
-    m = _number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
+    m = checked_number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
     if math.isinf(m):
         return (lambda size: np.full(size, np.inf)), m
     return (lambda size: rng.exponential(m, size)), m
@@ -62,9 +62,9 @@ def _lifetime_sampler(rng: np.random.Generator, mtbf_h, lifetimes_h):
 
 def _job_inputs(work_h, checkpoint_h, restart_h, downtime_h, gpus, runs) -> tuple:
     """The job's validated numbers (hours, counts); ValueError naming the argument otherwise."""
-    return (_number("work_h", work_h), _number("checkpoint_h", checkpoint_h),
-            _number("restart_h", restart_h), _number("downtime_h", downtime_h),
-            _count("gpus", gpus), _count("runs", runs))
+    return (checked_number("work_h", work_h), checked_number("checkpoint_h", checkpoint_h),
+            checked_number("restart_h", restart_h), checked_number("downtime_h", downtime_h),
+            checked_count("gpus", gpus), checked_count("runs", runs))
 
 
 def _summary(x: np.ndarray) -> dict:
@@ -98,11 +98,11 @@ def simulate(work_h, interval_h, checkpoint_h, restart_h, gpus, *, mtbf_h=None, 
             lost_work_hours, restart_hours (one entry per run)
     """
     w, c, r, d, g, n_runs = _job_inputs(work_h, checkpoint_h, restart_h, downtime_h, gpus, runs)
-    cap = _count("max_rounds", max_rounds)
+    cap = checked_count("max_rounds", max_rounds)
     if budget_gpu_hours is not None:
-        budget = _number("budget_gpu_hours", budget_gpu_hours, allow_inf=True)
+        budget = checked_number("budget_gpu_hours", budget_gpu_hours, allow_inf=True)
     if wall_limit_h is not None:
-        wall = _number("wall_limit_h", wall_limit_h, allow_inf=True)
+        wall = checked_number("wall_limit_h", wall_limit_h, allow_inf=True)
     if not isinstance(restart_first, bool):
         raise ValueError(f"restart_first must be a bool, got {restart_first!r}")
     if isinstance(seed, bool):
@@ -221,7 +221,7 @@ def simulate_reference(work_h, interval_h, checkpoint_h, restart_h, gpus, *, mtb
         def draw():
             return pool[rnd.randrange(len(pool))]
     else:
-        rate = 1.0 / _number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
+        rate = 1.0 / checked_number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
 
         def draw():
             return rnd.expovariate(rate) if rate > 0 else math.inf

@@ -2,7 +2,7 @@
 
 Form widgets cannot be "absent", so optional numbers use 0 (and optional text an empty string) for
 "not given"; those fields are left out of the request. Everything else is passed through unchanged,
-so lib.request validates it exactly as it would a JSON file.
+so lib.gate.request validates it exactly as it would a JSON file.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Pure functions over a plain ``situation`` dict; no database, no Streamlit. Units: GPU-hours for spend
 and work (``*_gpu_hours``), hours for wall-clock times (``*_h``). Expected costs come from the closed
-forms of :mod:`lib.preemption` (exponential interruptions); :func:`scenario_outcomes` adds the Monte Carlo
-distributions of :mod:`lib.simulate`.
+forms of :mod:`lib.planning.preemption` (exponential interruptions); :func:`scenario_outcomes` adds the Monte Carlo
+distributions of :mod:`lib.planning.simulate`.
 
 Situation keys
 --------------
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 
-from lib.preemption import _count, _number, expected_time
+from lib.planning.preemption import checked_count, checked_number, expected_time
 
 __all__ = ["decide_recovery", "scenario_outcomes", "END_STOP_REASON", "SITUATION_KEYS"]
 
@@ -66,7 +66,7 @@ SITUATION_KEYS = frozenset({
     "approved_budget_increase_gpu_hours", "lifetimes_h", "wall_limit_h", "run_id",
 })
 
-# ledger stop_reason (lib/schema.sql vocabulary) recorded when the decision is "end"
+# ledger stop_reason (lib/ledger/schema.sql vocabulary) recorded when the decision is "end"
 END_STOP_REASON = {
     "budget-breach": "budget",
     "budget-spent": "budget",
@@ -82,7 +82,7 @@ def _opt(s: dict, key: str, default):
 
 
 def _fraction(name, value) -> float:
-    x = _number(name, value)
+    x = checked_number(name, value)
     if x > 1:
         raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
     return x
@@ -91,7 +91,7 @@ def _fraction(name, value) -> float:
 def _optional_count(name, value, default):
     if value is None:
         return default
-    return _count(name, value, minimum=0)
+    return checked_count(name, value, minimum=0)
 
 
 def _parse(s: dict) -> dict:
@@ -107,10 +107,10 @@ def _parse(s: dict) -> dict:
     if event not in ("preemption", "budget-breach"):
         raise ValueError(f"event must be 'preemption' or 'budget-breach', got {event!r}")
     p = {"event": event}
-    p["budget"] = _number("budget_gpu_hours", s["budget_gpu_hours"])
-    p["spent"] = _number("spent_gpu_hours", s["spent_gpu_hours"])
-    p["gpus"] = _count("gpus", s["gpus"])
-    p["increase"] = _number("approved_budget_increase_gpu_hours",
+    p["budget"] = checked_number("budget_gpu_hours", s["budget_gpu_hours"])
+    p["spent"] = checked_number("spent_gpu_hours", s["spent_gpu_hours"])
+    p["gpus"] = checked_count("gpus", s["gpus"])
+    p["increase"] = checked_number("approved_budget_increase_gpu_hours",
                             _opt(s, "approved_budget_increase_gpu_hours", 0.0))
     ckpt = s.get("last_valid_checkpoint")
     if ckpt is not None and not isinstance(ckpt, str):
@@ -127,9 +127,9 @@ def _parse(s: dict) -> dict:
     if total is None and remaining is None:
         raise ValueError("total_work_gpu_hours (or remaining_work_gpu_hours) is required")
     if total is not None:
-        total = _number("total_work_gpu_hours", total)
+        total = checked_number("total_work_gpu_hours", total)
     if remaining is not None:
-        remaining = _number("remaining_work_gpu_hours", remaining)
+        remaining = checked_number("remaining_work_gpu_hours", remaining)
     if total is None:
         if p["ckpt_frac"] >= 1.0:
             raise ValueError("total_work_gpu_hours is required when the checkpoint holds all progress")
@@ -137,27 +137,27 @@ def _parse(s: dict) -> dict:
     if remaining is None:
         remaining = total * (1.0 - p["ckpt_frac"])
     p["total"], p["remaining"] = total, remaining
-    p["restart_h"] = _number("restart_h", _opt(s, "restart_h", 0.0))
-    p["downtime_h"] = _number("downtime_h", _opt(s, "downtime_h", 0.0))
-    p["checkpoint_h"] = _number("checkpoint_h", _opt(s, "checkpoint_h", 0.0))
+    p["restart_h"] = checked_number("restart_h", _opt(s, "restart_h", 0.0))
+    p["downtime_h"] = checked_number("downtime_h", _opt(s, "downtime_h", 0.0))
+    p["checkpoint_h"] = checked_number("checkpoint_h", _opt(s, "checkpoint_h", 0.0))
     interval = s.get("checkpoint_interval_h")
-    p["interval"] = None if interval is None else _number("checkpoint_interval_h", interval, positive=True,
+    p["interval"] = None if interval is None else checked_number("checkpoint_interval_h", interval, positive=True,
                                                           allow_inf=True)
     lifetimes = s.get("lifetimes_h")
     p["lifetimes"] = lifetimes
     mtbf = s.get("mtbf_h")
     if mtbf is None and lifetimes is not None:
-        vals = [_number("lifetimes_h", v, positive=True) for v in lifetimes]
+        vals = [checked_number("lifetimes_h", v, positive=True) for v in lifetimes]
         if not vals:
             raise ValueError("lifetimes_h must not be empty")
         mtbf = sum(vals) / len(vals)
-    p["mtbf"] = math.inf if mtbf is None else _number("mtbf_h", mtbf, positive=True, allow_inf=True)
+    p["mtbf"] = math.inf if mtbf is None else checked_number("mtbf_h", mtbf, positive=True, allow_inf=True)
     p["restarts"] = _optional_count("restarts_so_far", s.get("restarts_so_far"), 0)
     p["max_restarts"] = _optional_count("max_restarts", s.get("max_restarts"), None)
     p["failed"] = _optional_count("failed_steps", s.get("failed_steps"), 0)
     p["max_failed"] = _optional_count("max_failed_steps", s.get("max_failed_steps"), None)
     wl = s.get("wall_limit_h")
-    p["wall_limit"] = None if wl is None else _number("wall_limit_h", wl, allow_inf=True)
+    p["wall_limit"] = None if wl is None else checked_number("wall_limit_h", wl, allow_inf=True)
     return p
 
 
@@ -306,7 +306,7 @@ def decide_recovery(situation: dict) -> dict:
 
 
 def scenario_outcomes(situation: dict, runs: int = 20_000, seed=0) -> dict:
-    """Completion-time and cost distributions of each choice, by Monte Carlo (:func:`lib.simulate.simulate`).
+    """Completion-time and cost distributions of each choice, by Monte Carlo (:func:`lib.planning.simulate.simulate`).
 
     Uses ``lifetimes_h`` (empirical job lifetimes, resampled) when the situation has them, else
     exponential lifetimes with ``mtbf_h`` (none: never interrupted). Each relaunch starts with a restart.
@@ -316,7 +316,7 @@ def scenario_outcomes(situation: dict, runs: int = 20_000, seed=0) -> dict:
     (spent + mean extra) and p_budget_breach against the remaining budget (p_wall_breach against
     wall_limit_h when given).
     """
-    from lib.simulate import simulate  # numpy only when scenarios are asked for
+    from lib.planning.simulate import simulate  # numpy only when scenarios are asked for
 
     decision = decide_recovery(situation)
     p = _parse(situation)

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 SCHEMA_VERSION = 1
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "gate.duckdb"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
            "autoinstall_known_extensions": False, "autoload_known_extensions": False}

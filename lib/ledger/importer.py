@@ -4,7 +4,7 @@
     report = import_runs(sacct_bytes, fmt="sacct")              # `sacct --parsable2` output
     report = import_runs("history.csv", dry_run=True)           # validate + preview, write nothing
 
-Atomic: the whole file lands in one transaction (lib.ledger.transaction), or - on any problem - nothing
+Atomic: the whole file lands in one transaction (lib.ledger.connection.transaction), or - on any problem - nothing
 is written and `report.errors` lists EVERY problem found (capped at MAX_ERRORS, with a last row saying
 how many more), each as {"line", "column", "value", "message"}. Line numbers are the file's lines as an
 editor shows them (the header is line 1; a quoted field spanning lines counts all its lines).
@@ -65,9 +65,9 @@ from typing import Callable
 import duckdb
 import pandas as pd
 
-from lib.ledger import DEFAULT_TIMEOUT_S, open_ledger, transaction
-from lib.request import CAPACITIES, KINDS
-from lib.stopping import ARTIFACT_STATUSES, STOP_REASONS
+from lib.ledger.connection import DEFAULT_TIMEOUT_S, open_ledger, transaction
+from lib.gate.request import CAPACITIES, KINDS
+from lib.gate.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024      # size limit of one import file (bytes)
 MAX_TEXT_CHARS = 1000                      # longest text value accepted in a field (characters)

@@ -8,8 +8,19 @@ and unpromotable, naming the last valid checkpoint.
 """
 from __future__ import annotations
 
-from lib.admission import fingerprint
-from lib.request import validate_stop_policy
+import hashlib
+import json
+
+from lib.gate.request import validate_stop_policy
+
+
+def fingerprint(obj) -> str | None:
+    """A short stable hash of a JSON-able object (the frozen stop policy), or None."""
+    if obj is None:
+        return None
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 # The one vocabulary of how a run stopped (the ledger's runs.stop_reason; NULL while unfinished).
 STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",

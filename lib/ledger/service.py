@@ -1,10 +1,10 @@
 """The ledger's service functions for the gate: policy and state in, decisions and runs out.
 
-`check_request` and `submit_request` call the same pure `lib.admission.decide(request, policy, state)`
+`check_request` and `submit_request` call the same pure `lib.gate.admission.decide(request, policy, state)`
 over the same policy and state built here; `check_request` opens the ledger read-only and writes
 nothing, `submit_request` does everything in ONE write transaction (read policy + state, decide,
 append the decision, reserve on admit). DuckDB admits one writing process per file, and
-`lib.ledger.open_ledger` retries a locked file for a bounded time, so concurrent submitters
+`lib.ledger.connection.open_ledger` retries a locked file for a bounded time, so concurrent submitters
 serialize: each one sees every reservation committed before it, and none is double-booked.
 Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3). Submitting
 the admitted request again, unchanged, answers the recorded decision and writes nothing (a retry
@@ -26,12 +26,12 @@ try:
 except ImportError:  # pragma: no cover - not on Linux
     fcntl = None
 
-from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
-from lib.request import KINDS, utcnow
-from lib.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
+from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
+from lib.gate.request import KINDS, utcnow
+from lib.gate.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
                           INCOMPLETE_STOPS, STOP_REASONS, artifact_status_for)
-from lib.ledger import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
-from lib.teams_file import POLICY_FIELDS
+from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
+from lib.ledger.teams_file import POLICY_FIELDS
 
 CALIBRATION_WINDOW_DAYS = 365
 
@@ -114,7 +114,7 @@ _CALIBRATION_SQL = (
 
 def calibration(con, team: str, kind: str, now: datetime, *,
                 window_days: int = CALIBRATION_WINDOW_DAYS, max_runs: int = DEFAULT_MAX_RUNS) -> dict:
-    """lib.calibration for `team`'s `kind` runs, reading the ledger one scope at a time.
+    """lib.gate.calibration for `team`'s `kind` runs, reading the ledger one scope at a time.
 
     Only finished runs whose estimate was measured or stated (not 'requested') and whose stop
     reason says something about the estimate (completed, early-stop; budget and wall-clock as
@@ -171,15 +171,15 @@ def _recorded_admit(con, request, now: datetime) -> dict | None:
     return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
 
 
-def _decide(con, request, now: datetime) -> tuple[dict, dict | None]:
+def decide_in_ledger(con, request, now: datetime) -> tuple[dict, dict | None]:
     """(decision, policy) for the request against the ledger as `con` sees it.
 
     A request whose run ID is booked is refused, unless it is the very request that booked it and
     the reservation still waits for the run: then the answer is the recorded admit (see
     `_recorded_admit`), so a caller that lost the answer can retry safely.
     """
-    from lib.admission import decide, reject, unknown_team
-    from lib.reasons import reason
+    from lib.gate.admission import decide, reject, unknown_team
+    from lib.gate.reasons import reason
 
     team = request.get("team") if isinstance(request, dict) else None
     policy = team_policy(con, team) if isinstance(team, str) else None
@@ -205,7 +205,7 @@ def check_request(request, *, db=None, now=None, timeout_s: float = 10.0) -> dic
     """
     now = _naive_utc(now) or utcnow()
     with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
-        decision, _ = _decide(con, request, now)
+        decision, _ = decide_in_ledger(con, request, now)
     return decision
 
 
@@ -260,7 +260,7 @@ def writer_turn(db=None, timeout_s: float = 10.0):
     Submitters on one machine queue on a cheap OS lock (flock on `<ledger>.writer-lock`) instead of
     all polling DuckDB's file lock at once: with 20 submitters, polling DuckDB starves the process
     that holds the file of CPU on a small machine. The wait blocks in the kernel's queue of that
-    lock, so writers get their turns in the order they arrived. DuckDB's own lock (and lib.ledger's
+    lock, so writers get their turns in the order they arrived. DuckDB's own lock (and lib.ledger.connection's
     bounded retry) still guards against every other process (the app, an import). Without fcntl
     (Windows) this is a no-op. Raises LedgerLocked after `timeout_s` seconds.
     """
@@ -367,12 +367,12 @@ def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s
     now = _naive_utc(now) or utcnow()
     with _write_ledger(db, timeout_s) as con:
         with transaction(con):
-            decision, policy = _decide(con, request, now)
-            _record(con, request, decision, origin, now)
+            decision, policy = decide_in_ledger(con, request, now)
+            record_decision(con, request, decision, origin, now)
     return decision
 
 
-def _record(con, request, decision: dict, origin: str, now: datetime) -> None:
+def record_decision(con, request, decision: dict, origin: str, now: datetime) -> None:
     """Append the decision; on admit, book the run. A replayed decision is already recorded: no-op."""
     if decision.get("replayed") is True:
         return

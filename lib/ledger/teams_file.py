@@ -17,7 +17,7 @@ import tomllib
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-DEFAULT_TEAMS_FILE = Path(__file__).resolve().parent.parent / "data" / "teams.toml"
+DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 BASES = ("upper", "median", "raw")
 TEAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -216,7 +216,7 @@ def sync_teams(con, path=None) -> dict:
     left alone. Returns counts: teams_inserted, teams_updated, teams_unchanged, snapshots_inserted,
     snapshots_updated, snapshots_unchanged.
     """
-    from lib.ledger import transaction
+    from lib.ledger.connection import transaction
 
     teams, snapshots = load_teams(path)
     counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",

@@ -45,7 +45,7 @@ _REMAINDER_TOL = 1e-9  # relative: a remainder below work_h * tol is rounding no
 
 
 # --------------------------------------------------------------------------- validation
-def _number(name: str, value, *, positive: bool = False, allow_inf: bool = False) -> float:
+def checked_number(name: str, value, *, positive: bool = False, allow_inf: bool = False) -> float:
     """Return ``value`` as a float, or raise ValueError naming ``name``.
 
     Rejects bools, non-numbers (strings, None), NaN, infinities (unless ``allow_inf``), negatives,
@@ -65,7 +65,7 @@ def _number(name: str, value, *, positive: bool = False, allow_inf: bool = False
     return x
 
 
-def _count(name: str, value, *, minimum: int = 1) -> int:
+def checked_count(name: str, value, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
                 and float(value).is_integer():
@@ -85,13 +85,13 @@ def segment_lengths(work_h, interval_h, checkpoint_h) -> list[tuple[float, int]]
     whole work with no checkpoint. Otherwise floor(W/tau) full segments of tau + C and, when W is not a
     multiple of tau, one shorter segment (remainder + C). Zero work gives no segments.
     """
-    w = _number("work_h", work_h)
-    c = _number("checkpoint_h", checkpoint_h)
+    w = checked_number("work_h", work_h)
+    c = checked_number("checkpoint_h", checkpoint_h)
     if w == 0:
         return []
     if interval_h is None:
         return [(w, 1)]
-    tau = _number("interval_h", interval_h, positive=True, allow_inf=True)
+    tau = checked_number("interval_h", interval_h, positive=True, allow_inf=True)
     if tau >= w:
         return [(w + c, 1)]
     n_full = math.floor(w / tau)
@@ -160,11 +160,11 @@ def expected_time(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_
     E[T] = W + checkpoint_hours + lost + restart + downtime holds exactly (restart counts every restart,
     successful ones included).
     """
-    w = _number("work_h", work_h)
-    c = _number("checkpoint_h", checkpoint_h)
-    r = _number("restart_h", restart_h)
-    m = _number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
-    d = _number("downtime_h", downtime_h)
+    w = checked_number("work_h", work_h)
+    c = checked_number("checkpoint_h", checkpoint_h)
+    r = checked_number("restart_h", restart_h)
+    m = checked_number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
+    d = checked_number("downtime_h", downtime_h)
     if not isinstance(restart_first, bool):
         raise ValueError(f"restart_first must be a bool, got {restart_first!r}")
     segs = segment_lengths(w, interval_h, c)
@@ -284,8 +284,8 @@ def optimal_interval(checkpoint_h, mtbf_h, method: str = "exact") -> float:
                  of the exponential model; independent of R and D.
     C = 0 gives 0 (checkpointing is free, so checkpoint continuously); M = inf gives inf.
     """
-    c = _number("checkpoint_h", checkpoint_h)
-    m = _number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
+    c = checked_number("checkpoint_h", checkpoint_h)
+    m = checked_number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
     if method not in ("young", "daly", "exact"):
         raise ValueError(f"method must be 'young', 'daly' or 'exact', got {method!r}")
     if c == 0.0:
@@ -310,11 +310,11 @@ def best_segment_count(work_h, checkpoint_h, restart_h, mtbf_h, *, max_segments:
     convex in n, so the best integer is the floor or the ceiling of W / tau*. With C = 0 more segments
     are always better: the answer is capped at ``max_segments``. Zero work returns 1.
     """
-    w = _number("work_h", work_h)
-    c = _number("checkpoint_h", checkpoint_h)
-    _number("restart_h", restart_h)
-    m = _number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
-    cap = _count("max_segments", max_segments)
+    w = checked_number("work_h", work_h)
+    c = checked_number("checkpoint_h", checkpoint_h)
+    checked_number("restart_h", restart_h)
+    m = checked_number("mtbf_h", mtbf_h, positive=True, allow_inf=True)
+    cap = checked_count("max_segments", max_segments)
     if w == 0 or math.isinf(m):
         return 1
     if c == 0:
@@ -336,8 +336,8 @@ def job_mtbf_h(device_mtbf_h, n_devices) -> float:
 
     Independent exponential failures of N devices, any of which interrupts the job.
     """
-    m = _number("device_mtbf_h", device_mtbf_h, positive=True, allow_inf=True)
-    n = _count("n_devices", n_devices)
+    m = checked_number("device_mtbf_h", device_mtbf_h, positive=True, allow_inf=True)
+    n = checked_count("n_devices", n_devices)
     return m / n
 
 
@@ -367,12 +367,12 @@ def compare_capacity(work_h, gpus, price_ratio, interval_h, checkpoint_h, restar
     fallback_slack_h, expected_preemptible_meets, switch_to_stable_when) and recommendation
     ("preemptible" | "stable").
     """
-    w = _number("work_h", work_h)
-    g = _count("gpus", gpus)
-    ratio = _number("price_ratio", price_ratio)
-    r = _number("restart_h", restart_h)
+    w = checked_number("work_h", work_h)
+    g = checked_count("gpus", gpus)
+    ratio = checked_number("price_ratio", price_ratio)
+    r = checked_number("restart_h", restart_h)
     if deadline_h is not None:
-        deadline = _number("deadline_h", deadline_h)
+        deadline = checked_number("deadline_h", deadline_h)
     pre = expected_time(w, interval_h, checkpoint_h, r, mtbf_h, downtime_h)
     stable_hours = pre["failure_free_hours"]
     stable_cost = g * stable_hours

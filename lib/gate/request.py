@@ -11,13 +11,12 @@ import math
 import re
 from datetime import datetime, timezone
 
-from lib.reasons import reason
+from lib.gate.reasons import reason
 
 KINDS = ("exploratory", "production", "retraining")
 CAPACITIES = ("stable", "preemptible")
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (domain notes §6)
 
-_INF = math.inf
 INT32_MAX = 2**31 - 1  # whole-number fields land in the ledger's INTEGER / BIGINT columns
 INT64_MAX = 2**63 - 1
 
@@ -39,20 +38,13 @@ def _number_problem(value, minimum, strict, integral, maximum, below):
 
 def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=None):
     """A check: None for a finite real number in range (never a bool), else the problem as text."""
-    hi = _INF if maximum is None else maximum
-    lt = _INF if below is None else below
-
     def check(value):
-        t = type(value)
-        if (t is int or t is float) and (value > minimum if strict else value >= minimum) \
-                and value <= hi and value < lt and value < _INF and (not integral or value == int(value)):
+        if type(value) in (int, float) and math.isfinite(value) \
+                and (value > minimum if strict else value >= minimum) \
+                and (maximum is None or value <= maximum) and (below is None or value < below) \
+                and (not integral or value == int(value)):
             return None
         return _number_problem(value, minimum, strict, integral, maximum, below)
-    # 1e309 is the float literal inf, folded into a constant (no name lookup); NaN fails the minimum
-    check.fast = (f"(type(v) is float or type(v) is int) and v {'>' if strict else '>='} {minimum!r}"
-                  + (f" and v <= {maximum!r}" if maximum is not None else "")
-                  + (f" and v < {below!r}" if below is not None else "")
-                  + " and v < 1e309" + (" and v == int(v)" if integral else ""))
     return check
 
 
@@ -64,7 +56,6 @@ def text(max_len=200):
         if len(value) > max_len:
             return f"must be at most {max_len} characters, got {len(value)}"
         return None
-    check.fast = f"type(v) is str and len(v) <= {max_len} and not v.isspace() and v != ''"
     return check
 
 
@@ -72,21 +63,16 @@ def _bool(value):
     return None if type(value) is bool else f"must be true or false, got {value!r}"
 
 
-_bool.fast = "type(v) is bool"
-
 
 def _choice(options):
     def check(value):
         return None if value in options else f"must be one of {', '.join(options)}; got {value!r}"
-    check.fast = f"type(v) is str and v in {tuple(options)!r}"
     return check
 
 
 def _optional_text(value):
     return None if value is None or type(value) is str else f"must be a string, got {value!r}"
 
-
-_optional_text.fast = "v is None or type(v) is str"
 
 
 # field -> check(value) -> problem text or None. Order = the order problems are reported in.
@@ -213,58 +199,6 @@ def _check_stop_policy(policy, problems):
                 field="stop_policy.early_stop.metric"))
 
 
-def _compile_fast_check(spec: dict, required, nested: dict):
-    """One generated predicate that is True exactly when `_check_fields` would find no problem.
-
-    It is built from the same field table as the detailed checks (each check's `fast` expression), so
-    the rules live in one place; the detailed path runs only when the predicate says False, to name
-    every problem. A field whose check has no fast form, or a nested object not listed in `nested`,
-    sends the request down the detailed path.
-    """
-    # Known keys are counted rather than compared as sets: a missing required key raises KeyError
-    # (caught: False), and any key beyond those counted makes len() disagree (an unknown field).
-    lines = ["def fast(r, type=type, int=int, float=float, str=str, bool=bool, dict=dict, len=len):",
-             "    try:",
-             f"        n = {len(required)}"]
-
-    def field(target: str, key: str, expr: str, is_required: bool, counter: str, ind: str) -> None:
-        if is_required:
-            lines.append(f"{ind}v = {target}['{key}']")
-            lines.append(f"{ind}if not ({expr}):")
-        else:
-            lines.append(f"{ind}if '{key}' in {target}:")
-            lines.append(f"{ind}    {counter} += 1")
-            lines.append(f"{ind}    v = {target}['{key}']")
-            lines.append(f"{ind}    if not ({expr}):")
-            ind += "    "
-        lines.append(f"{ind}    return False")
-
-    for name, check in spec.items():
-        if name in nested:
-            sub_spec, sub_required = nested[name]
-            lines += [f"        if '{name}' in r:", "            n += 1", f"            p = r['{name}']",
-                      "            if type(p) is not dict:", "                return False",
-                      f"            m = {len(sub_required)}"]
-            for sub, sub_check in sub_spec.items():
-                field("p", sub, sub_check.fast, sub in sub_required, "m", "            ")
-            lines += ["            if len(p) != m:", "                return False"]
-            continue
-        expr = getattr(check, "fast", None)
-        if expr is None:  # no fast form: present means the detailed path (stop_policy: checked apart)
-            lines.append(f"        if '{name}' in r:")
-            lines.append("            n += 1" if check is None else "            return False")
-            continue
-        field("r", name, expr, name in required, "n", "        ")
-    lines += ["        return len(r) == n", "    except KeyError:", "        return False"]
-    consts: dict = {}
-    namespace = {"_INF": _INF, "inf": _INF, **consts}
-    exec("\n".join(lines), namespace)  # noqa: S102 — generated from the constant field table above
-    return namespace["fast"]
-
-
-_fields_ok = _compile_fast_check(_SPEC, _REQUIRED_NAMES, {"pilot": (PILOT_FIELDS, _PILOT_REQUIRED)})
-
-
 def validate_stop_policy(policy) -> list[dict]:
     """The invalid-request reasons of a stop policy on its own (empty when valid)."""
     problems: list[dict] = []
@@ -299,12 +233,10 @@ def validate(request) -> tuple[dict | None, list[dict]]:
         return None, [_problem("request", f"must be a JSON object, got {type(request).__name__}")]
     has_est = "estimated_gpu_hours" in request
     has_pilot = "pilot" in request
-    fields_ok = _fields_ok(request)
-    if not fields_ok:
-        _check_fields(request, _SPEC, "", problems, required=_REQUIRED_NAMES)
+    _check_fields(request, _SPEC, "", problems, required=_REQUIRED_NAMES)
     if has_est == has_pilot:
         problems.append(_problem("estimated_gpu_hours", "or pilot is required, exactly one of them"))
-    if has_pilot and not fields_ok:
+    if has_pilot:
         _check_pilot(request["pilot"], problems)
     if "stop_policy" in request:
         _check_stop_policy(request["stop_policy"], problems)

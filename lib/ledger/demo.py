@@ -31,9 +31,9 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
-from lib.ledger import open_ledger, transaction
-from lib.stopping import STOP_REASONS
-from lib.teams_file import load_teams, sync_teams
+from lib.ledger.connection import open_ledger, transaction
+from lib.gate.stopping import STOP_REASONS
+from lib.ledger.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730
 KINDS = ("exploratory", "production", "retraining")

@@ -3,20 +3,19 @@
 `admit_training` keeps the source document's four-argument contract exactly (same argument order,
 same returned dicts), minus its NaN hole. `decide(request, policy, state)` is the full decision: pure
 over plain data (a snapshot, the way Kueue admits), so it is tested without a database. It reports
-every failing check at once, in the order of lib.reasons.CODES, each with the numbers behind it and a
+every failing check at once, in the order of lib.gate.reasons.CODES, each with the numbers behind it and a
 fix. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from datetime import datetime
 
-from lib.calibration import calibrate
-from lib.estimate import estimate_request
-from lib.reasons import in_order, reason
-from lib.request import utcnow, validate
+from lib.gate.calibration import calibrate
+from lib.gate.estimate import estimate_request
+from lib.gate.reasons import in_order, reason
+from lib.gate.request import utcnow, validate
+from lib.gate.stopping import fingerprint
 
 BASES = ("raw", "median", "upper")
 
@@ -49,14 +48,6 @@ def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, 
     if expected_interruptions > 0 and not checkpoint_supported:
         return {"state": "defer", "reason": "no-recovery"}
     return {"state": "admit", "reserved_gpu_hours": estimated_gpu_hours}
-
-
-def fingerprint(obj) -> str | None:
-    """A short stable hash of a JSON-able object (the frozen stop policy), or None."""
-    if obj is None:
-        return None
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _next_month(now: datetime) -> str:
@@ -130,7 +121,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
 
     state: {"now": datetime, "reservations": [{run_id, kind, gpus, reserved_gpu_hours,
     reserved_until}], "period_spent_gpu_hours", "snapshots": set, "calibration" (a
-    lib.calibration.calibrate result) or "calibration_history" (rows for it)}.
+    lib.gate.calibration.calibrate result) or "calibration_history" (rows for it)}.
     """
     now = state.get("now") or utcnow()
     req, problems = validate(request)
@@ -265,7 +256,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
                                  [r for r in reservations if r["kind"] != "retraining"],
                                  f"accelerators left to experiments ({set_aside} set aside for retraining)"))
 
-    # checks above append in the documented order of lib.reasons.CODES (a test holds them to it)
+    # checks above append in the documented order of lib.gate.reasons.CODES (a test holds them to it)
     reserved = judged if not reasons else None
     return _decision(req, "defer" if reasons else "admit", reasons, policy=policy, estimate=est, notes=notes, now=now,
                      reserved=reserved, stop_fp=fingerprint(req.get("stop_policy")), extra=extra)

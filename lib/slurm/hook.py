@@ -1,13 +1,13 @@
 """Slurm's submit hook for the gate: a job description in, the gate's decision out.
 
 `lib/slurm/job_submit.lua` runs it for every job that requests GPUs (imported, so its bytecode is cached;
-`python -S lib/slurm_hook.py ARGS` does the same):
+`python -S lib/slurm/hook.py ARGS` does the same):
 
-    <python> -S -c 'import sys, lib.slurm_hook as h; sys.exit(h.main())' --account A --partition P
+    <python> -S -c 'import sys, lib.slurm.hook as h; sys.exit(h.main())' --account A --partition P
              --time-limit MIN --name N --comment C --tres-per-node ... --tres-per-job ... --num-tasks ...
 
 It turns the job description into a gate request (see `build_request`), decides and records it as
-`lib.store.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
+`lib.ledger.service.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
@@ -35,7 +35,7 @@ that the gate judges (defer, or reject as invalid) is always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET
-(`python -m lib.slurm_hook serve --socket PATH`, started by cluster.sh), the script only forwards the
+(`python -m lib.slurm.hook serve --socket PATH`, started by cluster.sh), the script only forwards the
 job description to it; otherwise it decides in-process (imports DuckDB: slower, same answer).
 """
 from __future__ import annotations
@@ -281,29 +281,22 @@ def _float(text, default):
 
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
                      timeout_s: float = 5.0, closer=None) -> dict:
-    """Decide and record the request as lib.store.submit_request(origin="slurm") does, with the
+    """Decide and record the request as lib.ledger.service.submit_request(origin="slurm") does, with the
     capacity read from the team's preemptible_partitions inside the same write transaction.
 
     One ledger open instead of two (a read-only open for the team's partitions, then submit_request)
-    halves the hook's time: a DuckDB open costs ~30 ms here. It uses the store's own decide-and-record
-    steps; if the store does not have them (renamed), it falls back to the two opens.
+    halves the hook's time: a DuckDB open costs ~30 ms here. It uses the service layer's own
+    decide-and-record steps, so the hook and `python -m lib submit` decide and record alike.
     `closer` (a contextlib.ExitStack): the ledger is closed when the caller closes it, so the warm
     server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
     """
-    import lib.store as store
-    from lib.ledger import open_ledger, transaction
+    import lib.ledger.service as store
+    from lib.ledger.connection import open_ledger, transaction
 
-    decide_fn, record_fn = getattr(store, "_decide", None), getattr(store, "_record", None)
     team = request.get("team")
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
     # as sacct reports it (a job admitted and started within one second)
     now = store.utcnow().replace(microsecond=0)
-    if decide_fn is None or record_fn is None:
-        with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
-            policy = store.team_policy(con, team)
-        request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
-                                           default_partition)
-        return store.submit_request(request, db=db, origin="slurm", now=now, timeout_s=timeout_s)
     import contextlib
     with contextlib.ExitStack() as own:
         con = (closer if closer is not None else own).enter_context(
@@ -312,8 +305,8 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
             policy = store.team_policy(con, team)
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
                                                default_partition)
-            decision, _ = decide_fn(con, request, now)
-            record_fn(con, request, decision, "slurm", now)
+            decision, _ = store.decide_in_ledger(con, request, now)
+            store.record_decision(con, request, decision, "slurm", now)
     return decision
 
 
@@ -410,10 +403,10 @@ def parse_args(argv: list[str]) -> dict:
     while i < len(argv):
         key = argv[i]
         if not key.startswith("--") or i + 1 >= len(argv):
-            raise SystemExit(f"slurm_hook: bad argument {key!r}")
+            raise SystemExit(f"lib.slurm.hook: bad argument {key!r}")
         name = key[2:].replace("-", "_")
         if name not in FIELDS:
-            raise SystemExit(f"slurm_hook: unknown field {key!r}")
+            raise SystemExit(f"lib.slurm.hook: unknown field {key!r}")
         value = argv[i + 1]
         fields[name] = value if value != "" else None
         i += 2
@@ -485,8 +478,8 @@ def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: floa
 def serve(socket_path: str) -> None:
     """The warm gate server: imports the gate once, answers one job per connection, in turn."""
     import socket
-    import lib.store  # noqa: F401  (warm the imports: DuckDB and the decision)
-    import lib.admission  # noqa: F401
+    import lib.ledger.service  # noqa: F401  (warm the imports: DuckDB and the decision)
+    import lib.gate.admission  # noqa: F401
     try:
         os.unlink(socket_path)
     except FileNotFoundError:
@@ -498,7 +491,7 @@ def serve(socket_path: str) -> None:
     srv.listen(64)
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop by PID: remove the socket on the way out
-    print(f"slurm_hook: gate server listening on {socket_path}", file=sys.stderr, flush=True)
+    print(f"lib.slurm.hook: gate server listening on {socket_path}", file=sys.stderr, flush=True)
     try:
         _serve_forever(srv)
     finally:
@@ -527,10 +520,10 @@ def _serve_forever(srv) -> None:
                 conn.close()
                 answered_ms = (time.perf_counter() - t0) * 1000
             if os.environ.get("TG_GATE_SERVER_TIMING"):
-                print(f"slurm_hook: server: exit {outcome.code} answered in {answered_ms:.1f} ms, ledger "
+                print(f"lib.slurm.hook: server: exit {outcome.code} answered in {answered_ms:.1f} ms, ledger "
                       f"closed at {(time.perf_counter() - t0) * 1000:.1f} ms", file=sys.stderr, flush=True)
         except Exception as exc:  # a broken client or a failed close must not stop the server
-            print(f"slurm_hook: server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            print(f"lib.slurm.hook: server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> int:
@@ -562,8 +555,8 @@ def _cold_imports() -> None:
 
 
 if __name__ == "__main__":
-    # run as a file (`python -S lib/slurm_hook.py`): import lib from the repo, not from lib/ itself
+    # run as a file (`python -S lib/slurm/hook.py`): import lib from the repo, not from lib/ itself
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
-        sys.path[0] = os.path.dirname(here)
+        sys.path[0] = os.path.dirname(os.path.dirname(here))
     sys.exit(main())

@@ -27,10 +27,10 @@ import re
 import duckdb
 import pandas as pd
 
-from lib.capacity_timeline import fit_for_reasons
-from lib.filters import Filters
-from lib.ledger import LedgerError, ledger_path, open_ledger
-from lib.request import utcnow
+from lib.gate.capacity import fit_for_reasons
+from lib.dashboard.filters import Filters
+from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+from lib.gate.request import utcnow
 
 REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
@@ -250,7 +250,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
 
 def earliest_fits(waiting: pd.DataFrame, running: pd.DataFrame, quotas: pd.DataFrame,
                   now: dt.datetime) -> pd.DataFrame:
-    """Add `earliest_fit` and `fit_note` to deferred requests (see lib.capacity_timeline).
+    """Add `earliest_fit` and `fit_note` to deferred requests (see lib.gate.capacity).
 
     A non-retraining request may not use the team's retraining set-aside, so its quota is
     reserved_gpus - retraining_reserved_gpus; a retraining request may use all reserved GPUs."""
@@ -382,18 +382,18 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
     runs) each rests on. Team and kind filters apply; dates do not (the gate reads its own window).
     backtest_coverage: how often the team x kind split-conformal bound covered the scope's last
-    BACKTEST_RUNS runs when replayed from the runs before each (lib.calibration.conformal_backtest);
+    BACKTEST_RUNS runs when replayed from the runs before each (lib.gate.calibration.conformal_backtest);
     it should sit near the level. Runs whose conformal bound was unknown (heavy censoring, where the
     gate falls back to Tobit) are not replayed: refitting Tobit per run is too slow for a page.
 
-    Same rows and same function as lib.store.calibration (what submit and check use): finished runs
+    Same rows and same function as lib.ledger.service.calibration (what submit and check use): finished runs
     in the window with a measured or stated estimate and a stop reason in store.CALIBRATION_STOPS,
-    the `max_runs` most recent per scope, fed to lib.calibration.calibrate_scopes. Instead of up to
+    the `max_runs` most recent per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to
     three scans per team x kind, it reads each scope for every team at once (about 0.5 s instead of
     1-2 s on a 1M-run ledger; tests/test_queries.py checks it against store.calibration)."""
-    from lib import store
-    from lib.calibration import DEFAULT_MAX_RUNS, calibrate_scopes, conformal_backtest
-    from lib.filters import KINDS
+    from lib.ledger import service as store
+    from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes, conformal_backtest
+    from lib.dashboard.filters import KINDS
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
@@ -470,7 +470,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
 def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """Runs by stop reason; runs stopped at a limit (incomplete, unpromotable) with their last
     valid checkpoint; holdout over-reads; promotion status of the period's production candidates."""
-    from lib.promotion import promotion_status
+    from lib.gate.promotion import promotion_status
     now = now or utcnow()
     where, p = f.where("r")
     p.update(_period(f))

@@ -1,6 +1,6 @@
 """The dashboard's shared filters (teams, kinds, capacity type, date range) as plain data.
 
-Every query in lib/queries.py takes a `Filters`. The date range is inclusive of both days and
+Every query in lib/dashboard/queries.py takes a `Filters`. The date range is inclusive of both days and
 covers whole UTC days: [date_from 00:00, date_to + 1 day 00:00). `previous()` is the period of the
 same length just before, for trends. No Streamlit here: app.py builds a Filters from its widgets.
 """

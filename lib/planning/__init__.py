@@ -1,0 +1,4 @@
+"""Planning maths: preemption economics, the recovery simulator, resume/restart/end.
+
+Pure functions; imports only lib.gate.
+"""
