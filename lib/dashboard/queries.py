@@ -517,7 +517,7 @@ RESTART_DEFAULT_LARGE_MINUTES = 15.0
 
 
 def default_restart_h(gpus) -> float:
-    """Restart time (hours) to assume when the ledger records none (domain notes §2: 2-5 min for a
+    """Restart time (hours) to assume when the ledger records none (typically 2-5 min for a
     small job, 10-15 min for a large one; MegaScale: ~15 min at >10k GPUs). The upper end of each
     range: 5 min up to 8 GPUs (one node), 10 min up to 64, 15 min above."""
     g = 1 if gpus is None or pd.isna(gpus) else float(gpus)

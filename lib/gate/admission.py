@@ -1,10 +1,10 @@
 """Admission: the one function that decides, called by the queue, the command line and the what-if form.
 
-`admit_training` keeps the source document's four-argument contract exactly (same argument order,
-same returned dicts), minus its NaN hole. `decide(request, policy, state)` is the full decision: pure
-over plain data (a snapshot, the way Kueue admits), so it is tested without a database. It reports
-every failing check at once, in the order of lib.gate.reasons.CODES, each with the numbers behind it and a
-fix. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
+`admit_training` is the four-argument rule of docs/rules.md, Admission (estimate, budget, checkpoint
+support, expected interruptions, in that order), refusing NaN and other non-numbers.
+`decide(request, policy, state)` is the full decision: pure over plain data (a snapshot, the way
+Kueue admits), so it is tested without a database. It reports every failing check at once, in the
+order of lib.gate.reasons.CODES, each with the numbers behind it and a fix. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _finite_non_negative(name: str, value) -> float:
 
 
 def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):
-    """The source document's admission rule: budget first, then recovery; else reserve the estimate.
+    """The four-argument admission rule: budget first, then recovery; else reserve the estimate.
 
     Raises ValueError naming the argument for negative, NaN, ±inf, bool, str or None numbers, a
     non-bool checkpoint_supported and a non-integral interruption count.

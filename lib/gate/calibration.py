@@ -1,4 +1,4 @@
-"""Calibrating estimates against history (domain notes §5).
+"""Calibrating estimates against history (docs/rules.md, Calibration).
 
 For each past completed run, r = ln(actual / estimated). The gate multiplies a new raw estimate by
 exp(median r) (the median correction) and by exp(q) for an upper bound at level 1 - α. Runs stopped

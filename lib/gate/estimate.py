@@ -1,4 +1,4 @@
-"""A run's cost from its pilot, itemised in GPU-hours (domain notes §1 rule 1 and §4).
+"""A run's cost from its pilot, itemised in GPU-hours (docs/rules.md, Pilot estimates).
 
 The pilot measures steps/s on a representative slice and on the worst-case input shape; the tail
 share of steps is budgeted at the worst-case rate, never at the pilot mean. On top of compute come

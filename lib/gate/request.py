@@ -15,7 +15,7 @@ from lib.gate.reasons import reason
 
 KINDS = ("exploratory", "production", "retraining")
 CAPACITIES = ("stable", "preemptible")
-HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (domain notes §6)
+HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
 
 INT32_MAX = 2**31 - 1  # whole-number fields land in the ledger's INTEGER / BIGINT columns
 INT64_MAX = 2**63 - 1

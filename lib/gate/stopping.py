@@ -1,4 +1,4 @@
-"""Stop rules, declared before a run starts and frozen once it is admitted (domain notes §6).
+"""Stop rules, declared before a run starts and frozen once it is admitted (docs/rules.md, Stop rules).
 
 A stop policy names a max wall clock (hours), a spend limit (GPU-hours), a max failed-step count and
 an early-stop rule on a *development* metric (Keras EarlyStopping semantics: mode, patience,

@@ -53,7 +53,7 @@ def _naive_utc(t) -> datetime | None:
 # ---------------------------------------------------------------------------------------- reading
 
 def team_policy(con, team) -> dict | None:
-    """The team's policy row as a dict (contract 'Policy'), or None for an unknown team."""
+    """The team's policy row as a dict (team, the teams_file.POLICY_FIELDS, policy_version), or None for an unknown team."""
     if type(team) is not str:
         return None
     cols = ("team", *POLICY_FIELDS, "policy_version")
@@ -67,7 +67,8 @@ def team_policy(con, team) -> dict | None:
 
 def team_state(con, team, now=None, *, kind: str | None = None,
                window_days: int = CALIBRATION_WINDOW_DAYS) -> dict:
-    """The team's state at `now` (contract 'State').
+    """The team's state at `now`: the `state` dict `decide` takes (now, reservations,
+    period_spent_gpu_hours, snapshots, calibration_history, calibration).
 
     reservations: the team's runs with reserved_gpu_hours set, not ended, and reserved_until unset
     or after now. period_spent_gpu_hours: actual GPU-hours of the team's runs that ended in now's

@@ -3,8 +3,8 @@
 Pure functions over plain numbers (math only): no database, no Streamlit. Units: hours for every
 time (``*_h``), GPU-hours for spend (``*_gpu_hours``); a price ratio is spot price / stable price.
 
-Model (domain notes §2, Daly FGCS 2006; Bougeret et al. SC'11)
--------------------------------------------------------------
+Model (docs/rules.md, Preemption economics; Daly FGCS 2006; Bougeret et al. SC'11)
+----------------------------------------------------------------------------------
 W = ``work_h`` useful work, tau = ``interval_h`` work between checkpoints, C = ``checkpoint_h`` time to
 write one checkpoint, R = ``restart_h`` restart time (reload + warm-up), D = ``downtime_h`` time waiting
 for capacity after an interruption (nothing can fail during it, and it is not billed), M = ``mtbf_h`` mean
@@ -343,7 +343,7 @@ def job_mtbf_h(device_mtbf_h, n_devices) -> float:
 
 def compare_capacity(work_h, gpus, price_ratio, interval_h, checkpoint_h, restart_h, mtbf_h,
                      downtime_h=0.0, deadline_h=None) -> dict:
-    """Preemptible against stable capacity for one job (domain notes §3).
+    """Preemptible against stable capacity for one job (docs/rules.md, Preemption economics).
 
     Args: work_h useful work (hours of wall clock on ``gpus`` accelerators); gpus >= 1; price_ratio
     r = preemptible price / stable price (>= 0); interval_h, checkpoint_h, restart_h, downtime_h as in

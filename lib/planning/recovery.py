@@ -1,4 +1,4 @@
-"""Recovery after a preemption or a budget breach: resume, restart or end (issue 2, item 6).
+"""Recovery after a preemption or a budget breach: resume, restart or end (docs/rules.md, Recovery).
 
 Pure functions over a plain ``situation`` dict; no database, no Streamlit. Units: GPU-hours for spend
 and work (``*_gpu_hours``), hours for wall-clock times (``*_h``). Expected costs come from the closed
