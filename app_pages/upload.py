@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 import ui_cache as ui
-from lib.ledger.importer import import_runs
+from lib.ledger.imports import import_runs
 from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s
 from lib.dashboard.tables import escape_markdown
 

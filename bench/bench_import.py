@@ -5,13 +5,13 @@
 Generates the CSV in a temporary directory, then measures, each in its own child process (so peak
 memory, getrusage ru_maxrss of that child, is measured separately):
   1. read_csv      CREATE TABLE t AS SELECT * FROM read_csv(file) into a fresh DuckDB file (the reference)
-  2. import        lib.ledger.importer.import_runs(file) into a fresh ledger (teams only)
+  2. import        lib.ledger.imports.import_runs(file) into a fresh ledger (teams only)
   3. re-import     the same file again into that ledger (every row unchanged)
   4. read_csv + PK (informative) read_csv into a fresh table that has PRIMARY KEY (run_id), i.e. with
                    the cost of the ledger's key index: a floor for any import into `runs`
   5. unclosed quote the same file with a quote opened on line 3 and never closed (the rest of the file
                    is one field): the import must refuse it with bounded memory
-Each child's clock starts before its imports (duckdb; lib.ledger.importer, which brings pandas for the preview)
+Each child's clock starts before its imports (duckdb; lib.ledger.imports, which brings pandas for the preview)
 and stops after the database is closed (checkpoint included). The four are run in rounds (1 2 3 4,
 1 2 3 4, ...) so each round sees the same machine load; the table shows, per measurement, the fastest
 of R rounds (wall seconds; CPU seconds = user + system of that child), the ratio of the fastest to the
@@ -50,7 +50,7 @@ if what in ("read_csv", "read_csv_pk"):
     con.close()
     out = {{"rows": n}}
 else:
-    from lib.ledger.importer import import_runs
+    from lib.ledger.imports import import_runs
     r = import_runs(csv_path, db=db)
     if what == "import_refused":
         assert r.errors and not r.written, "expected the file to be refused"

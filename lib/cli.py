@@ -156,7 +156,7 @@ def cmd_submit(args) -> int:
 
 def cmd_import(args) -> int:
     try:
-        from lib.ledger.importer import import_runs
+        from lib.ledger.imports import import_runs
     except ImportError as exc:
         raise LedgerError(f"the importer is not available: {exc}") from None
     report = import_runs(args.file, fmt=args.format, db=args.db, create_teams=args.create_teams,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.ledger.importer import import_runs
+from lib.ledger.imports import import_runs
 from lib.ledger.connection import open_ledger
 from tests.fixtures_imports import GOOD, HEADER, dump, make_ledger
 
@@ -31,7 +31,7 @@ def test_failure_during_the_write_rolls_back(tmp_path, monkeypatch):
     """A crash inside the transaction (here: after teams were created) leaves nothing behind."""
     db = make_ledger(tmp_path)
     before = dump(db)
-    import lib.ledger.importer as importer
+    import lib.ledger.imports as importer
     calls = []
 
     def boom(fraction, message):
@@ -60,7 +60,7 @@ def test_kill_mid_import_leaves_all_or_nothing(tmp_path):
     before = dump(db)
     big = tmp_path / "big.csv"
     _big_csv(big, 300_000)
-    code = ("import sys; sys.path.insert(0, sys.argv[3]); from lib.ledger.importer import import_runs; "
+    code = ("import sys; sys.path.insert(0, sys.argv[3]); from lib.ledger.imports import import_runs; "
             "import_runs(sys.argv[1], db=sys.argv[2], progress=lambda f, m: print(f, m, flush=True))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(big), str(db), str(ROOT)],
                             stdout=subprocess.PIPE, text=True)

@@ -10,7 +10,7 @@ import gzip
 
 import pytest
 
-from lib.ledger.importer import CSV_COLUMNS, MAX_ERRORS, import_runs
+from lib.ledger.imports import CSV_COLUMNS, MAX_ERRORS, import_runs
 from tests.fixtures_imports import HEADER, dump, make_ledger
 from tests.fixtures_ledger import run_cli
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.ledger.importer import CSV_COLUMNS, import_runs
+from lib.ledger.imports import CSV_COLUMNS, import_runs
 from tests.fixtures_imports import GOOD, HEADER, dump, make_ledger, runs
 
 
@@ -183,7 +183,7 @@ def test_progress_is_reported(db):
 
 
 def test_size_limit(db, monkeypatch):
-    import lib.ledger.importer as importer
+    import lib.ledger.imports as importer
     monkeypatch.setattr(importer, "MAX_IMPORT_BYTES", 100)
     errors = _one_bad(db, (GOOD * 3).encode())
     assert "larger than the import limit" in errors[0]["message"]

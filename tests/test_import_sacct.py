@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib.ledger.importer import XDMOD_FIELDS, import_runs
+from lib.ledger.imports import XDMOD_FIELDS, import_runs
 from lib.ledger.connection import open_ledger
 from tests.fixtures_imports import dump, make_ledger, runs
 
