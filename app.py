@@ -1,34 +1,36 @@
 """Training Gate dashboard: `streamlit run app.py` (the ledger is $GATE_DB, else data/gate.duckdb).
 
-The router: page config, the demo history on first start with an empty ledger, the shared sidebar
-filters (applied on every page), and the list of pages. A locked, unreadable or wrong ledger shows
-a message on every page instead of the page.
+The router: the shared frame (ui.frame: page config, the demo history on first start with an empty
+ledger, the sidebar filters applied on every page; a locked, unreadable or wrong ledger shows a
+message instead) and the list of pages, which live in pages/.
 
-The page scripts live in app_pages/, not pages/: Streamlit 1.67 still treats a `pages/` folder next
-to the entry script as a v1 multipage app until st.navigation has run once in the process, so a
-first request straight to a page URL (and every AppTest.switch_page) would run the page script
-without this file — without the sidebar filters or the demo bootstrap.
+Streamlit 1.67 runs a process in its classic multipage mode until st.navigation has run once in it:
+a first request straight to a page URL then runs pages/<n>_<Title>.py without this file. So every page
+script starts with ui.frame() too (drawn once per run, whichever way the page runs), and each page's
+file name gives, in classic mode, the title and URL path it has here (`url_path` set explicitly).
 """
 import streamlit as st
 
-import ui_cache as ui
+import ui
 
-st.set_page_config(page_title="Training Gate", page_icon=":material/traffic:", layout="wide")
-
-PAGES = [
-    st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
-    st.Page("app_pages/reservations.py", title="Reservations", icon=":material/event:"),
-    st.Page("app_pages/idle_capacity.py", title="Idle reserved capacity", icon=":material/hourglass_empty:"),
-    st.Page("app_pages/estimate_accuracy.py", title="Estimate accuracy", icon=":material/target:"),
-    st.Page("app_pages/what_if.py", title="What-if", icon=":material/science:"),
-    st.Page("app_pages/recovery_planner.py", title="Recovery planner", icon=":material/restart_alt:"),
-    st.Page("app_pages/upload.py", title="Upload", icon=":material/upload_file:"),
-    st.Page("app_pages/stops_promotion.py", title="Stops and promotion", icon=":material/block:"),
+PAGES = [  # (script, title, icon): the classic-mode label of pages/<n>_<Title>.py is <Title>
+    ("pages/0_Overview.py", "Overview", "📊"),
+    ("pages/1_Reservations.py", "Reservations", "📅"),
+    ("pages/2_Idle_reserved_capacity.py", "Idle reserved capacity", "⏳"),
+    ("pages/3_Estimate_accuracy.py", "Estimate accuracy", "🎯"),
+    ("pages/4_What-if.py", "What-if", "🧪"),
+    ("pages/5_Recovery_planner.py", "Recovery planner", "🔁"),
+    ("pages/6_Upload.py", "Upload", "📤"),
+    ("pages/7_Stops_and_promotion.py", "Stops and promotion", "⛔"),
 ]
 
-page = st.navigation(PAGES)
-with ui.ledger_errors("Reload the page in a moment."):
-    ui.ensure_ledger()
-    ui.ensure_demo()
-    ui.filter_widgets()
+
+def url_path(script: str) -> str:
+    """The URL path classic mode gives pages/<n>_<Title>.py: <Title> (spaces as underscores)."""
+    return script.removeprefix("pages/").removesuffix(".py").split("_", 1)[1]
+
+
+page = st.navigation([st.Page(script, title=title, icon=icon, url_path=url_path(script), default=(i == 0))
+                      for i, (script, title, icon) in enumerate(PAGES)])
+ui.frame()
 page.run()

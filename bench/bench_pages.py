@@ -44,6 +44,8 @@ def time_pages(path: Path, repeat: int) -> dict:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
+    from tests.fixtures_app import page_script
+
     os.environ["GATE_DB"] = str(path)
     results = {}
     for page in PAGES:
@@ -55,7 +57,7 @@ def time_pages(path: Path, repeat: int) -> dict:
             at.run()                                  # lands on the default page
             st.cache_data.clear()
             st.cache_resource.clear()
-            at.switch_page(f"app_pages/{page}.py")
+            at.switch_page(page_script(page))
             t = time.perf_counter()
             at.run()
             firsts.append(time.perf_counter() - t)

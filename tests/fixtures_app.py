@@ -23,6 +23,24 @@ from lib.ledger.connection import open_ledger, transaction
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
+
+# short name -> (page script, navigation title, URL path): app.py's order. In Streamlit's classic
+# multipage mode, pages/<n>_<Title>.py is labelled <Title> (underscores as spaces) at URL /<Title>.
+PAGES = {
+    "overview": ("pages/0_Overview.py", "Overview", "Overview"),
+    "reservations": ("pages/1_Reservations.py", "Reservations", "Reservations"),
+    "idle_capacity": ("pages/2_Idle_reserved_capacity.py", "Idle reserved capacity", "Idle_reserved_capacity"),
+    "estimate_accuracy": ("pages/3_Estimate_accuracy.py", "Estimate accuracy", "Estimate_accuracy"),
+    "what_if": ("pages/4_What-if.py", "What-if", "What-if"),
+    "recovery_planner": ("pages/5_Recovery_planner.py", "Recovery planner", "Recovery_planner"),
+    "upload": ("pages/6_Upload.py", "Upload", "Upload"),
+    "stops_promotion": ("pages/7_Stops_and_promotion.py", "Stops and promotion", "Stops_and_promotion"),
+}
+
+
+def page_script(name: str) -> str:
+    """The script of a page by short name, as AppTest.switch_page takes it: 'pages/<n>_<Title>.py'."""
+    return PAGES[name][0]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import SCHEMA_VERSION, open_ledger
-from tests.fixtures_app import ROOT, fill_ledger, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
+from tests.fixtures_app import ROOT, page_script, fill_ledger, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if",
          "recovery_planner", "upload", "stops_promotion"]
@@ -71,7 +71,7 @@ def every_page_says(needle: str) -> None:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
     for page in [None, *PAGES]:
         if page:
-            at.switch_page(f"app_pages/{page}.py")
+            at.switch_page(page_script(page))
         at.run()
         assert not at.exception, (page, [e.value for e in at.exception])
         errors = shown(at.error)
@@ -136,7 +136,7 @@ def good_csv(now: dt.datetime) -> bytes:
 
 def checked_upload(now) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
-    at.switch_page("app_pages/upload.py").run()
+    at.switch_page("pages/6_Upload.py").run()
     at.file_uploader(key="upload_file").upload("history.csv", good_csv(now), "text/csv").run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.button(key="upload_import").disabled

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import check_request
-from tests.fixtures_app import ROOT, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
+from tests.fixtures_app import ROOT, page_script, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
@@ -26,7 +26,7 @@ def open_app(page: str | None = None) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     if page:
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(page_script(page)).run()
     return at
 
 
@@ -64,7 +64,7 @@ def test_the_sidebar_filters_change_the_numbers(ledger):
     assert speech_only != everyone
     assert float(speech_only.replace(",", "")) < float(everyone.replace(",", ""))
     # the filter is kept when another page opens, and applies there too
-    at.switch_page("app_pages/stops_promotion.py").run()
+    at.switch_page("pages/7_Stops_and_promotion.py").run()
     assert at.sidebar.multiselect(key="f_teams").value == ["speech"]
     teams_shown = set(at.dataframe[0].value["team"])
     assert teams_shown == {"speech"}
@@ -145,7 +145,7 @@ def test_a_good_upload_lands_and_the_overview_changes(ledger):
     at = open_app("overview")
     at.sidebar.multiselect(key="f_teams").set_value(["speech"]).run()
     reserved_before = metric(at, "Reserved GPU-hours")
-    at.switch_page("app_pages/upload.py").run()
+    at.switch_page("pages/6_Upload.py").run()
     at.file_uploader(key="upload_file").upload("history.csv", upload_csv(now, good_rows(now)), "text/csv").run()
     assert not at.exception, [e.value for e in at.exception]
     assert run_count(path) == before  # the check wrote nothing
@@ -153,7 +153,7 @@ def test_a_good_upload_lands_and_the_overview_changes(ledger):
     assert not at.exception, [e.value for e in at.exception]
     assert run_count(path) == before + 2
     assert any("2 inserted" in t.value for t in at.toast)
-    at.switch_page("app_pages/overview.py").run()
+    at.switch_page("pages/0_Overview.py").run()
     assert metric(at, "Reserved GPU-hours") != reserved_before
 
 

@@ -10,7 +10,7 @@ from lib.dashboard.queries import ALL_TEAMS
 from tests.fixtures_app import ROOT, fresh_caches, ledger  # noqa: F401 (fixtures)
 
 TIMEOUT_S = 60
-PAGE = "app_pages/recovery_planner.py"
+PAGE = "pages/5_Recovery_planner.py"
 
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -76,7 +76,7 @@ def test_a_typed_mtbf_survives_reruns_and_page_switches(ledger):
     press(at, "Plan")
     at.run()
     assert at.number_input(key="rp_mtbf_h").value == 3.25
-    at.switch_page("app_pages/overview.py").run()
+    at.switch_page("pages/0_Overview.py").run()
     at.switch_page(PAGE).run()
     assert at.number_input(key="rp_mtbf_h").value == 3.25
 

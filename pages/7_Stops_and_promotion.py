@@ -2,15 +2,18 @@
 over-reads, and which production candidates are promotable and what the others lack."""
 import streamlit as st
 
-import ui_cache as ui
+import ui
+from lib.dashboard import figures
+from lib.dashboard import queries
 
-f = ui.filters()
-data = ui.PageData("stops_promotion", f)
+f = ui.frame()
+
+data = ui.PageData(queries.stops_promotion, f)
 
 st.title("Stops and promotion")
 ui.caption(f"{f.describe()} · runs that ended in the period")
 
-data.chart("stop_reasons", "by_reason")
+data.chart(figures.stop_reasons, "by_reason")
 ui.table(data["by_reason"], "runs_by_stop_reason", "dl_stop_reasons",
          empty="No runs ended in this period — widen the dates or upload history on the Upload page.")
 

@@ -3,24 +3,24 @@ what the gate decides when a run is preempted or breaches its budget.
 
 The interruption rate and restart time come from the ledger (lib.dashboard.queries.recovery_inputs, per team x
 capacity type); everything else is lib.planning.preemption (closed forms), lib.planning.simulate (Monte Carlo) and
-lib.planning.recovery (the decision). Inputs live in session state, so they survive reruns and page switches.
+lib.planning.recovery (the decision), shaped into tables by lib.dashboard.recovery_view. Inputs live in session
+state, so they survive reruns and page switches.
 """
-import math
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_cache as ui
-from lib.dashboard import figures
-from lib.planning.preemption import best_segment_count, compare_capacity, expected_time, optimal_interval
+import ui
+from lib.dashboard import figures, queries, recovery_view
 from lib.dashboard.queries import ALL_TEAMS, MIN_LIFETIME_SAMPLES
+from lib.planning.interval_curve import expected_or_none
+from lib.planning.preemption import compare_capacity
 from lib.planning.recovery import scenario_outcomes
 from lib.planning.simulate import simulate
 
+f = ui.frame()
 SIM_RUNS = [2_000, 5_000, 20_000]
 SCENARIO_RUNS = 5_000
-GRID_POINTS = 60
 EVENTS = {"preemption": "is preempted", "budget-breach": "breaches its budget"}
 DEFAULTS = {
     "rp_work_h": 24.0, "rp_gpus": 8, "rp_checkpoint_min": 5.0, "rp_interval_h": 1.0, "rp_mtbf_h": 6.0,
@@ -58,48 +58,15 @@ def _scenario(situation_items: tuple, runs: int):
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
-def _figure(builder: str, *args, **kwargs):
-    # plotly figures cost 0.1-0.2 s each to build: kept as objects (never mutated) for reruns
-    return getattr(figures, builder)(*args, **kwargs)
+def _figure(name: str, _builder, *args, **kwargs):
+    # plotly figures cost 0.1-0.2 s each to build: kept as objects (never mutated) for reruns;
+    # `name` (the builder's qualified name) keys the cache, `_builder` itself is not hashed
+    return _builder(*args, **kwargs)
 
 
-def interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h):
-    """Expected time over a log grid of intervals around the optimum, and the three optima."""
-    optima = []
-    for method in ("young", "daly", "exact"):
-        tau = optimal_interval(checkpoint_h, mtbf_h, method)
-        optima.append({"method": method, "interval_h": tau, "expected_hours": _expected(work_h, tau, checkpoint_h,
-                                                                                         restart_h, mtbf_h,
-                                                                                         downtime_h)})
-    n_best = best_segment_count(work_h, checkpoint_h, restart_h, mtbf_h, max_segments=10_000)
-    tau = work_h / n_best
-    optima.append({"method": f"best whole segments ({n_best})", "interval_h": tau,
-                   "expected_hours": _expected(work_h, tau, checkpoint_h, restart_h, mtbf_h, downtime_h)})
-    finite = [o["interval_h"] for o in optima[:3] if 0 < o["interval_h"] < math.inf]
-    centre = finite[-1] if finite else work_h / 10
-    hi = min(centre * 8, work_h)
-    lo = max(centre / 8, work_h / 2000)
-    if lo >= hi:
-        lo = hi / 20
-    grid = np.unique(np.concatenate([np.geomspace(lo, hi, GRID_POINTS), [x for x in finite if x <= work_h]]))
-    rows = []
-    for tau in grid:
-        e = _expected_full(work_h, float(tau), checkpoint_h, restart_h, mtbf_h, downtime_h)
-        rows.append({"interval_h": float(tau), "expected_hours": e["expected_hours"] if e else np.nan,
-                     "expected_cost_gpu_hours": gpus * e["expected_billed_hours"] if e else np.nan})
-    return pd.DataFrame(rows), pd.DataFrame(optima)
-
-
-def _expected_full(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h):
-    try:
-        return expected_time(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
-    except (OverflowError, ValueError):
-        return None
-
-
-def _expected(*args):
-    e = _expected_full(*args)
-    return e["expected_hours"] if e else math.nan
+def figure(builder, *args, **kwargs):
+    """A cached lib.dashboard.figures builder(*args, **kwargs)."""
+    return _figure(ui.qualified_name(builder), builder, *args, **kwargs)
 
 
 def _hours(x: float) -> str:
@@ -111,8 +78,7 @@ def save_inputs():
 
 
 # ----------------------------------------------------------------------------- ledger inputs
-f = ui.filters()
-data = ui.PageData("recovery_inputs", f)
+data = ui.PageData(queries.recovery_inputs, f)
 rates, lifetimes = data["rates"], data["lifetimes"]
 
 st.title("Recovery planner")
@@ -199,12 +165,12 @@ save_inputs()
 # ----------------------------------------------------------------------------- interval
 st.subheader("Checkpoint interval")
 try:
-    curve, optima = interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h)
+    curve, optima = recovery_view.interval_frames(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h)
 except (ValueError, OverflowError) as exc:
     st.error(f"Cannot compute the expected time for these inputs: {exc}")
     st.stop()
-now_e = _expected_full(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
-ui.chart(_figure("checkpoint_interval_curve", curve, optima, interval_h,
+now_e = expected_or_none(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
+ui.chart(figure(figures.checkpoint_interval_curve, curve, optima, interval_h,
                  now_e["failure_free_hours"] if now_e else None))
 st.caption("Young and Daly are approximations; exact is the Lambert-W minimiser of the per-hour cost. With a "
            "finite amount of work the best whole number of equal segments (W / n) can do slightly better.")
@@ -231,8 +197,8 @@ if sim:
                 f"{sim['completion_hours']['p50']:.3g} / {sim['completion_hours']['p90']:.3g}")
     c[2].metric("Billed GPU-hours (mean)", f"{sim['billed_gpu_hours']['mean']:,.1f}")
     c[3].metric("P(miss deadline)", "—" if sim["p_wall_breach"] is None else f"{sim['p_wall_breach']:.1%}")
-    ui.chart(_figure(
-        "completion_histogram", sim["samples"]["completion_hours"], budget_hours=budget / gpus,
+    ui.chart(figure(
+        figures.completion_histogram, sim["samples"]["completion_hours"], budget_hours=budget / gpus,
         budget_label=f"{budget:,.0f} GPU-h ÷ {gpus} GPUs", p_breach=sim["p_budget_breach"], wall_limit_h=deadline))
     st.caption("The budget line is the budget in wall-clock hours on these GPUs; waiting for capacity is not billed, "
                "so with a downtime the breach share counts billed GPU-hours, not the line.")
@@ -246,19 +212,7 @@ except (ValueError, OverflowError) as exc:
     st.error(f"Cannot compare capacity for these inputs: {exc}")
     cmp = None
 if cmp:
-    pre = cmp["preemptible"]
-    table = pd.DataFrame([
-        {"quantity": "expected completion (hours)", "stable": cmp["stable_hours"],
-         "preemptible": cmp["preemptible_hours"]},
-        {"quantity": "billed GPU-hours", "stable": cmp["stable_cost_gpu_hours"],
-         "preemptible": cmp["preemptible_billed_gpu_hours"]},
-        {"quantity": "cost (stable-price GPU-hours)", "stable": cmp["stable_cost_gpu_hours"],
-         "preemptible": cmp["preemptible_cost_gpu_hours"]},
-        {"quantity": "expected interruptions", "stable": 0.0, "preemptible": pre["expected_interruptions"]},
-        {"quantity": "expected lost work (GPU-hours)", "stable": 0.0,
-         "preemptible": cmp["expected_lost_work_gpu_hours"]},
-        {"quantity": "expected restarts (GPU-hours)", "stable": 0.0, "preemptible": cmp["expected_restart_gpu_hours"]},
-    ])
+    table = recovery_view.capacity_table(cmp)
     c = st.columns(4)
     c[0].metric("Recommendation", cmp["recommendation"])
     c[1].metric("Break-even price ratio", f"{cmp['break_even_ratio']:.3f}")
@@ -313,23 +267,8 @@ ui.caption(decision["message"])
 for b in decision["blocking"][1:]:
     ui.caption(f"Also: {b['message']}")
 
-rows = []
-for name, opt in decision["options"].items():
-    sim_o = outcome["options"].get(name)
-    ch = (sim_o or {}).get("completion_hours") or {}
-    rows.append({
-        "option": name, "available": bool(opt["available"]), "fits_budget": opt["fits_budget"],
-        "expected_extra_gpu_hours": opt["expected_extra_gpu_hours"],
-        "expected_total_gpu_hours": opt["expected_total_gpu_hours"],
-        "simulated_extra_gpu_hours_mean": (sim_o or {}).get("billed_gpu_hours", {}).get("mean"),
-        "mean": ch.get("mean"), "p50": ch.get("p50"), "p90": ch.get("p90"), "p99": ch.get("p99"),
-        "p_budget_breach": (sim_o or {}).get("p_budget_breach"), "note": opt.get("note", ""),
-    })
-options = pd.DataFrame(rows)
-for col in ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simulated_extra_gpu_hours_mean", "mean", "p50",
-            "p90", "p99", "p_budget_breach"):
-    options[col] = pd.to_numeric(options[col], errors="coerce").astype("float64")
-ui.chart(_figure("scenario_options", options[options["option"] != "end"]))
+options = recovery_view.options_table(outcome)
+ui.chart(figure(figures.scenario_options, options[options["option"] != "end"]))
 ui.table(options.round(3).rename(columns={"mean": "completion_mean_h", "p50": "completion_p50_h", "p90": "completion_p90_h",
                                  "p99": "completion_p99_h"}),
          "recovery_options", "dl_rp_options", empty="No options.",

@@ -1,10 +1,13 @@
 """Overview: the period's headline numbers, each against the previous period of the same length."""
 import streamlit as st
 
-import ui_cache as ui
+import ui
+from lib.dashboard import figures
+from lib.dashboard import queries
 
-f = ui.filters()
-data = ui.PageData("overview", f)
+f = ui.frame()
+
+data = ui.PageData(queries.overview, f)
 cur, prev = data["current"], data["previous"]
 
 st.title("Overview")
@@ -45,7 +48,7 @@ if cur["requested_runs"]:
     st.caption(f"{cur['requested_runs']:,} finished runs carry only a requested estimate (time limit × GPUs: "
                "requested, not measured) and are left out of the estimate-error figures.")
 
-data.chart("reserved_vs_used", "daily")
-data.chart("deferred_reasons", "deferred_by_reason")
+data.chart(figures.reserved_vs_used, "daily")
+data.chart(figures.deferred_reasons, "deferred_by_reason")
 ui.table(data["deferred_by_reason"], "deferred_by_reason", "dl_overview_reasons",
          empty="No deferred requests in this period or the previous one.")

@@ -1,6 +1,16 @@
-"""The dashboard's Streamlit helpers: cached page data, the shared filters, downloads, imports.
+"""The dashboard's UI kit: the shared frame every page draws first, cached page data and figures,
+the sidebar filters, tables with downloads, the demo bootstrap.
 
-This is the only module besides app.py and app_pages/ that imports Streamlit; lib/ never does.
+This is the only module besides app.py and pages/ that imports Streamlit; lib/ never does.
+
+The frame: `frame()` sets the page config, creates the ledger (and the demo history) on first start and
+draws the sidebar filters, turning a locked or unreadable ledger into a message. app.py calls it before
+running the page; every page script calls it first too, and within one script run it draws once. So a
+page is framed the same whether it runs through app.py's st.navigation or on its own — as Streamlit runs
+a `pages/` script in its classic multipage mode (see README, "The dashboard").
+
+Pages reach queries and figures by reference: `PageData(queries.overview, f)` and
+`data.chart(figures.reserved_vs_used, "daily")`; cache keys use the function's qualified name.
 
 Caching: query results are cached with st.cache_data, keyed by the ledger path, a data version
 and the filters. The data version is the (mtime, size) of the ledger file and its WAL: any write by
@@ -16,12 +26,13 @@ import inspect
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lib.dashboard import figures
-
 from lib.dashboard import queries
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
@@ -72,9 +83,15 @@ def ledger_errors(retry: str = "Try again in a moment."):
         st.stop()
 
 
+def qualified_name(fn: Callable) -> str:
+    """`module.qualname` of a query or figure function: the part of a cache key that names it."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
-def _page_data(name: str, path: str, version: tuple, filters: Filters, now: dt.datetime):
-    return getattr(queries, name)(filters, path, now)
+def _page_data(name: str, _query: Callable, path: str, version: tuple, filters: Filters, now: dt.datetime):
+    # `name` (the query's qualified name) is the key; `_query` itself is not hashed
+    return _query(filters, path, now)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
@@ -82,47 +99,50 @@ def _sidebar_options(path: str, version: tuple) -> dict:
     return queries.sidebar_options(path)
 
 
-def page_data(name: str, filters: Filters):
-    """The cached result of lib.dashboard.queries.<name>(filters) for the current ledger."""
-    return PageData(name, filters).data
+def page_data(query: Callable, filters: Filters):
+    """The cached result of `query(filters, path, now)` (a lib.dashboard.queries function) for the
+    current ledger."""
+    return PageData(query, filters).data
 
 
 @st.cache_resource(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
-def _figure(builder: str, page: str, keys: tuple, path: str, version: tuple, filters: Filters,
-            now: dt.datetime, teams: tuple, options: tuple):
+def _figure(builder_name: str, _builder: Callable, page: str, _query: Callable, keys: tuple, path: str,
+            version: tuple, filters: Filters, now: dt.datetime, teams: tuple, options: tuple):
     # A plotly Figure costs 30-60 ms to build and as much to unpickle, so figures are cached as
     # objects (st.cache_resource, never copied). Nothing mutates them: st.plotly_chart only reads.
-    data = _page_data(page, path, version, filters, now)
-    fn = getattr(figures, builder)
+    data = _page_data(page, _query, path, version, filters, now)
     kwargs = dict(options)
-    if "colours" in inspect.signature(fn).parameters:
+    if "colours" in inspect.signature(_builder).parameters:
         kwargs["colours"] = figures.team_colours(teams)
-    return fn(*(data[k] for k in keys), **kwargs)
+    return _builder(*(data[k] for k in keys), **kwargs)
 
 
 class PageData:
     """One page's data for one run: cached query results (`.data`) and cached charts (`.chart`).
 
-    On a locked or unreadable ledger it shows an error box and stops the page."""
+    `query` is a lib.dashboard.queries function taking (filters, path, now). On a locked or
+    unreadable ledger it shows an error box and stops the page."""
 
-    def __init__(self, name: str, filters: Filters, *, hourly: bool = False):
-        self.name, self.filters = name, filters
+    def __init__(self, query: Callable, filters: Filters, *, hourly: bool = False):
+        self.query, self.name, self.filters = query, qualified_name(query), filters
         self.path = db_path()
         self.version = data_version(self.path)
         self.now = now_minute()
         if hourly:  # for results that move slowly with time (the calibration's 365-day window)
             self.now = self.now.replace(minute=0)
         with ledger_errors("Reload the page in a moment."):
-            self.data = _page_data(name, self.path, self.version, filters, self.now)
+            self.data = _page_data(self.name, query, self.path, self.version, filters, self.now)
 
     def __getitem__(self, key):
         return self.data[key]
 
-    def chart(self, builder: str, *keys: str, **options) -> None:
-        """Draw lib.dashboard.figures.<builder>(data[key], ...) (team colours added when it takes them)."""
+    def chart(self, builder: Callable, *keys: str, **options) -> None:
+        """Draw `builder(data[key], ..., **options)` (a lib.dashboard.figures function; team colours
+        added when it takes them), cached as an object."""
         with ledger_errors("Reload the page in a moment."):
-            fig = _figure(builder, self.name, keys, self.path, self.version, self.filters, self.now,
-                          tuple(all_teams()), tuple(sorted(options.items())))
+            fig = _figure(qualified_name(builder), builder, self.name, self.query, keys, self.path,
+                          self.version, self.filters, self.now, tuple(all_teams()),
+                          tuple(sorted(options.items())))
         st.plotly_chart(fig, width="stretch")
 
 
@@ -148,10 +168,12 @@ def ledger_is_empty() -> bool:
 # --------------------------------------------------------------------------------- filters
 
 def filter_widgets() -> Filters:
-    """Draw the shared sidebar filters and return them; they persist across pages because app.py
-    draws them on every run. Stored as st.session_state['filters'] for the pages."""
+    """Draw the shared sidebar filters and return them (call it through `frame()`); they persist
+    across pages because app.py draws them on every run, outside the page. Stored as
+    st.session_state['filters'] for the pages."""
     opts = sidebar_options()
     default = default_filters(opts["last_day"])
+    _keep_filters(opts["teams"])
     sb = st.sidebar
     sb.header("Filters")
     teams = sb.multiselect("Teams", opts["teams"], key="f_teams", placeholder="all teams")
@@ -176,16 +198,63 @@ def filter_widgets() -> Filters:
     return f
 
 
+FILTER_KEYS = ("f_teams", "f_kinds", "f_capacity", "f_dates")
+
+
+def _keep_filters(teams: list[str]) -> None:
+    """Keep the filter values across page switches. A widget's identity includes the script that
+    draws it: drawn by app.py a filter is the same widget on every page, but drawn by a page running
+    on its own (classic multipage mode, AppTest.switch_page) it is a new widget on each page, and
+    Streamlit would forget its value. Writing the value back as session state before the widget is
+    drawn keeps it (Streamlit's documented way to carry widget values across pages)."""
+    for key in FILTER_KEYS:
+        if key in st.session_state:
+            value = st.session_state[key]
+            if key == "f_teams":
+                value = [t for t in value if t in teams]
+            st.session_state[key] = value
+
+
 def filters() -> Filters:
-    """The filters app.py drew for this run."""
+    """The filters the frame drew for this run."""
     f = st.session_state.get("filters")
-    if f is None:  # a page run on its own (never through app.py)
+    if f is None:  # the frame stopped before the filters (never on a readable ledger)
         f = default_filters(sidebar_options()["last_day"])
     return f
 
 
 def all_teams() -> list[str]:
     return st.session_state.get("all_teams") or sidebar_options()["teams"]
+
+
+# ------------------------------------------------------------------------------ the frame
+
+PAGE_TITLE = "Training Gate"
+PAGE_ICON = "🚦"
+_FRAME_RUN = "_frame_run"
+
+
+def _this_run():
+    """An object that lives exactly as long as the current script run (None outside Streamlit)."""
+    ctx = get_script_run_ctx()
+    return None if ctx is None else ctx.cursors  # a fresh dict at every run's start
+
+
+def frame() -> Filters:
+    """The shared frame, drawn once per script run: page config, the ledger (and the demo history)
+    on first start, the sidebar filters; a locked or unreadable ledger shows a message and stops
+    the page. Returns the filters. app.py calls it before the page runs, and every page script
+    calls it first: a page run through app.py finds it drawn, a page run on its own (Streamlit's
+    classic multipage mode, a first request straight to a page URL) draws it itself."""
+    run = _this_run()
+    if run is not None and st.session_state.get(_FRAME_RUN) is run:
+        return filters()
+    st.session_state[_FRAME_RUN] = run
+    st.set_page_config(page_title=PAGE_TITLE, page_icon=PAGE_ICON, layout="wide")
+    with ledger_errors("Reload the page in a moment."):
+        ensure_ledger()
+        ensure_demo()
+        return filter_widgets()
 
 
 # ------------------------------------------------------------------------------ output

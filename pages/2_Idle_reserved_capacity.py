@@ -2,10 +2,13 @@
 and charged to the team that held the reservation."""
 import streamlit as st
 
-import ui_cache as ui
+import ui
+from lib.dashboard import figures
+from lib.dashboard import queries
 
-f = ui.filters()
-data = ui.PageData("idle_capacity", f)
+f = ui.frame()
+
+data = ui.PageData(queries.idle_capacity, f)
 
 st.title("Idle reserved capacity")
 ui.caption(f"{f.describe()} · causes: late start (reserved, not yet started), early end (finished before the "
@@ -20,9 +23,9 @@ else:
     c[0].metric("Idle reserved GPU-hours", f"{total:,.0f}")
     c[1].metric("Share of reserved capacity", f"{total / reserved:.1%}" if reserved else "—")
 
-data.chart("idle_by_cause", "weekly")
-data.chart("idle_by_team", "by_team")
-data.chart("idle_share_trend", "weekly")
+data.chart(figures.idle_by_cause, "weekly")
+data.chart(figures.idle_by_team, "by_team")
+data.chart(figures.idle_share_trend, "weekly")
 
 st.subheader("Per team and week")
 ui.table(data["weekly"], "idle_per_team_week", "dl_idle_weekly",

@@ -2,21 +2,24 @@
 deferred requests would fit."""
 import streamlit as st
 
-import ui_cache as ui
+import ui
+from lib.dashboard import figures
+from lib.dashboard import queries
 
-f = ui.filters()
-data = ui.PageData("reservations", f)
+f = ui.frame()
+
+data = ui.PageData(queries.reservations, f)
 
 st.title("Reservations")
 ui.caption(f.describe())
 
 st.subheader("Reserved accelerators against quota")
-data.chart("reserved_over_time", "over_time", "quotas")
+data.chart(figures.reserved_over_time, "over_time", "quotas")
 
 st.subheader(f"Monthly budget ({data['month']:%B %Y})")
 st.caption("Budgets are per team: the kind and capacity filters do not apply here. Committed = reservations "
            "admitted and not finished.")
-data.chart("budget_bars", "budget", month_label=f"{data['month']:%B %Y}")
+data.chart(figures.budget_bars, "budget", month_label=f"{data['month']:%B %Y}")
 ui.table(data["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
 
@@ -30,7 +33,7 @@ ui.table(data["upcoming"], "upcoming_reservations", "dl_res_upcoming",
 
 st.subheader("Overruns: GPU-hours used beyond the reservation")
 st.caption("Underestimates that block other teams: runs that ended in the period using more than they reserved.")
-data.chart("overrun_bars", "overrun_by_team")
+data.chart(figures.overrun_bars, "overrun_by_team")
 ui.table(data["overruns"], "overruns", "dl_res_overruns",
          empty="No run used more than it reserved in this period.")
 

@@ -7,10 +7,12 @@ for `python -m lib submit`. The result stays on screen until the inputs change.
 import pandas as pd
 import streamlit as st
 
-import ui_cache as ui
+import ui
 from lib.dashboard import figures
 from lib.dashboard import whatif
 from lib.ledger.service import check_request
+
+ui.frame()
 
 st.title("What-if")
 st.caption("Nothing is written: this is the check `python -m lib check REQUEST.json` runs, against the ledger now.")

@@ -2,10 +2,13 @@
 the calibration the gate applies today."""
 import streamlit as st
 
-import ui_cache as ui
+import ui
+from lib.dashboard import figures
+from lib.dashboard import queries
 
-f = ui.filters()
-data = ui.PageData("estimate_accuracy", f)
+f = ui.frame()
+
+data = ui.PageData(queries.estimate_accuracy, f)
 counts = data["counts"]
 
 st.title("Estimate accuracy")
@@ -21,11 +24,11 @@ else:
                f"{counts['requested_runs']:,} of them carry only a requested estimate (crosses: requested, not "
                "measured) and are left out of the trend and error sources.")
 
-data.chart("predicted_vs_actual", "points")
-data.chart("rolling_ratio", "rolling")
+data.chart(figures.predicted_vs_actual, "points")
+data.chart(figures.rolling_ratio, "rolling")
 
 st.subheader("Where the error came from")
-data.chart("error_sources", "sources")
+data.chart(figures.error_sources, "sources")
 ui.table(data["sources"], "error_sources", "dl_acc_sources",
          empty="No finished run with an itemised estimate in this period.")
 
@@ -38,8 +41,8 @@ st.caption("From lib.ledger.service.calibration — what `submit` and `check` ap
            "the runs stopped for budget: conformal is then unknown and the gate's Tobit bound, which this "
            "replay does not refit, takes over.")
 with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
-    cal = ui.PageData("calibration", f, hourly=True)
-cal.chart("calibration_factors", "table")
+    cal = ui.PageData(queries.calibration, f, hourly=True)
+cal.chart(figures.calibration_factors, "table")
 ui.table(cal["table"], "calibration", "dl_acc_calibration",
          empty="No finished runs in the calibration window yet: every bound is unknown.")
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-import ui_cache as ui
+import ui
 from lib.ledger.imports import import_runs
 from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s
 from lib.dashboard.tables import escape_markdown
+
+ui.frame()
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 
