@@ -67,12 +67,17 @@ def exact(tmp_path):
 
 # --------------------------------------------------------------------------- capacity timeline
 
+def held(*pairs, kind="exploratory"):
+    """Reservations holding (gpus, reserved_until)."""
+    return [{"kind": kind, "gpus": g, "reserved_gpu_hours": 1.0, "reserved_until": e} for g, e in pairs]
+
+
 def test_earliest_fit_is_now_when_there_is_room():
-    assert earliest_fit(NOW, 10, [(4, NOW + H)], 6) == NOW
+    assert earliest_fit(NOW, 10, held((4, NOW + H)), 6) == NOW
 
 
 def test_earliest_fit_waits_for_enough_reservations_to_end():
-    running = [(4, NOW + 3 * H), (4, NOW + H), (2, NOW + 2 * H)]
+    running = held((4, NOW + 3 * H), (4, NOW + H), (2, NOW + 2 * H))
     assert earliest_fit(NOW, 10, running, 4) == NOW + H
     assert earliest_fit(NOW, 10, running, 6) == NOW + 2 * H
     assert earliest_fit(NOW, 10, running, 7) == NOW + 3 * H
@@ -81,18 +86,18 @@ def test_earliest_fit_waits_for_enough_reservations_to_end():
 
 def test_earliest_fit_never_when_above_quota_or_blocked_by_an_open_ended_reservation():
     assert earliest_fit(NOW, 10, [], 11) is None
-    assert earliest_fit(NOW, 10, [(8, None), (2, NOW + H)], 4) is None
-    assert earliest_fit(NOW, 10, [(8, None), (2, NOW + H)], 2) == NOW + H
+    assert earliest_fit(NOW, 10, held((8, None), (2, NOW + H)), 4) is None
+    assert earliest_fit(NOW, 10, held((8, None), (2, NOW + H)), 2) == NOW + H
 
 
 def test_reservations_already_ended_do_not_count():
-    assert earliest_fit(NOW, 4, [(4, NOW - H)], 4) == NOW
+    assert earliest_fit(NOW, 4, held((4, NOW - H)), 4) == NOW
 
 
 def test_fit_for_reasons_says_when_waiting_cannot_help():
-    at, note = fit_for_reasons(NOW, ["capacity", "budget"], 10, [], 2)
+    at, note = fit_for_reasons(NOW, ["capacity", "budget"], "exploratory", 10, 0, [], 2)
     assert at is None and "budget" in note
-    at, _ = fit_for_reasons(NOW, ["capacity", "period-budget"], 10, [(10, NOW + H)], 2)
+    at, _ = fit_for_reasons(NOW, ["capacity", "period-budget"], "exploratory", 10, 0, held((10, NOW + H)), 2)
     assert at == next_month_start(NOW) == dt.datetime(2026, 7, 1)
     assert next_month_start(dt.datetime(2026, 12, 31, 23)) == dt.datetime(2027, 1, 1)
 

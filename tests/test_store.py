@@ -63,8 +63,9 @@ def test_team_state_counts_only_active_reservations_this_month_and_usable_snapsh
                           "calibration_history", "calibration"}
     assert state["now"] == NOW
     assert [r["run_id"] for r in state["reservations"]] == ["active", "open-ended"]
-    assert state["reservations"][0] == {"run_id": "active", "kind": "exploratory", "gpus": 2,
-                                        "reserved_gpu_hours": 8.0,
+    assert state["reservations"][0] == {"run_id": "active", "team": "tiny", "kind": "exploratory",
+                                        "gpus": 2, "reserved_gpu_hours": 8.0,
+                                        "reserved_from": NOW - timedelta(hours=1),
                                         "reserved_until": NOW + timedelta(hours=3)}
     # every run of the team that ended this month (3 + 7 + 1), not 'last-month'
     assert state["period_spent_gpu_hours"] == 11.0

@@ -9,8 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 
-KINDS = ("exploratory", "production", "retraining")
-CAPACITIES = ("stable", "preemptible")
+from lib.gate.terms import CAPACITIES, KINDS
 
 
 @dataclass(frozen=True)

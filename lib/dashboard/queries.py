@@ -28,9 +28,11 @@ import duckdb
 import pandas as pd
 
 from lib.gate.capacity import fit_for_reasons
+from lib.gate.contracts import Reservation
+from lib.gate.terms import month_start as month_start_of, next_month_start, utcnow
 from lib.dashboard.filters import Filters
 from lib.ledger.connection import LedgerError, ledger_path, open_ledger
-from lib.gate.request import utcnow
+from lib.ledger.service import held_condition, held_reservations
 
 REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
@@ -178,8 +180,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     where, p = f.where("r")
     p.update(_period(f), now=now)
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
-    month_start = dt.datetime(now.year, now.month, 1)
-    next_month = dt.datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
+    month_start, next_month = month_start_of(now), next_month_start(now)
     tp.update(now=now, month_start=month_start, next_month=next_month)
     with _reader(db) as con:
         over_time = _q(con, f"""
@@ -199,8 +200,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
                            AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
                  coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
-                           AND r.reserved_gpu_hours IS NOT NULL AND r.ended_at IS NULL
-                           AND (r.reserved_until IS NULL OR r.reserved_until > $now)), 0) AS committed_gpu_hours
+                           AND {held_condition("r", "$now")}), 0) AS committed_gpu_hours
           FROM teams t WHERE {twhere} ORDER BY t.team""", tp)
         budget["remaining_gpu_hours"] = (budget["monthly_budget_gpu_hours"] - budget["consumed_gpu_hours"]
                                          - budget["committed_gpu_hours"])
@@ -237,29 +237,24 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           WHERE state = 'defer' AND last.run_id IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = last.run_id AND r.reserved_gpu_hours IS NOT NULL)
           ORDER BY decided_at DESC, run_id LIMIT {ROW_LIMIT}""", dp)
-        running = _q(con, """SELECT r.team, r.kind, r.gpus, r.reserved_until FROM runs r
-                 WHERE r.reserved_gpu_hours IS NOT NULL AND r.ended_at IS NULL
-                   AND r.reserved_from <= $now AND (r.reserved_until IS NULL OR r.reserved_until > $now)""",
-                     {"now": now})
+        held = held_reservations(con, now)
         all_quotas = _q(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
-    waiting = earliest_fits(waiting, running, all_quotas, now)
+    waiting = earliest_fits(waiting, held, all_quotas, now)
     return {"over_time": over_time, "quotas": quotas, "budget": budget, "month": month_start.date(),
             "current": current, "upcoming": upcoming, "overrun_by_team": overrun_by_team,
             "overruns": overruns, "waiting": waiting}
 
 
-def earliest_fits(waiting: pd.DataFrame, running: pd.DataFrame, quotas: pd.DataFrame,
+def earliest_fits(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
                   now: dt.datetime) -> pd.DataFrame:
-    """Add `earliest_fit` and `fit_note` to deferred requests (see lib.gate.capacity).
-
-    A non-retraining request may not use the team's retraining set-aside, so its quota is
-    reserved_gpus - retraining_reserved_gpus; a retraining request may use all reserved GPUs."""
+    """Add `earliest_fit` and `fit_note` to deferred requests: lib.gate.capacity.fit_for_reasons over
+    the reservations that count against quotas (`held`, lib.ledger.service.held_reservations), the
+    same rule as the fix of the gate's capacity reasons."""
     out = waiting.copy()
     q = {row.team: (int(row.reserved_gpus), int(row.retraining_reserved_gpus)) for row in quotas.itertuples()}
-    by_team: dict[str, list] = {}
-    for row in running.itertuples():
-        until = None if pd.isna(row.reserved_until) else pd.Timestamp(row.reserved_until).to_pydatetime()
-        by_team.setdefault(row.team, []).append((int(row.gpus), until))
+    by_team: dict[str, list[Reservation]] = {}
+    for r in held:
+        by_team.setdefault(r["team"], []).append(r)
     fits, notes = [], []
     for row in out.itertuples():
         if row.team not in q or pd.isna(row.gpus):
@@ -267,8 +262,8 @@ def earliest_fits(waiting: pd.DataFrame, running: pd.DataFrame, quotas: pd.DataF
             notes.append("unknown team or GPU count")
             continue
         reserved, protected = q[row.team]
-        quota = reserved if row.kind == "retraining" else max(0, reserved - protected)
-        at, note = fit_for_reasons(now, list(row.reason_codes), quota, by_team.get(row.team, []), int(row.gpus))
+        at, note = fit_for_reasons(now, list(row.reason_codes), row.kind, reserved, protected,
+                                   by_team.get(row.team, []), int(row.gpus))
         fits.append(at)
         notes.append(note)
     out["earliest_fit"] = pd.to_datetime(pd.Series(fits, index=out.index, dtype="object"))
@@ -386,30 +381,22 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     it should sit near the level. Runs whose conformal bound was unknown (heavy censoring, where the
     gate falls back to Tobit) are not replayed: refitting Tobit per run is too slow for a page.
 
-    Same rows and same function as lib.ledger.service.calibration (what submit and check use): finished runs
-    in the window with a measured or stated estimate and a stop reason in store.CALIBRATION_STOPS,
-    the `max_runs` most recent per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to
-    three scans per team x kind, it reads each scope for every team at once (about 0.5 s instead of
-    1-2 s on a 1M-run ledger; tests/test_queries.py checks it against store.calibration)."""
+    Same rows (lib.ledger.service.CALIBRATION_ROWS_SQL) and same function as
+    lib.ledger.service.calibration (what submit and check use): the `max_runs` most recent per scope,
+    fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x kind, it
+    reads each scope for every team at once (about 0.5 s instead of 1-2 s on a 1M-run ledger)."""
     from lib.ledger import service as store
     from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes, conformal_backtest
-    from lib.dashboard.filters import KINDS
+    from lib.gate.terms import KINDS
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
-    p = {"since": now - dt.timedelta(days=window_days), "now": now, "max_runs": max_runs,
-         "stops": list(store.CALIBRATION_STOPS), "censored": list(store.CENSORED_STOPS)}
+    p = {**store.calibration_params(now, window_days), "max_runs": max_runs}
     cols = "estimated_gpu_hours, actual_gpu_hours, censored"
     with _reader(db) as con:
         teams = list(f.teams) or [t for (t,) in con.execute(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
-        sql = """CREATE TEMP TABLE cal AS
-          SELECT team, kind, run_id, ended_at, estimated_gpu_hours, actual_gpu_hours,
-                 list_contains($censored::VARCHAR[], stop_reason) AS censored
-          FROM runs WHERE ended_at > $since AND ended_at <= $now
-            AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL
-            AND estimate_source IS DISTINCT FROM 'requested'
-            AND list_contains($stops::VARCHAR[], stop_reason)"""
+        sql = f"CREATE TEMP TABLE cal AS {store.CALIBRATION_ROWS_SQL}"
         con.execute(sql, _used(sql, p))
         order = "ORDER BY c.ended_at DESC, c.run_id"
         # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
@@ -452,11 +439,11 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
             cal = calibrate_scopes([("team×kind", kind_rows.get((team, kind), [])),
                                     ("team", team_rows.get(team, [])), ("all", all_rows)])
             back = replayed.get((team, kind), {})
-            rows.append({"team": team, "kind": kind, "factor": cal.get("factor"),
-                         "upper_factor": cal.get("upper_factor"), "method": cal.get("method"),
-                         "scope": cal.get("scope"), "runs": cal.get("n"), "censored_runs": cal.get("n_censored"),
-                         "level": cal.get("level"), "backtest_checked": back.get("checked", 0),
-                         "backtest_coverage": back.get("coverage"), "note": cal.get("note", "")})
+            rows.append({"team": team, "kind": kind, "factor": cal["factor"],
+                         "upper_factor": cal["upper_factor"], "method": cal["method"],
+                         "scope": cal["scope"], "runs": cal["n"], "censored_runs": cal["n_censored"],
+                         "level": cal["level"], "backtest_checked": back.get("checked", 0),
+                         "backtest_coverage": back.get("coverage"), "note": cal["note"]})
     table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
                                         "censored_runs", "level", "backtest_checked", "backtest_coverage",
                                         "note"])

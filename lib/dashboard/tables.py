@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def neutralise(value):
-    """The value, with a leading ' when it is text that starts like a formula."""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
+from lib.gate.terms import FORMULA_START, neutralise  # noqa: F401
 
 
 def safe_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,22 +12,13 @@ import math
 from datetime import datetime
 
 from lib.gate.calibration import calibrate
+from lib.gate.capacity import capacity_fit
+from lib.gate.contracts import Calibration, Decision, Policy, Reason, Request, State
 from lib.gate.estimate import estimate_request
 from lib.gate.reasons import in_order, reason
-from lib.gate.request import utcnow, validate
+from lib.gate.request import validate
 from lib.gate.stopping import fingerprint
-
-BASES = ("raw", "median", "upper")
-
-
-def _finite_non_negative(name: str, value) -> float:
-    if type(value) not in (int, float):
-        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be nonnegative, got {value!r}")  # the source's check
-    return value
+from lib.gate.terms import BUDGET_BASES as BASES, checked_number, next_month_start, utcnow  # noqa: F401
 
 
 def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):
@@ -36,9 +27,9 @@ def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, 
     Raises ValueError naming the argument for negative, NaN, ±inf, bool, str or None numbers, a
     non-bool checkpoint_supported and a non-integral interruption count.
     """
-    _finite_non_negative("estimated_gpu_hours", estimated_gpu_hours)
-    _finite_non_negative("budget_gpu_hours", budget_gpu_hours)
-    _finite_non_negative("expected_interruptions", expected_interruptions)
+    for name, value in (("estimated_gpu_hours", estimated_gpu_hours), ("budget_gpu_hours", budget_gpu_hours),
+                        ("expected_interruptions", expected_interruptions)):
+        checked_number(name, value)
     if expected_interruptions != int(expected_interruptions):
         raise ValueError(f"expected_interruptions must be a whole number, got {expected_interruptions!r}")
     if type(checkpoint_supported) is not bool:
@@ -48,11 +39,6 @@ def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, 
     if expected_interruptions > 0 and not checkpoint_supported:
         return {"state": "defer", "reason": "no-recovery"}
     return {"state": "admit", "reserved_gpu_hours": estimated_gpu_hours}
-
-
-def _next_month(now: datetime) -> str:
-    return (datetime(now.year + 1, 1, 1) if now.month == 12
-            else datetime(now.year, now.month + 1, 1)).date().isoformat()
 
 
 _last_stamp: list = [None, ""]
@@ -65,8 +51,8 @@ def _stamp(now: datetime) -> str:
     return _last_stamp[1]
 
 
-def _decision(request, state: str, reasons, *, policy=None, estimate=None, notes=(), now, reserved=None,
-              stop_fp=None, extra=None) -> dict:
+def _decision(request, state: str, reasons: list[Reason], *, policy: Policy | None = None, estimate=None,
+              notes=(), now: datetime, reserved=None, stop_fp=None, extra=None) -> Decision:
     d = {
         "state": state,
         "run_id": request.get("run_id") if type(request) is dict else None,
@@ -76,7 +62,7 @@ def _decision(request, state: str, reasons, *, policy=None, estimate=None, notes
         "notes": list(notes),
         "estimate": estimate,
         "reserved_gpu_hours": reserved,
-        "policy_version": policy.get("policy_version") if policy else None,
+        "policy_version": policy["policy_version"] if policy else None,
         "stop_policy_fingerprint": stop_fp,
         "decided_at": _stamp(now),
     }
@@ -85,12 +71,13 @@ def _decision(request, state: str, reasons, *, policy=None, estimate=None, notes
     return d
 
 
-def reject(request, problems: list[dict], *, policy=None, now=None) -> dict:
+def reject(request, problems: list[Reason], *, policy: Policy | None = None,
+           now: datetime | None = None) -> Decision:
     """A `reject` decision for an invalid request (problems: invalid-request reasons)."""
     return _decision(request, "reject", in_order(problems), policy=policy, now=now or utcnow())
 
 
-def unknown_team(request, *, known_teams=(), now=None) -> dict:
+def unknown_team(request, *, known_teams=(), now: datetime | None = None) -> Decision:
     """A `reject` for a request naming no team with a policy: every other problem of the request
     too, and the teams it could name."""
     _, problems = validate(request)
@@ -106,7 +93,7 @@ def unknown_team(request, *, known_teams=(), now=None) -> dict:
     return reject(request if type(request) is dict else {}, problems, now=now)
 
 
-def _judged(raw: float, cal: dict, basis: str, notes: list) -> tuple[float, str, float, float | None]:
+def _judged(raw: float, cal: Calibration, basis: str, notes: list) -> tuple[float, str, float, float | None]:
     median = raw * cal["factor"]
     upper = raw * cal["upper_factor"] if cal["upper_factor"] is not None else None
     if basis == "upper" and upper is None:
@@ -116,18 +103,17 @@ def _judged(raw: float, cal: dict, basis: str, notes: list) -> tuple[float, str,
     return value, basis, median, upper
 
 
-def decide(request, policy: dict | None, state: dict) -> dict:
+def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     """Admit, defer or reject `request` for the team `policy` describes, given its current `state`.
 
-    state: {"now": datetime, "reservations": [{run_id, kind, gpus, reserved_gpu_hours,
-    reserved_until}], "period_spent_gpu_hours", "snapshots": set, "calibration" (a
-    lib.gate.calibration.calibrate result) or "calibration_history" (rows for it)}.
+    `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
+    are the reservations that count against the team's quota (lib.ledger.service.HELD_RESERVATIONS).
     """
     now = state.get("now") or utcnow()
     req, problems = validate(request)
     if problems:
         return reject(request, problems, policy=policy, now=now)
-    if policy is None or policy.get("team") != req["team"]:
+    if policy is None or policy["team"] != req["team"]:
         return unknown_team(request, now=now)
 
     kind, gpus = req["kind"], req["gpus"]
@@ -144,7 +130,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
     if cal is None:
         cal = calibrate(state.get("calibration_history", ()), req["team"], kind, now=now)
     notes: list[str] = []
-    basis = policy.get(f"budget_basis_{kind}", "raw")
+    basis = policy[f"budget_basis_{kind}"]
     judged, judged_at, median, upper = _judged(est["raw_gpu_hours"], cal, basis, notes)
     if not math.isfinite(judged):  # a finite raw estimate times a calibration factor can overflow
         return reject(request, [reason(
@@ -189,7 +175,7 @@ def decide(request, policy: dict | None, state: dict) -> dict:
                    f"this month: {spent:.1f} spent + {committed:.1f} committed + {judged:.1f} requested "
                    f"> {monthly:g} GPU-h", requested=round(judged, 2), limit=monthly,
                    in_use=round(spent + committed, 2), unit="GPU-h",
-                   fix=f"fits if this run needs ≤ {left:.1f} GPU-h, or from {_next_month(now)} "
+                   fix=f"fits if this run needs ≤ {left:.1f} GPU-h, or from {next_month_start(now).date().isoformat()} "
                        "(next period)"))
 
     cap = policy["max_gpus_per_job"]
@@ -235,26 +221,30 @@ def decide(request, policy: dict | None, state: dict) -> dict:
         in_use += r["gpus"]
         if r["kind"] == "retraining":
             in_use_retraining += r["gpus"]
+
+    def fits_at():  # when every capacity check passes (the same rule the dashboard shows)
+        return capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus)
     if kind == "retraining":
         # experiments' holdings never defer scheduled retraining: they are preempted instead
         if in_use_retraining + gpus > reserved_gpus:
             add(_capacity_reason("capacity", gpus, reserved_gpus, in_use_retraining,
-                                 [r for r in reservations if r["kind"] == "retraining"],
-                                 "the team's reserved accelerators"))
+                                 "the team's reserved accelerators", fits_at()))
         elif in_use + gpus > reserved_gpus:
             extra = {"preempts_experiment_gpus": in_use + gpus - reserved_gpus}
             notes.append(f"scheduled retraining takes {in_use + gpus - reserved_gpus} accelerators that "
                          "experiments hold: the scheduler preempts them")
     else:
+        when = None
         if in_use + gpus > reserved_gpus:
-            add(_capacity_reason("capacity", gpus, reserved_gpus, in_use, reservations,
-                                 "the team's reserved accelerators"))
+            when = fits_at()
+            add(_capacity_reason("capacity", gpus, reserved_gpus, in_use,
+                                 "the team's reserved accelerators", when))
         in_use_experiments = in_use - in_use_retraining
         if set_aside and in_use_experiments + gpus > reserved_gpus - set_aside:
             add(_capacity_reason("retraining-protection", gpus, reserved_gpus - set_aside,
                                  in_use_experiments,
-                                 [r for r in reservations if r["kind"] != "retraining"],
-                                 f"accelerators left to experiments ({set_aside} set aside for retraining)"))
+                                 f"accelerators left to experiments ({set_aside} set aside for retraining)",
+                                 when or fits_at()))
 
     # checks above append in the documented order of lib.gate.reasons.CODES (a test holds them to it)
     reserved = judged if not reasons else None
@@ -267,35 +257,15 @@ def _tenth_up(x: float) -> float:
     return math.ceil(x * 10) / 10 if x < 1e300 else x
 
 
-def _capacity_reason(code, gpus, limit, in_use, holders, what) -> dict:
-    """A capacity-type reason with the fix: fewer accelerators, or when enough reservations end."""
+def _capacity_reason(code, gpus, limit, in_use, what, fits_at: datetime | None) -> Reason:
+    """A capacity-type reason with the fix: fewer accelerators, or the time `fits_at` from which
+    the request passes every capacity check (lib.gate.capacity.capacity_fit; None: never by waiting)."""
     free = max(0, limit - in_use)
     if gpus > limit:
         fix = f"{what} ({limit}) can never hold {gpus}: ask the planners for a larger quota or use ≤ {limit}"
     else:
         fix = f"fits with {gpus - free} fewer accelerators (≤ {free} free now)"
-        when = earliest_fit(gpus, limit, holders)
-        if when is not None:
-            fix += f", or from {when.isoformat(timespec='minutes')} when running reservations end"
+        if fits_at is not None:
+            fix += f", or from {fits_at.isoformat(timespec='minutes')} when running reservations end"
     return reason(code, f"{in_use} of {limit} {what} in use, {gpus} more requested",
                   requested=gpus, limit=limit, in_use=in_use, unit="GPUs", field="gpus", fix=fix)
-
-
-def earliest_fit(gpus: int, limit: int, holders) -> datetime | None:
-    """When `gpus` more accelerators fit under `limit`, given each holder's reserved_until.
-
-    None when it never fits or some needed holder has no end time.
-    """
-    if gpus > limit:
-        return None
-    in_use = sum(r["gpus"] for r in holders)
-    if in_use + gpus <= limit:
-        return None
-    ends = sorted(holders, key=lambda r: (r.get("reserved_until") is None, r.get("reserved_until")))
-    for r in ends:
-        if r.get("reserved_until") is None:
-            return None
-        in_use -= r["gpus"]
-        if in_use + gpus <= limit:
-            return r["reserved_until"]
-    return None

@@ -20,6 +20,9 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from statistics import NormalDist
+from typing import Iterable
+
+from lib.gate.contracts import Calibration, CalibrationRow
 
 DEFAULT_LEVEL = 0.9
 DEFAULT_WINDOW_DAYS = 365
@@ -33,7 +36,7 @@ def runs_needed(level: float = DEFAULT_LEVEL) -> int:
     return math.ceil(1.0 / alpha - 1.0 - 1e-9)
 
 
-def log_ratios(rows) -> tuple[list[float], list[float]]:
+def log_ratios(rows: Iterable[CalibrationRow]) -> tuple[list[float], list[float]]:
     """(uncensored r, censored r) from rows with estimated_gpu_hours, actual_gpu_hours, censored."""
     done, cens = [], []
     for row in rows:
@@ -110,7 +113,8 @@ SCOPES = ("team×kind", "team", "all")
 DEFAULT_MAX_RUNS = 1000  # per scope: the most recent runs, so the calibration follows drift
 
 
-def calibrate_scopes(scoped, *, level: float = DEFAULT_LEVEL) -> dict:
+def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
+                     level: float = DEFAULT_LEVEL) -> Calibration:
     """The correction from the first scope that yields a bound, trying scopes in order.
 
     scoped: iterable of (scope name, rows) in fallback order — team × kind, team, everyone — where
@@ -146,9 +150,9 @@ def calibrate_scopes(scoped, *, level: float = DEFAULT_LEVEL) -> dict:
     return fallback
 
 
-def calibrate(history, team: str, kind: str, *, level: float = DEFAULT_LEVEL,
+def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level: float = DEFAULT_LEVEL,
               now: datetime | None = None, window_days: int = DEFAULT_WINDOW_DAYS,
-              max_runs: int = DEFAULT_MAX_RUNS) -> dict:
+              max_runs: int = DEFAULT_MAX_RUNS) -> Calibration:
     """The correction the gate applies to a raw estimate of `team`'s `kind` run (see calibrate_scopes).
 
     history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,

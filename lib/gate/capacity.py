@@ -1,52 +1,74 @@
-"""When would a deferred request fit? A pure rule over the team's running reservations.
+"""When would a deferred request fit? Pure rules over the reservations that hold a team's quota.
 
-A team holds `quota_gpus` reserved accelerators. Its running reservations each hold `gpus` until
-their `ends_at` (None: no known end, so they never release within the horizon). A request for
-`need_gpus` fits at the first instant the accelerators still held leave room for it: walk the
-reservations in order of their end, releasing each, until `in_use + need <= quota`.
-
-Only a time-dependent reason (capacity, retraining-protection) can be cured by waiting; the
-month rolling over cures `period-budget`. Anything else (budget, caps, memory, no snapshot, no
-pilot, no recovery, invalid request) needs the request changed, so waiting never makes it fit.
+The reservations that count against a team's quota are its admitted, unfinished ones whose window
+has not passed (lib.ledger.service.HELD_RESERVATIONS selects them, for the gate and the dashboard
+alike): each holds its `gpus` accelerators from now until its `reserved_until` (None: no known end),
+including one whose window starts later, as the admission check counts it. Waiting cures only the
+time-dependent reasons (capacity, retraining-protection); the month rolling over cures
+`period-budget`; anything else needs the request changed.
 """
 from __future__ import annotations
 
 import datetime as dt
 from typing import Iterable
 
+from lib.gate.contracts import Reservation
+from lib.gate.terms import next_month_start  # noqa: F401  (the month a period-budget deferral waits for)
+
 WAIT_CURES = {"capacity", "retraining-protection"}
 MONTH_CURES = {"period-budget"}
 
 
-def earliest_fit(now: dt.datetime, quota_gpus: int, running: Iterable[tuple[int, dt.datetime | None]],
+def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservation],
                  need_gpus: int) -> dt.datetime | None:
-    """The earliest time >= now at which `need_gpus` fit under `quota_gpus`, given the running
-    reservations as (gpus, ends_at) pairs; None when it never fits (need above quota, or the
-    room only appears when a reservation without an end releases)."""
+    """The earliest time >= `now` at which `need_gpus` more accelerators fit under `quota_gpus`.
+
+    Every holder (an admitted, unfinished reservation, one starting later included) holds its
+    `gpus` until its `reserved_until`; releasing them in order of that end, the answer is the
+    first end (or `now`, if it is later) after which the rest leave room. `now` when they fit
+    already; None when they never fit: `need_gpus` above the quota, or room only appears when a
+    holder without an end releases.
+    """
     if need_gpus < 0 or quota_gpus < 0:
         raise ValueError("GPU counts cannot be negative")
     if need_gpus > quota_gpus:
         return None
-    held = [(g, e) for g, e in running if g > 0 and (e is None or e > now)]
-    in_use = sum(g for g, _ in held)
+    holders = list(holders)
+    in_use = sum(r["gpus"] for r in holders)
     if in_use + need_gpus <= quota_gpus:
         return now
-    for gpus, ends_at in sorted((x for x in held if x[1] is not None), key=lambda x: x[1]):
-        in_use -= gpus
+    ending = sorted((r for r in holders if r["reserved_until"] is not None), key=lambda r: r["reserved_until"])
+    for r in ending:
+        in_use -= r["gpus"]
         if in_use + need_gpus <= quota_gpus:
-            return ends_at
+            return max(now, r["reserved_until"])
     return None
 
 
-def next_month_start(now: dt.datetime) -> dt.datetime:
-    """First instant of the calendar month after `now` (UTC, naive)."""
-    return dt.datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
+def capacity_fit(now: dt.datetime, kind: str, reserved_gpus: int, retraining_reserved_gpus: int,
+                 holders: Iterable[Reservation], need_gpus: int) -> dt.datetime | None:
+    """The earliest time >= `now` at which a `kind` request for `need_gpus` passes both capacity
+    checks of lib.gate.admission.decide; None when it never does.
+
+    Retraining: the team's retraining holdings + need ≤ reserved_gpus (experiments are preempted).
+    Other kinds: all holdings + need ≤ reserved_gpus, and experiments' holdings + need ≤
+    reserved_gpus - retraining_reserved_gpus when a set-aside exists.
+    """
+    holders = list(holders)
+    if kind == "retraining":
+        return earliest_fit(now, reserved_gpus, [r for r in holders if r["kind"] == "retraining"], need_gpus)
+    at = earliest_fit(now, reserved_gpus, holders, need_gpus)
+    if at is None or not retraining_reserved_gpus:
+        return at
+    experiments = [r for r in holders if r["kind"] != "retraining"]
+    other = earliest_fit(now, max(0, reserved_gpus - retraining_reserved_gpus), experiments, need_gpus)
+    return None if other is None else max(at, other)
 
 
-def fit_for_reasons(now: dt.datetime, reason_codes: Iterable[str], quota_gpus: int,
-                    running: Iterable[tuple[int, dt.datetime | None]], need_gpus: int
+def fit_for_reasons(now: dt.datetime, reason_codes: Iterable[str], kind: str, reserved_gpus: int,
+                    retraining_reserved_gpus: int, holders: Iterable[Reservation], need_gpus: int
                     ) -> tuple[dt.datetime | None, str]:
-    """(earliest time, explanation) for a deferred request with these reason codes.
+    """(earliest time, explanation) for a request deferred with these reason codes.
 
     None with an explanation when waiting alone will not make it fit."""
     codes = set(reason_codes)
@@ -56,13 +78,14 @@ def fit_for_reasons(now: dt.datetime, reason_codes: Iterable[str], quota_gpus: i
     at = now
     why = []
     if codes & WAIT_CURES or not codes:
-        fit = earliest_fit(now, quota_gpus, running, need_gpus)
+        fit = capacity_fit(now, kind, reserved_gpus, retraining_reserved_gpus, holders, need_gpus)
         if fit is None:
-            if need_gpus > quota_gpus:
-                return None, f"needs {need_gpus} GPUs, above the team's {quota_gpus} reserved"
+            quota = reserved_gpus if kind == "retraining" else reserved_gpus - retraining_reserved_gpus
+            if need_gpus > quota:
+                return None, f"needs {need_gpus} GPUs, above the {max(0, quota)} the team's quota leaves it"
             return None, "only fits after a reservation with no end time releases"
         at = max(at, fit)
-        why.append("when running reservations end" if fit > now else "fits now")
+        why.append("when reservations end" if fit > now else "fits now")
     if codes & MONTH_CURES:
         at = max(at, next_month_start(now))
         why.append("monthly budget resets")

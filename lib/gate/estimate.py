@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+from lib.gate.contracts import Estimate, Pilot, Request
+
 ITEMS = ("compute_typical", "compute_worst_case", "data_loading", "checkpoint", "evaluation",
          "restarts_and_lost_work")
 
 
-def from_pilot(pilot: dict, *, gpus: int, expected_interruptions: float,
-               checkpoint_supported: bool, skip_full_evaluation: bool) -> dict:
+def from_pilot(pilot: Pilot, *, gpus: int, expected_interruptions: float,
+               checkpoint_supported: bool, skip_full_evaluation: bool) -> Estimate:
     """Itemised estimate from a (validated, defaulted) pilot.
 
     pilot keys: steps_per_second, worst_case_steps_per_second (steps/s), worst_case_share (0..1 of
@@ -55,13 +57,13 @@ def from_pilot(pilot: dict, *, gpus: int, expected_interruptions: float,
     return {"items_gpu_hours": items, "raw_gpu_hours": total, "wall_hours": total / gpus}
 
 
-def from_stated(estimated_gpu_hours: float, *, gpus: int) -> dict:
+def from_stated(estimated_gpu_hours: float, *, gpus: int) -> Estimate:
     """A team's stated estimate, taken whole (no items to show): GPU-hours and wall hours."""
     return {"items_gpu_hours": {"stated": estimated_gpu_hours},
             "raw_gpu_hours": estimated_gpu_hours, "wall_hours": estimated_gpu_hours / gpus}
 
 
-def estimate_request(req: dict) -> dict:
+def estimate_request(req: Request) -> Estimate:
     """The raw estimate of a validated request, from its pilot or its stated GPU-hours."""
     if "pilot" in req:
         est = from_pilot(req["pilot"], gpus=req["gpus"],

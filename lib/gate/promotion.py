@@ -6,7 +6,7 @@ declared allowance is promotable. Every refusal lists what the run lacks.
 """
 from __future__ import annotations
 
-from lib.gate.stopping import CENSORED_STOPS, COMPLETE_STOPS
+from lib.gate.terms import CENSORED_STOPS, COMPLETE_STOPS
 
 PROMOTABLE_STOPS = COMPLETE_STOPS
 

@@ -6,6 +6,8 @@ command line and the dashboard read these codes; they are stable: add new ones, 
 """
 from __future__ import annotations
 
+from lib.gate.contracts import Decision, Reason
+
 # code -> one-line meaning. The dict order IS the documented order of reasons in a decision.
 CODES: dict[str, str] = {
     "invalid-request": "the request itself is malformed (a field is missing, of the wrong type or out of range)",
@@ -25,7 +27,7 @@ ORDER: dict[str, int] = {code: i for i, code in enumerate(CODES)}
 
 
 def reason(code: str, message: str, *, requested=None, limit=None, in_use=None,
-           unit: str | None = None, fix: str, field: str | None = None) -> dict:
+           unit: str | None = None, fix: str, field: str | None = None) -> Reason:
     """One failing check, as it appears in a decision's `reasons` list."""
     if code not in ORDER:
         raise KeyError(f"unknown reason code {code!r}")
@@ -36,14 +38,14 @@ def reason(code: str, message: str, *, requested=None, limit=None, in_use=None,
     return r
 
 
-def in_order(reasons: list[dict]) -> list[dict]:
+def in_order(reasons: list[Reason]) -> list[Reason]:
     """The reasons sorted into the documented order (stable within a code)."""
     return sorted(reasons, key=lambda r: ORDER[r["code"]])
 
 
-def summary(decision: dict) -> str:
+def summary(decision: Decision) -> str:
     """One readable line: the state and every reason code with its fix (for sbatch, logs, toasts)."""
     if not decision["reasons"]:
-        return f"{decision['state']}: {decision.get('run_id')}"
+        return f"{decision['state']}: {decision['run_id']}"
     parts = [f"[{r['code']}] {r['message']} -> {r['fix']}" for r in decision["reasons"]]
-    return f"{decision['state']} {decision.get('run_id')}: " + "; ".join(parts)
+    return f"{decision['state']} {decision['run_id']}: " + "; ".join(parts)

@@ -7,44 +7,25 @@ finite numbers: bools, strings, None, NaN and ±inf are refused.
 """
 from __future__ import annotations
 
-import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 
+from lib.gate.contracts import Reason, Request, StopPolicy
 from lib.gate.reasons import reason
+from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem, utcnow  # noqa: F401
 
-KINDS = ("exploratory", "production", "retraining")
-CAPACITIES = ("stable", "preemptible")
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
 
 INT32_MAX = 2**31 - 1  # whole-number fields land in the ledger's INTEGER / BIGINT columns
 INT64_MAX = 2**63 - 1
 
 
-def _number_problem(value, minimum, strict, integral, maximum, below):
-    """The problem with a value that failed a number check, as text."""
-    if type(value) not in (int, float):
-        return f"must be a number, got {type(value).__name__} {value!r}"
-    if not math.isfinite(value):
-        return f"must be finite, got {value!r}"
-    if integral and value != int(value):
-        return f"must be a whole number, got {value!r}"
-    if value < minimum or (strict and value == minimum):
-        return f"must be {'>' if strict else '≥'} {minimum:g}, got {value!r}"
-    if maximum is not None and value > maximum:
-        return f"must be ≤ {maximum:g}, got {value!r}"
-    return f"must be < {below:g}, got {value!r}"
-
-
 def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=None):
-    """A check: None for a finite real number in range (never a bool), else the problem as text."""
+    """A check: None for a finite real number in range (never a bool), else the problem as text
+    (lib.gate.terms.number_problem)."""
     def check(value):
-        if type(value) in (int, float) and math.isfinite(value) \
-                and (value > minimum if strict else value >= minimum) \
-                and (maximum is None or value <= maximum) and (below is None or value < below) \
-                and (not integral or value == int(value)):
-            return None
-        return _number_problem(value, minimum, strict, integral, maximum, below)
+        return number_problem(value, minimum, strict=strict, integral=integral, maximum=maximum,
+                              below=below)
     return check
 
 
@@ -134,19 +115,14 @@ _REQUIRED_NAMES = _REQUIRED.keys()
 FIELDS = tuple(_SPEC)
 
 
-def utcnow() -> datetime:
-    """Now as a naive UTC datetime: the convention of requests, decisions and the ledger."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def _parse_time(value):
+def _parse_time(value) -> datetime | None:
+    """An ISO-8601 text as a naive UTC datetime; None for anything else."""
     if type(value) is not str:
         return None
     try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return naive_utc(value)
     except ValueError:
         return None
-    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
 def _problem(field, text):
@@ -199,7 +175,7 @@ def _check_stop_policy(policy, problems):
                 field="stop_policy.early_stop.metric"))
 
 
-def validate_stop_policy(policy) -> list[dict]:
+def validate_stop_policy(policy: StopPolicy) -> list[Reason]:
     """The invalid-request reasons of a stop policy on its own (empty when valid)."""
     problems: list[dict] = []
     _check_stop_policy(policy, problems)
@@ -226,7 +202,7 @@ _DEFAULTS = {"data_snapshot": None, "skip_full_evaluation": False, "holdout_allo
              "submitted_at": None}
 
 
-def validate(request) -> tuple[dict | None, list[dict]]:
+def validate(request) -> tuple[Request | None, list[Reason]]:
     """Check a request; return (normalized request with defaults, invalid-request reasons)."""
     problems: list[dict] = []
     if type(request) is not dict:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 
+from lib.gate.contracts import StopPolicy
 from lib.gate.request import validate_stop_policy
+from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
+                            COMPLETE_STOPS, INCOMPLETE_STOPS, STOP_REASONS)
 
 
 def fingerprint(obj) -> str | None:
@@ -20,16 +23,6 @@ def fingerprint(obj) -> str | None:
         return None
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# The one vocabulary of how a run stopped (the ledger's runs.stop_reason; NULL while unfinished).
-STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
-                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
-COMPLETE_STOPS = ("completed", "early-stop")                # the artifact is complete
-INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")  # deliberate stops: incomplete, unpromotable
-CENSORED_STOPS = ("budget", "wall-clock")  # the actual is only a lower bound on what the run needed
-CALIBRATION_STOPS = COMPLETE_STOPS + CENSORED_STOPS  # stops whose actual says something about the estimate
-ARTIFACT_STATUSES = ("complete", "incomplete", "none")
 
 
 def artifact_status_for(stop_reason: str) -> str:
@@ -43,7 +36,7 @@ class FrozenPolicyError(ValueError):
     """The stop policy changed after admission."""
 
 
-def freeze(policy: dict) -> dict:
+def freeze(policy: StopPolicy) -> dict:
     """Validate a stop policy and return it with its fingerprint (raises ValueError when invalid)."""
     problems = validate_stop_policy(policy)
     if problems:
@@ -51,7 +44,7 @@ def freeze(policy: dict) -> dict:
     return {"policy": policy, "fingerprint": fingerprint(policy)}
 
 
-def check_unchanged(frozen: dict, policy: dict) -> None:
+def check_unchanged(frozen: dict, policy: StopPolicy) -> None:
     """Raise FrozenPolicyError if `policy` differs from the one frozen at admission."""
     if fingerprint(policy) != frozen["fingerprint"]:
         raise FrozenPolicyError(
@@ -77,7 +70,7 @@ def _early_stop(rule: dict, history: list[float]) -> str | None:
     return None
 
 
-def evaluate(policy: dict, progress: dict) -> dict:
+def evaluate(policy: StopPolicy, progress: dict) -> dict:
     """Continue or stop, given the run's progress so far.
 
     progress: wall_clock_hours, spent_gpu_hours, failed_steps, metrics {name: [values in order]},

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 try:
@@ -27,9 +26,12 @@ except ImportError:  # pragma: no cover - not on Linux
     fcntl = None
 
 from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
-from lib.gate.request import KINDS, utcnow
-from lib.gate.stopping import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
-                          INCOMPLETE_STOPS, STOP_REASONS, artifact_status_for)
+from lib.gate.contracts import Calibration, CalibrationRow, Decision, Policy, Request, Reservation, State
+from lib.gate.stopping import artifact_status_for
+from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
+                            INCOMPLETE_STOPS, KINDS, STOP_REASONS, InputError, checked_count,
+                            checked_number, finite_number, json_default, month_start, naive_utc,
+                            next_month_start, utcnow)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
 from lib.ledger.teams_file import POLICY_FIELDS
 
@@ -40,19 +42,13 @@ class UnknownRun(LedgerError):
     """finish_run was given a run ID the ledger does not know."""
 
 
-def _naive_utc(t) -> datetime | None:
-    if t is None:
-        return None
-    if isinstance(t, str):
-        t = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc).replace(tzinfo=None)
-    return t
+class FinishInputError(InputError):
+    """finish_run was given a value it cannot record (the caller's input, not a gate failure)."""
 
 
 # ---------------------------------------------------------------------------------------- reading
 
-def team_policy(con, team) -> dict | None:
+def team_policy(con, team) -> Policy | None:
     """The team's policy row as a dict (team, the teams_file.POLICY_FIELDS, policy_version), or None for an unknown team."""
     if type(team) is not str:
         return None
@@ -65,37 +61,47 @@ def team_policy(con, team) -> dict | None:
     return policy
 
 
+def held_condition(alias: str = "r", now: str = "?") -> str:
+    """The SQL condition selecting the reservations that count against their team's quota at the
+    time bound to `now` (a placeholder such as ? or $now): admitted (reserved_gpu_hours set), not
+    ended, and a window that has not passed (reserved_until unset or after now), whether or not it
+    has started. The gate's state and the dashboard's earliest fit and committed budget use it."""
+    p = f"{alias}." if alias else ""
+    return (f"{p}reserved_gpu_hours IS NOT NULL AND {p}ended_at IS NULL "
+            f"AND ({p}reserved_until IS NULL OR {p}reserved_until > {now})")
+
+
+def held_reservations(con, now: datetime, team: str | None = None) -> list[Reservation]:
+    """The reservations that count against quotas at `now` (see `held_condition`), of `team` or of
+    every team, ordered by run ID."""
+    sql = ("SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until FROM runs r "
+           f"WHERE {held_condition('r', '?')}" + (" AND r.team = ?" if team is not None else "")
+           + " ORDER BY r.run_id")
+    rows = con.execute(sql, [now] if team is None else [now, team]).fetchall()
+    return [{"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]), "reserved_gpu_hours": float(r[4]),
+             "reserved_from": r[5], "reserved_until": r[6]} for r in rows]
+
+
 def team_state(con, team, now=None, *, kind: str | None = None,
-               window_days: int = CALIBRATION_WINDOW_DAYS) -> dict:
+               window_days: int = CALIBRATION_WINDOW_DAYS) -> State:
     """The team's state at `now`: the `state` dict `decide` takes (now, reservations,
     period_spent_gpu_hours, snapshots, calibration_history, calibration).
 
-    reservations: the team's runs with reserved_gpu_hours set, not ended, and reserved_until unset
-    or after now. period_spent_gpu_hours: actual GPU-hours of the team's runs that ended in now's
-    calendar month (UTC). calibration: the correction for the team's `kind` runs (see
-    `calibration`), read scope by scope from the ledger; None when no kind is given.
+    reservations: `held_reservations` of the team. period_spent_gpu_hours: actual GPU-hours of
+    the team's runs that ended in now's calendar month (UTC). calibration: the correction for the
+    team's `kind` runs (see `calibration`), read scope by scope from the ledger; None when no kind
+    is given.
     """
-    now = _naive_utc(now) or utcnow()
-    month_start = datetime(now.year, now.month, 1)
-    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
-    reservations = [
-        {"run_id": r[0], "kind": r[1], "gpus": int(r[2]), "reserved_gpu_hours": float(r[3]),
-         "reserved_until": r[4]}
-        for r in con.execute(
-            "SELECT run_id, kind, gpus, reserved_gpu_hours, reserved_until FROM runs "
-            "WHERE team = ? AND reserved_gpu_hours IS NOT NULL AND ended_at IS NULL "
-            "AND (reserved_until IS NULL OR reserved_until > ?) ORDER BY run_id",
-            [team, now]).fetchall()
-    ]
+    now = naive_utc(now) or utcnow()
     spent = con.execute(
         "SELECT coalesce(sum(actual_gpu_hours), 0) FROM runs "
         "WHERE team = ? AND ended_at >= ? AND ended_at < ?",
-        [team, month_start, next_month]).fetchone()[0]
+        [team, month_start(now), next_month_start(now)]).fetchone()[0]
     snapshots = {r[0] for r in con.execute(
         "SELECT snapshot FROM snapshots WHERE team = ? OR team IS NULL", [team]).fetchall()}
     return {
         "now": now,
-        "reservations": reservations,
+        "reservations": held_reservations(con, now, team),
         "period_spent_gpu_hours": float(spent),
         "snapshots": snapshots,
         "calibration_history": [],
@@ -104,35 +110,42 @@ def team_state(con, team, now=None, *, kind: str | None = None,
     }
 
 
-_CALIBRATION_SQL = (
-    "SELECT estimated_gpu_hours, actual_gpu_hours, list_contains(?, stop_reason) AS censored "
-    "FROM runs WHERE ended_at > ? AND ended_at <= ? {scope} "
+# The rows calibration reads, for the gate (one team and kind) and the dashboard (every team at
+# once) alike: finished runs in the window ($since, $now] whose estimate was measured or stated (not
+# 'requested') and whose stop reason says something about the estimate ($stops; $censored of them
+# as censored). Parameters: `calibration_params`.
+CALIBRATION_ROWS_SQL = (
+    "SELECT team, kind, run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, "
+    "list_contains($censored::VARCHAR[], stop_reason) AS censored "
+    "FROM runs WHERE ended_at > $since AND ended_at <= $now "
     "AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
     "AND estimate_source IS DISTINCT FROM 'requested' "
-    "AND list_contains(?, stop_reason) "
-    "ORDER BY ended_at DESC, run_id LIMIT ?")
+    "AND list_contains($stops::VARCHAR[], stop_reason)")
+CALIBRATION_ORDER = "ORDER BY ended_at DESC, run_id"  # most recent first; a scope keeps the first max_runs
+
+
+def calibration_params(now: datetime, window_days: int = CALIBRATION_WINDOW_DAYS) -> dict:
+    """The named parameters of CALIBRATION_ROWS_SQL for a calibration at `now`."""
+    return {"since": now - timedelta(days=window_days), "now": now,
+            "censored": list(CENSORED_STOPS), "stops": list(CALIBRATION_STOPS)}
 
 
 def calibration(con, team: str, kind: str, now: datetime, *,
-                window_days: int = CALIBRATION_WINDOW_DAYS, max_runs: int = DEFAULT_MAX_RUNS) -> dict:
-    """lib.gate.calibration for `team`'s `kind` runs, reading the ledger one scope at a time.
+                window_days: int = CALIBRATION_WINDOW_DAYS, max_runs: int = DEFAULT_MAX_RUNS) -> Calibration:
+    """lib.gate.calibration for `team`'s `kind` runs, reading CALIBRATION_ROWS_SQL one scope at a time
+    (team × kind, team, everyone), each scope's `max_runs` most recent rows."""
+    params = calibration_params(now, window_days)
 
-    Only finished runs whose estimate was measured or stated (not 'requested') and whose stop
-    reason says something about the estimate (completed, early-stop; budget and wall-clock as
-    censored) count; each scope reads at most its `max_runs` most recent runs in the window.
-    """
-    since = now - timedelta(days=window_days)
-
-    def rows(scope_sql, params):
-        sql = _CALIBRATION_SQL.format(scope=scope_sql)
-        got = con.execute(sql, [list(CENSORED_STOPS), since, now, *params, list(CALIBRATION_STOPS),
-                                max_runs]).fetchall()
+    def rows(scope_sql: str, scope_params: dict) -> list[CalibrationRow]:
+        sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored FROM ({CALIBRATION_ROWS_SQL}) "
+               f"WHERE {scope_sql} {CALIBRATION_ORDER} LIMIT $max_runs")
+        got = con.execute(sql, {**params, **scope_params, "max_runs": max_runs}).fetchall()
         return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c} for e, a, c in got]
 
     def scoped():
-        yield "team×kind", rows("AND team = ? AND kind = ?", [team, kind])
-        yield "team", rows("AND team = ?", [team])
-        yield "all", rows("", [])
+        yield "team×kind", rows("team = $team AND kind = $kind", {"team": team, "kind": kind})
+        yield "team", rows("team = $team", {"team": team})
+        yield "all", rows("TRUE", {})
     return calibrate_scopes(scoped())
 
 
@@ -172,7 +185,7 @@ def _recorded_admit(con, request, now: datetime) -> dict | None:
     return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
 
 
-def decide_in_ledger(con, request, now: datetime) -> tuple[dict, dict | None]:
+def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Policy | None]:
     """(decision, policy) for the request against the ledger as `con` sees it.
 
     A request whose run ID is booked is refused, unless it is the very request that booked it and
@@ -199,31 +212,22 @@ def decide_in_ledger(con, request, now: datetime) -> tuple[dict, dict | None]:
     return decide(request, policy, state), policy
 
 
-def check_request(request, *, db=None, now=None, timeout_s: float = 10.0) -> dict:
+def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0) -> Decision:
     """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
 
     For a request already admitted and still waiting for its run, that is the recorded admit.
     """
-    now = _naive_utc(now) or utcnow()
+    now = naive_utc(now) or utcnow()
     with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
         decision, _ = decide_in_ledger(con, request, now)
     return decision
 
 
 def _json(obj) -> str:
-    return json.dumps(obj, sort_keys=True, default=_json_default, ensure_ascii=False)
+    return json.dumps(obj, sort_keys=True, default=json_default, ensure_ascii=False)
 
 
-def _json_default(o):
-    if isinstance(o, datetime):
-        return o.isoformat()
-    if isinstance(o, (set, frozenset)):
-        return sorted(o)
-    return str(o)
-
-
-def _num(x):
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+_num = finite_number
 
 
 # estimate item columns <- item keys that decide() may use (first match wins)
@@ -358,14 +362,15 @@ def _write_ledger(db, timeout_s: float):
         yield con
 
 
-def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0) -> dict:
+def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
+                   timeout_s: float = 10.0) -> Decision:
     """Decide and record, in one write transaction; on admit the run becomes a reservation.
 
     Resubmitting the very request that was admitted (the caller lost the answer) records nothing
     new: the answer is the recorded admit, marked "replayed" (see `_recorded_admit`). Waits at most
     `timeout_s` seconds for the ledger, then raises LedgerLocked.
     """
-    now = _naive_utc(now) or utcnow()
+    now = naive_utc(now) or utcnow()
     with _write_ledger(db, timeout_s) as con:
         with transaction(con):
             decision, policy = decide_in_ledger(con, request, now)
@@ -373,38 +378,38 @@ def submit_request(request, *, db=None, origin: str = "cli", now=None, timeout_s
     return decision
 
 
-def record_decision(con, request, decision: dict, origin: str, now: datetime) -> None:
+def record_decision(con, request: Request, decision: Decision, origin: str, now: datetime) -> None:
     """Append the decision; on admit, book the run. A replayed decision is already recorded: no-op."""
     if decision.get("replayed") is True:
         return
-    est = decision.get("estimate") or {}
+    est = decision["estimate"] or {}
     req = request if isinstance(request, dict) else {}
     con.execute(
         "INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, "
         "reserved_gpu_hours, policy_version, origin, request_json, decision_json) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [now, decision.get("run_id"), decision.get("team"), decision.get("kind"), decision["state"],
-         [r["code"] for r in decision.get("reasons", [])], _num(est.get("judged_gpu_hours")),
-         _num(decision.get("reserved_gpu_hours")), decision.get("policy_version"), origin,
+        [now, decision["run_id"], decision["team"], decision["kind"], decision["state"],
+         [r["code"] for r in decision["reasons"]], _num(est.get("judged_gpu_hours")),
+         _num(decision["reserved_gpu_hours"]), decision["policy_version"], origin,
          _json(request), _json(decision)])
     if decision["state"] != "admit":
         return
-    wall_h = _num(est.get("wall_hours")) or _num(req.get("max_runtime_hours"))
+    wall_h = _num(est["wall_hours"]) or _num(req["max_runtime_hours"])
     reserved_until = now + timedelta(hours=wall_h) if wall_h is not None else None
-    items = estimate_items(est.get("items_gpu_hours"))
+    items = estimate_items(est["items_gpu_hours"])
     row = {
         "run_id": req["run_id"], "team": req["team"], "kind": req["kind"],
-        "capacity": req.get("capacity", "stable"), "gpus": int(req["gpus"]),
-        "gpu_mem_gb": _num(req.get("gpu_mem_gb")), "data_snapshot": req.get("data_snapshot"),
+        "capacity": req["capacity"], "gpus": int(req["gpus"]),
+        "gpu_mem_gb": _num(req["gpu_mem_gb"]), "data_snapshot": req.get("data_snapshot"),
         "job_name": req.get("note"),
-        "estimated_gpu_hours": _num(est.get("raw_gpu_hours")),
-        "estimate_source": est.get("source"), **items,
-        "budget_gpu_hours": _num(req.get("budget_gpu_hours")),
-        "max_runtime_hours": _num(req.get("max_runtime_hours")),
+        "estimated_gpu_hours": _num(est["raw_gpu_hours"]),
+        "estimate_source": est["source"], **items,
+        "budget_gpu_hours": _num(req["budget_gpu_hours"]),
+        "max_runtime_hours": _num(req["max_runtime_hours"]),
         # whole seconds: schedulers report start times in whole seconds, and a job started in the
         # second it was admitted must not look as if it started before its reservation
         "reserved_from": now.replace(microsecond=0), "reserved_until": reserved_until,
-        "reserved_gpu_hours": _num(decision.get("reserved_gpu_hours")),
+        "reserved_gpu_hours": _num(decision["reserved_gpu_hours"]),
         "holdout_allowance": int(req.get("holdout_allowance") or 0),
         "source": "submit", "updated_at": now,
     }
@@ -423,10 +428,10 @@ def record_decision(con, request, decision: dict, origin: str, now: datetime) ->
             "INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second, "
             "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
             "pilot_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [req["run_id"], now, _num(pilot.get("steps_per_second")),
+            [req["run_id"], now, _num(pilot["steps_per_second"]),
              _num(pilot.get("worst_case_steps_per_second")), _num(pilot.get("worst_case_share")),
-             _num(pilot.get("peak_mem_gb")), _num(pilot.get("checkpoint_write_s")),
-             _int(pilot.get("planned_steps")), _int(pilot.get("checkpoint_interval_steps")),
+             _num(pilot["peak_mem_gb"]), _num(pilot.get("checkpoint_write_s")),
+             _int(pilot["planned_steps"]), _int(pilot.get("checkpoint_interval_steps")),
              _json(pilot)])
 
 
@@ -437,22 +442,26 @@ def _int(x):
 
 # ---------------------------------------------------------------------------------------- finishing
 
-def _check_hours(name, value, *, required=False):
+def _check_hours(name, value, *, required=False) -> float | None:
     if value is None:
         if required:
-            raise ValueError(f"{name} is required")
+            raise FinishInputError(f"{name} is required")
         return None
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
+    try:
+        return checked_number(name, value)
+    except InputError as exc:
+        raise FinishInputError(str(exc)) from None
 
 
-def _check_count(name, value):
+def _check_count(name, value) -> int | None:
     if value is None:
         return None
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
-    return value
+    if type(value) is not int:
+        raise FinishInputError(f"{name} must be a whole number >= 0, got {value!r}")
+    try:
+        return checked_count(name, value, minimum=0)
+    except InputError as exc:
+        raise FinishInputError(str(exc)) from None
 
 
 def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_at=None,
@@ -466,11 +475,11 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     artifact_status defaults from the stop reason: budget / wall-clock / failed-steps -> incomplete,
     completed / early-stop -> complete, anything else -> none. The act_* items are parts of
     actual_gpu_hours (the rest is useful compute), so they may not sum to more than it.
-    Raises UnknownRun for a run ID not in the ledger, ValueError for bad values.
+    Raises UnknownRun for a run ID not in the ledger, FinishInputError (an InputError) for bad values.
     """
     actual = _check_hours("actual_gpu_hours", actual_gpu_hours, required=True)
     if stop_reason not in STOP_REASONS:
-        raise ValueError(f"stop_reason must be one of {', '.join(STOP_REASONS)}; got {stop_reason!r}")
+        raise FinishInputError(f"stop_reason must be one of {', '.join(STOP_REASONS)}; got {stop_reason!r}")
     items = {
         "act_checkpoint_gpu_hours": _check_hours("act_checkpoint_gpu_hours", act_checkpoint_gpu_hours),
         "act_retry_gpu_hours": _check_hours("act_retry_gpu_hours", act_retry_gpu_hours),
@@ -479,24 +488,27 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     }
     parts = sum(v for v in items.values() if v is not None)
     if parts > actual * (1 + 1e-9) + 1e-9:
-        raise ValueError(f"the act_* items sum to {parts:g} GPU-h, more than actual_gpu_hours {actual:g}")
+        raise FinishInputError(f"the act_* items sum to {parts:g} GPU-h, more than actual_gpu_hours {actual:g}")
     if artifact_status is None:
         artifact_status = artifact_status_for(stop_reason)
     elif artifact_status not in ARTIFACT_STATUSES:
-        raise ValueError(f"artifact_status must be one of {', '.join(ARTIFACT_STATUSES)}")
+        raise FinishInputError(f"artifact_status must be one of {', '.join(ARTIFACT_STATUSES)}")
     if stop_reason in INCOMPLETE_STOPS and artifact_status == "complete":
-        raise ValueError(f"a run stopped for {stop_reason} cannot have a complete artifact")
+        raise FinishInputError(f"a run stopped for {stop_reason} cannot have a complete artifact")
     interruptions = _check_count("interruptions", interruptions)
     restarts = _check_count("restarts", restarts)
     holdout_reads = _check_count("holdout_reads", holdout_reads)
     if full_evaluation is not None and type(full_evaluation) is not bool:
-        raise ValueError("full_evaluation must be true or false")
+        raise FinishInputError("full_evaluation must be true or false")
     if last_valid_checkpoint is not None and (type(last_valid_checkpoint) is not str or
                                               len(last_valid_checkpoint) > 2000):
-        raise ValueError("last_valid_checkpoint must be a string of at most 2000 characters")
+        raise FinishInputError("last_valid_checkpoint must be a string of at most 2000 characters")
     now = utcnow()
-    ended = _naive_utc(ended_at) or now
-    started = _naive_utc(started_at)
+    try:
+        ended = naive_utc(ended_at) or now
+        started = naive_utc(started_at)
+    except ValueError as exc:
+        raise FinishInputError(f"ended_at / started_at must be ISO-8601 times: {exc}") from None
     with _write_ledger(db, timeout_s) as con:
         with transaction(con):
             row = con.execute(
@@ -505,7 +517,7 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
                 raise UnknownRun(f"run {run_id!r} is not in the ledger (submit or import it first)")
             started = started or row[0] or row[1]
             if started is not None and ended < started:
-                raise ValueError(f"ended_at {ended.isoformat()} is before started_at {started.isoformat()}")
+                raise FinishInputError(f"ended_at {ended.isoformat()} is before started_at {started.isoformat()}")
             sets = {
                 "actual_gpu_hours": actual, "stop_reason": stop_reason, "ended_at": ended,
                 "started_at": started, "artifact_status": artifact_status,

@@ -29,9 +29,12 @@ Per segment of length L: E[T_seg] = (M + D) e^{R/M} (e^{L/M} - 1) and E[N_seg] =
 from __future__ import annotations
 
 import math
-import numbers
+
+from lib.gate.terms import checked_count, checked_number
 
 __all__ = [
+    "checked_number",
+    "checked_count",
     "expected_time",
     "segment_lengths",
     "optimal_interval",
@@ -45,37 +48,8 @@ _REMAINDER_TOL = 1e-9  # relative: a remainder below work_h * tol is rounding no
 
 
 # --------------------------------------------------------------------------- validation
-def checked_number(name: str, value, *, positive: bool = False, allow_inf: bool = False) -> float:
-    """Return ``value`` as a float, or raise ValueError naming ``name``.
-
-    Rejects bools, non-numbers (strings, None), NaN, infinities (unless ``allow_inf``), negatives,
-    and zero when ``positive``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    x = float(value)
-    if math.isnan(x):
-        raise ValueError(f"{name} must not be NaN")
-    if math.isinf(x) and not (allow_inf and x > 0):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if x < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    if positive and x == 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return x
-
-
-def checked_count(name: str, value, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
-                and float(value).is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
-
+# checked_number / checked_count: the project's one "finite number in range" check that raises
+# (lib.gate.terms), re-exported here as part of the planning maths' public API.
 
 # --------------------------------------------------------------------------- segments
 def segment_lengths(work_h, interval_h, checkpoint_h) -> list[tuple[float, int]]:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 
+from lib.gate.contracts import RecoveryDecision, RecoverySituation
 from lib.planning.preemption import checked_count, checked_number, expected_time
 
 __all__ = ["decide_recovery", "scenario_outcomes", "END_STOP_REASON", "SITUATION_KEYS"]
@@ -94,7 +95,7 @@ def _optional_count(name, value, default):
     return checked_count(name, value, minimum=0)
 
 
-def _parse(s: dict) -> dict:
+def _parse(s: RecoverySituation) -> dict:
     if not isinstance(s, dict):
         raise ValueError("situation must be a dict")
     unknown = sorted(set(s) - SITUATION_KEYS)
@@ -182,7 +183,7 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def decide_recovery(situation: dict) -> dict:
+def decide_recovery(situation: RecoverySituation) -> RecoveryDecision:
     """Decide what to do after a preemption or a budget breach (see the module docstring for the keys).
 
     Returns a dict:
@@ -305,7 +306,7 @@ def decide_recovery(situation: dict) -> dict:
     }
 
 
-def scenario_outcomes(situation: dict, runs: int = 20_000, seed=0) -> dict:
+def scenario_outcomes(situation: RecoverySituation, runs: int = 20_000, seed=0) -> dict:
     """Completion-time and cost distributions of each choice, by Monte Carlo (:func:`lib.planning.simulate.simulate`).
 
     Uses ``lifetimes_h`` (empirical job lifetimes, resampled) when the situation has them, else

@@ -1,0 +1,225 @@
+"""The shapes of the plain, JSON-able dicts the gate takes and returns, as TypedDicts.
+
+They type the signatures only: at run time every value is an ordinary dict (parsed JSON, a ledger
+row, a decision), never a class instance. Units: GPU-hours (`*_gpu_hours`), hours (`*_hours`,
+`*_h`), accelerators (`gpus`), gigabytes (`*_gb`); times are naive UTC datetimes.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, NotRequired, TypedDict
+
+Kind = Literal["exploratory", "production", "retraining"]
+Capacity = Literal["stable", "preemptible"]
+BudgetBasis = Literal["raw", "median", "upper"]
+DecisionState = Literal["admit", "defer", "reject"]
+
+
+class EarlyStop(TypedDict):
+    """Keras EarlyStopping semantics on a development metric."""
+    metric: str
+    mode: Literal["min", "max"]
+    patience: NotRequired[int]
+    min_delta: NotRequired[float]
+
+
+class StopPolicy(TypedDict, total=False):
+    """A request's stop rules, frozen at admission (docs/rules.md, Stop rules)."""
+    max_wall_clock_hours: float
+    spend_limit_gpu_hours: float
+    max_failed_steps: int
+    early_stop: EarlyStop
+
+
+class Pilot(TypedDict):
+    """Pilot measurements; the optional keys get lib.gate.request.PILOT_DEFAULTS on validation."""
+    steps_per_second: float
+    planned_steps: int
+    peak_mem_gb: float
+    worst_case_steps_per_second: NotRequired[float]
+    worst_case_share: NotRequired[float]
+    checkpoint_write_s: NotRequired[float]
+    checkpoint_interval_steps: NotRequired[int]
+    eval_gpu_hours: NotRequired[float]
+    data_loading_fraction: NotRequired[float]
+    restart_minutes: NotRequired[float]
+
+
+class Request(TypedDict):
+    """A training request (README, The request format); exactly one of estimated_gpu_hours / pilot.
+
+    After lib.gate.request.validate, data_snapshot, skip_full_evaluation, holdout_allowance and
+    submitted_at (then a datetime or None) are always present.
+    """
+    run_id: str
+    team: str
+    kind: Kind
+    gpus: int
+    gpu_mem_gb: float
+    max_runtime_hours: float
+    budget_gpu_hours: float
+    checkpoint_supported: bool
+    expected_interruptions: float
+    capacity: Capacity
+    data_snapshot: NotRequired[str | None]
+    estimated_gpu_hours: NotRequired[float]
+    pilot: NotRequired[Pilot]
+    stop_policy: NotRequired[StopPolicy]
+    skip_full_evaluation: NotRequired[bool]
+    holdout_allowance: NotRequired[int]
+    submitted_at: NotRequired[str | datetime | None]
+    note: NotRequired[str]
+
+
+class Policy(TypedDict):
+    """A team's policy row (data/teams.toml, synced into the ledger's teams table)."""
+    team: str
+    reserved_gpus: int
+    retraining_reserved_gpus: int
+    max_gpus_per_job: int
+    max_gpu_mem_gb: float
+    max_runtime_hours: float
+    monthly_budget_gpu_hours: float
+    pilot_required_above_gpu_hours: float
+    budget_basis_production: BudgetBasis
+    budget_basis_exploratory: BudgetBasis
+    budget_basis_retraining: BudgetBasis
+    preemptible_partitions: list[str]
+    policy_version: str
+
+
+class Reservation(TypedDict):
+    """An admitted, unfinished reservation holding `gpus` of its team's quota until reserved_until
+    (None: no known end)."""
+    kind: Kind
+    gpus: int
+    reserved_gpu_hours: float
+    reserved_until: datetime | None
+    run_id: NotRequired[str]
+    team: NotRequired[str]
+    reserved_from: NotRequired[datetime | None]
+
+
+class CalibrationRow(TypedDict):
+    """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate."""
+    estimated_gpu_hours: float
+    actual_gpu_hours: float
+    censored: bool
+    team: NotRequired[str]
+    kind: NotRequired[Kind]
+    ended_at: NotRequired[datetime | None]
+
+
+class Calibration(TypedDict):
+    """The correction of a raw estimate: median = raw × factor, upper = raw × upper_factor (None: unknown)."""
+    scope: str | None
+    method: Literal["conformal", "tobit", "none"]
+    n: int
+    n_censored: int
+    level: float
+    factor: float
+    upper_factor: float | None
+    runs_needed: int
+    note: str
+
+
+class State(TypedDict, total=False):
+    """A team's state at decision time; a missing key means: now = the current time, no
+    reservations, nothing spent, no snapshots, calibration from calibration_history (default none)."""
+    now: datetime
+    reservations: list[Reservation]
+    period_spent_gpu_hours: float
+    snapshots: set[str] | frozenset[str]
+    calibration: Calibration | None
+    calibration_history: list[CalibrationRow]
+
+
+class Reason(TypedDict):
+    """One failing check of a decision (codes: lib.gate.reasons.CODES)."""
+    code: str
+    message: str
+    requested: float | str | None
+    limit: float | None
+    in_use: float | None
+    unit: str | None
+    fix: str
+    field: NotRequired[str]
+
+
+class Estimate(TypedDict):
+    """A raw estimate (lib.gate.estimate); decide adds the calibrated keys."""
+    source: Literal["pilot", "stated"]
+    items_gpu_hours: dict[str, float]
+    raw_gpu_hours: float
+    wall_hours: float
+    median_gpu_hours: NotRequired[float]
+    upper_gpu_hours: NotRequired[float | None]
+    judged_gpu_hours: NotRequired[float]
+    judged_at: NotRequired[BudgetBasis]
+    calibration: NotRequired[Calibration]
+
+
+class Decision(TypedDict):
+    """What lib.gate.admission.decide returns (README, The decision); decided_at is ISO seconds."""
+    state: DecisionState
+    run_id: str | None
+    team: str | None
+    kind: str | None
+    reasons: list[Reason]
+    notes: list[str]
+    estimate: Estimate | None
+    reserved_gpu_hours: float | None
+    policy_version: str | None
+    stop_policy_fingerprint: str | None
+    decided_at: str
+    preempts_experiment_gpus: NotRequired[int]
+    replayed: NotRequired[bool]
+    recorded_at: NotRequired[str]
+
+
+class RecoverySituation(TypedDict):
+    """A run after a preemption or a budget breach (lib.planning.recovery, Situation keys)."""
+    event: Literal["preemption", "budget-breach"]
+    budget_gpu_hours: float
+    spent_gpu_hours: float
+    gpus: int
+    total_work_gpu_hours: NotRequired[float]
+    remaining_work_gpu_hours: NotRequired[float]
+    progress_fraction: NotRequired[float]
+    last_valid_checkpoint: NotRequired[str | None]
+    checkpoint_progress_fraction: NotRequired[float]
+    restart_h: NotRequired[float]
+    downtime_h: NotRequired[float]
+    mtbf_h: NotRequired[float | None]
+    checkpoint_interval_h: NotRequired[float | None]
+    checkpoint_h: NotRequired[float]
+    restarts_so_far: NotRequired[int]
+    max_restarts: NotRequired[int | None]
+    failed_steps: NotRequired[int]
+    max_failed_steps: NotRequired[int | None]
+    approved_budget_increase_gpu_hours: NotRequired[float]
+    lifetimes_h: NotRequired[list[float]]
+    wall_limit_h: NotRequired[float | None]
+    run_id: NotRequired[str]
+
+
+class RecoveryDecision(TypedDict):
+    """What lib.planning.recovery.decide_recovery returns (see its docstring)."""
+    action: Literal["resume", "restart", "end"]
+    code: str
+    message: str
+    blocking: list[dict]
+    stop_reason: str | None
+    artifact_status: str
+    event: Literal["preemption", "budget-breach"]
+    last_valid_checkpoint: str | None
+    resume_from: str | None
+    budget_gpu_hours: float
+    approved_budget_increase_gpu_hours: float
+    spent_gpu_hours: float
+    remaining_budget_gpu_hours: float
+    remaining_work_gpu_hours: float
+    total_work_gpu_hours: float
+    lost_work_now_gpu_hours: float | None
+    restarts_after: int
+    options: dict[str, dict]

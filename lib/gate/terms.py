@@ -1,0 +1,154 @@
+"""The project's shared vocabulary and small helpers, each defined once.
+
+Vocabulary: run kinds, capacity types, budget bases, stop reasons and artifact statuses (the ledger's
+columns and the request's fields use exactly these strings). Helpers: naive-UTC time (the convention
+of requests, decisions and the ledger), calendar-month bounds, "finite number in range" checks,
+spreadsheet-formula neutralising and JSON serialisation of the values decisions hold.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from datetime import date, datetime, timezone
+
+
+class InputError(ValueError):
+    """A value given by the user (a request file, a command-line value, a finish record) is not
+    acceptable. Raised on purpose; the command line answers it with exit code 2."""
+
+
+# ------------------------------------------------------------------------------------ vocabulary
+
+KINDS = ("exploratory", "production", "retraining")
+CAPACITIES = ("stable", "preemptible")
+BUDGET_BASES = ("raw", "median", "upper")  # the estimate a kind is judged at (docs/rules.md, Admission)
+
+# how a run stopped (the ledger's runs.stop_reason; NULL while unfinished)
+STOP_REASONS = ("completed", "early-stop", "budget", "wall-clock", "failed-steps", "preempted",
+                "failed", "cancelled", "out-of-memory", "node-fail", "requeued")
+COMPLETE_STOPS = ("completed", "early-stop")                # the artifact is complete
+INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")  # deliberate stops: incomplete, unpromotable
+CENSORED_STOPS = ("budget", "wall-clock")  # the actual is only a lower bound on what the run needed
+CALIBRATION_STOPS = COMPLETE_STOPS + CENSORED_STOPS  # stops whose actual says something about the estimate
+ARTIFACT_STATUSES = ("complete", "incomplete", "none")
+
+
+# ------------------------------------------------------------------------------------------ time
+
+def utcnow() -> datetime:
+    """Now as a naive UTC datetime."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def naive_utc(t: datetime | str | None) -> datetime | None:
+    """`t` (a datetime, or ISO-8601 text with optional offset or Z) as a naive UTC datetime.
+
+    A value without an offset is taken as UTC already; None stays None. ValueError for text that
+    is not ISO 8601.
+    """
+    if t is None:
+        return None
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc).replace(tzinfo=None)
+    return t
+
+
+def month_start(now: datetime) -> datetime:
+    """First instant of `now`'s calendar month (naive UTC)."""
+    return datetime(now.year, now.month, 1)
+
+
+def next_month_start(now: datetime) -> datetime:
+    """First instant of the calendar month after `now`'s (naive UTC)."""
+    return datetime(now.year + (now.month == 12), now.month % 12 + 1, 1)
+
+
+# --------------------------------------------------------------------------------------- numbers
+
+def number_problem(value, minimum: float = 0.0, *, strict: bool = False, integral: bool = False,
+                   maximum: float | None = None, below: float | None = None) -> str | None:
+    """None when `value` is an int or float (never a bool), finite, ≥ `minimum` (> when `strict`),
+    ≤ `maximum`, < `below` and whole when `integral`; else the problem as text ("must be ...").
+
+    This is the check of JSON-shaped input (requests, the teams file): plain int/float only.
+    """
+    if type(value) in (int, float) and math.isfinite(value) \
+            and (value > minimum if strict else value >= minimum) \
+            and (maximum is None or value <= maximum) and (below is None or value < below) \
+            and (not integral or value == int(value)):
+        return None
+    if type(value) not in (int, float):
+        return f"must be a number, got {type(value).__name__} {value!r}"
+    if not math.isfinite(value):
+        return f"must be finite, got {value!r}"
+    if integral and value != int(value):
+        return f"must be a whole number, got {value!r}"
+    if value < minimum or (strict and value == minimum):
+        return f"must be {'>' if strict else '≥'} {minimum:g}, got {value!r}"
+    if maximum is not None and value > maximum:
+        return f"must be ≤ {maximum:g}, got {value!r}"
+    return f"must be < {below:g}, got {value!r}"
+
+
+def finite_number(value) -> float | None:
+    """`value` as a float when it is a finite real number (not a bool), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def checked_number(name: str, value, *, positive: bool = False, allow_inf: bool = False) -> float:
+    """`value` as a float, or InputError naming `name`: a real number (numpy scalars included, never
+    a bool), not NaN, ≥ 0 (> 0 when `positive`), finite unless `allow_inf` (then +inf passes).
+
+    The range check is `number_problem`'s; this form also takes numpy/pandas scalars and +inf
+    (an interruption-free MTBF), as the planning maths and the ledger's finish record need.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number, got {value!r}")
+    x = float(value)
+    if allow_inf and x == math.inf:
+        return x
+    problem = number_problem(x, strict=positive)
+    if problem:
+        raise InputError(f"{name} {problem}")
+    return x
+
+
+def checked_count(name: str, value, *, minimum: int = 1) -> int:
+    """`value` as an int, or InputError naming `name`: a whole real number (an integral float or
+    numpy integer passes, a bool never) ≥ `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a whole number, got {value!r}")
+    x = int(value) if isinstance(value, numbers.Integral) else float(value)
+    problem = number_problem(x, minimum, integral=True)
+    if problem:
+        raise InputError(f"{name} {problem}")
+    return int(x)
+
+
+# ------------------------------------------------------------------------------ text and JSON out
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
+_CLASS_ESCAPES = {"\t": r"\t", "\r": r"\r", "-": r"\-", "^": r"\^", "]": r"\]", "\\": r"\\"}
+# the same test as a regular expression (Python re and DuckDB's RE2 alike), for SQL exports
+FORMULA_PREFIX_REGEX = "^[" + "".join(_CLASS_ESCAPES.get(c, c) for c in FORMULA_START) + "]"
+
+
+def neutralise(value):
+    """The value, with a leading ' when it is text that starts like a formula."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def json_default(o):
+    """JSON for the values decisions and rows hold: datetimes and dates as ISO 8601, sets as sorted
+    lists, anything else as its str()."""
+    if isinstance(o, (datetime, date)):
+        return o.isoformat()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
