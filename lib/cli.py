@@ -7,7 +7,9 @@ JSON on stdout (keys sorted, stable). Every command ends with one line on stderr
 
 Exit codes: 0 admit / success, 1 defer, 2 invalid request or input (message on stderr; also a --db
 that is not a ledger, or names no file for a command that only reads), 3 ledger locked past the
-timeout, or any other gate failure (a damaged ledger, one newer than this program).
+timeout, or any other gate failure (a damaged ledger, one newer than this program, or an error of
+the gate's own code). Only errors raised on purpose for the user's input (InputError and its
+subclasses, an unknown run, an invalid teams file, a file that is not a ledger) exit 2.
 """
 from __future__ import annotations
 
@@ -19,16 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from lib.gate.contracts import Decision
+from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, InputError,
+                            json_default, naive_utc, number_problem)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
-from lib.gate.stopping import ARTIFACT_STATUSES, STOP_REASONS
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
 MAX_REQUEST_BYTES = 1_000_000
-
-
-class InputError(ValueError):
-    """Bad input from the user (exit code 2)."""
 
 
 # ------------------------------------------------------------------------------ output helpers
@@ -67,17 +67,8 @@ def _progress(args):
     return None
 
 
-def _json_default(o):
-    from datetime import date, datetime
-    if isinstance(o, (datetime, date)):
-        return o.isoformat()
-    if isinstance(o, (set, frozenset)):
-        return sorted(o)
-    return str(o)
-
-
 def dump_json(obj) -> str:
-    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=_json_default)
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=json_default)
 
 
 def read_request(source: str):
@@ -114,11 +105,11 @@ def read_request(source: str):
 
 # ------------------------------------------------------------------------------ commands
 
-def _decision_exit(decision: dict) -> int:
+def _decision_exit(decision: Decision) -> int:
     return {"admit": EXIT_ADMIT, "defer": EXIT_DEFER}.get(decision["state"], EXIT_INVALID)
 
 
-def _report_decision(decision: dict, verb: str) -> None:
+def _report_decision(decision: Decision, verb: str) -> None:
     from lib.gate.reasons import summary
     print(dump_json(decision))
     if decision["state"] != "admit":
@@ -131,7 +122,7 @@ def cmd_check(args) -> int:
     decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
     _report_decision(decision, "check")
     again = f", already recorded at {decision['recorded_at']}" if decision.get("replayed") else ""
-    say(f"check: {decision['state']} {decision.get('run_id')}{again} (what-if: nothing written)")
+    say(f"check: {decision['state']} {decision['run_id']}{again} (what-if: nothing written)")
     return _decision_exit(decision)
 
 
@@ -145,11 +136,10 @@ def cmd_submit(args) -> int:
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
             f"{decision['recorded_at']}; answered that recorded decision, nothing new written")
     elif decision["state"] == "admit":
-        est = decision.get("estimate") or {}
         say(f"submit: admit {decision['run_id']}: recorded the decision and a reservation of "
-            f"{decision['reserved_gpu_hours']:.2f} GPU-h for {est.get('wall_hours', 0):.2f} h")
+            f"{decision['reserved_gpu_hours']:.2f} GPU-h for {decision['estimate']['wall_hours']:.2f} h")
     else:
-        say(f"submit: {decision['state']} {decision.get('run_id')}: recorded the decision, "
+        say(f"submit: {decision['state']} {decision['run_id']}: recorded the decision, "
             "no reservation")
     return _decision_exit(decision)
 
@@ -202,9 +192,6 @@ def cmd_demo(args) -> int:
     return EXIT_OK
 
 
-FORMULA_PREFIX = r"^[=+\-@\t\r]"
-
-
 def export_query(con, what: str, neutralize: bool) -> str:
     """SELECT for the export of `what`; text cells that a spreadsheet would run as a formula
     (starting with = + - @ tab or CR) get a leading apostrophe when `neutralize`."""
@@ -216,7 +203,7 @@ def export_query(con, what: str, neutralize: bool) -> str:
         q = f'"{name}"'
         if neutralize and (dtype == "VARCHAR" or dtype.endswith("[]")):
             text = q if dtype == "VARCHAR" else f"CAST({q} AS VARCHAR)"
-            parts.append(f"CASE WHEN regexp_matches({text}, '{FORMULA_PREFIX}') "
+            parts.append(f"CASE WHEN regexp_matches({text}, '{FORMULA_PREFIX_REGEX}') "
                          f"THEN '''' || {text} ELSE {text} END AS {q}")
         else:
             parts.append(q)
@@ -268,13 +255,13 @@ def cmd_teams(args) -> int:
 # ------------------------------------------------------------------------------ parser
 
 def _nonneg_float(text):
-    import math
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    problem = number_problem(v)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem} ({text!r})")
     return v
 
 
@@ -296,12 +283,10 @@ def _positive_int(text):
 
 
 def _timestamp(text):
-    from datetime import datetime, timezone
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return naive_utc(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {text!r}") from None
-    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
 class _Parser(argparse.ArgumentParser):
@@ -388,7 +373,7 @@ def main(argv=None) -> int:
     except LedgerLocked as exc:
         say(f"{args.command}: {exc}")
         return EXIT_FAILURE
-    except (InputError, UnknownRun, TeamsFileError, NotALedger, ValueError) as exc:
+    except (InputError, UnknownRun, TeamsFileError, NotALedger) as exc:
         say(f"{args.command}: {exc}")
         return EXIT_INVALID
     except LedgerError as exc:

@@ -187,3 +187,31 @@ def test_a_request_nested_too_deeply_exits_2(ledger):
 def test_usage_errors_exit_2():
     p = run_cli("frobnicate")
     assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+@pytest.mark.parametrize("bug", [ValueError("a bug in the gate"), KeyError("estimate"), TypeError("bad operand")])
+def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(ledger, tmp_path, monkeypatch, capsys, bug):
+    from lib import cli
+    from lib.ledger import service
+
+    def broken(*args, **kwargs):
+        raise bug
+    monkeypatch.setattr(service, "decide_in_ledger", broken)
+    code = cli.main(["--db", str(ledger), "check", str(write_json(tmp_path / "r.json", request())), *AT])
+    assert code == cli.EXIT_FAILURE == 3
+    assert f"gate failure: {type(bug).__name__}" in capsys.readouterr().err
+
+
+def test_a_finish_value_the_user_got_wrong_is_input_exit_2(tiny_ledger, capsys):
+    from lib import cli
+    from lib.gate.terms import InputError
+    from lib.ledger.service import FinishInputError, finish_run
+    assert issubclass(FinishInputError, InputError)
+    submit_request(tiny_request(1), db=tiny_ledger, now=NOW)
+    code = cli.main(["--db", str(tiny_ledger), "finish", "tiny-001", "--actual-gpu-hours", "1",
+                     "--stop-reason", "completed", "--retry-gpu-hours", "2"])
+    assert code == cli.EXIT_INVALID == 2
+    assert "more than actual_gpu_hours" in capsys.readouterr().err
+    with pytest.raises(FinishInputError, match="artifact_status"):
+        finish_run("tiny-001", actual_gpu_hours=1.0, stop_reason="completed", artifact_status="shiny",
+                   db=tiny_ledger)

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from lib.gate.terms import finite_number
+
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"]
 CAUSE_COLOURS = {"late start": "#f2a541", "early end": "#4c9be8", "never used": "#c0392b"}
@@ -271,8 +273,8 @@ def estimate_items(estimate: dict) -> go.Figure:
     for key, label, colour in (("raw_gpu_hours", "raw total", "black"),
                                ("median_gpu_hours", "calibrated median", "#f58518"),
                                ("upper_gpu_hours", "calibrated upper bound", "#e45756")):
-        v = estimate.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        v = finite_number(estimate.get(key))
+        if v is not None:
             fig.add_vline(x=v, line=dict(color=colour, dash="dash"))
             fig.add_scatter(x=[v], y=[names[-1]], mode="markers", name=f"{label}: {v:.1f}",
                             marker=dict(color=colour, symbol="line-ns-open", size=16, line=dict(width=2)))

@@ -12,13 +12,14 @@ its own, so a wrong path never reaches for the network.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
 import time
 from pathlib import Path
 
 import duckdb
+
+from lib.gate.terms import number_problem
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
@@ -57,7 +58,7 @@ def default_timeout_s() -> float:
         value = float(os.environ.get("GATE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
     except ValueError:
         return DEFAULT_TIMEOUT_S
-    return value if math.isfinite(value) and value >= 0 else DEFAULT_TIMEOUT_S
+    return value if number_problem(value) is None else DEFAULT_TIMEOUT_S
 
 
 def check_ledger_file(path: str | os.PathLike | None = None) -> bool:

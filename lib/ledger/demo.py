@@ -26,18 +26,16 @@ Same seed and same `now` -> the same ledger.
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
 
 from lib.ledger.connection import open_ledger, transaction
-from lib.gate.stopping import STOP_REASONS
+from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, utcnow
 from lib.ledger.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730
-KINDS = ("exploratory", "production", "retraining")
-CAPACITIES = ("stable", "preemptible")
 STOPS = tuple(s for s in STOP_REASONS if s != "requeued")  # requeued jobs come from sacct only
 ARTIFACTS = ("complete", "incomplete", "none")
 SOURCES = ("pilot", "stated")
@@ -371,7 +369,7 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
     if type(runs) is not int or runs < 1:
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
     say = progress or (lambda fraction, message: None)
-    now = now or datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+    now = now or utcnow().replace(second=0, microsecond=0)
     teams, snapshots = load_teams(teams_file)
     say(0.02, f"generating {runs:,} runs")
     data = generate(teams, snapshots, runs, seed, now)

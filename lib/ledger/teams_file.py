@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import tomllib
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from pathlib import Path
 
+from lib.gate.terms import BUDGET_BASES as BASES, naive_utc, number_problem
+
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
-BASES = ("upper", "median", "raw")
 TEAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 # policy key -> (kind, default). kind: "int" (whole number >= 0), "float" (finite number >= 0),
@@ -51,17 +51,10 @@ class TeamsFileError(ValueError):
 def _check_value(kind: str, value):
     """(normalized value, None) or (None, problem text)."""
     if kind in ("int", "float"):
-        if type(value) not in (int, float):
-            return None, f"must be a number, got {type(value).__name__} {value!r}"
-        if not math.isfinite(value):
-            return None, f"must be finite, got {value!r}"
-        if value < 0:
-            return None, f"must be >= 0, got {value!r}"
-        if kind == "int":
-            if value != int(value):
-                return None, f"must be a whole number, got {value!r}"
-            return int(value), None
-        return float(value), None
+        problem = number_problem(value, integral=kind == "int")
+        if problem:
+            return None, problem
+        return (int(value) if kind == "int" else float(value)), None
     if kind == "basis":
         if value not in BASES:
             return None, f"must be one of {', '.join(BASES)}; got {value!r}"
@@ -84,9 +77,7 @@ def _as_timestamp(value):
     if value is None:
         return None, None
     if isinstance(value, datetime):
-        if value.tzinfo:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
-        return value, None
+        return naive_utc(value), None
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day), None
     if isinstance(value, str):

@@ -291,12 +291,13 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
     """
     import lib.ledger.service as store
+    from lib.gate.terms import utcnow
     from lib.ledger.connection import open_ledger, transaction
 
     team = request.get("team")
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
     # as sacct reports it (a job admitted and started within one second)
-    now = store.utcnow().replace(microsecond=0)
+    now = utcnow().replace(microsecond=0)
     import contextlib
     with contextlib.ExitStack() as own:
         con = (closer if closer is not None else own).enter_context(
@@ -386,10 +387,12 @@ def _flag_log(config: dict, record: dict) -> None:
         return
     import datetime as _dt
     import json
+
+    from lib.gate.terms import json_default
     record = {"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **record}
     try:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+            f.write(json.dumps(record, sort_keys=True, default=json_default) + "\n")
     except OSError as exc:
         print(f"training-gate: cannot write the flag log {path}: {exc}", file=sys.stderr)
 
