@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import check_request
-from tests.fixtures_app import ROOT, page_script, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
+from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, page_script, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
@@ -53,6 +53,21 @@ def test_every_page_renders_without_exception(ledger, page):
     assert not at.exception, [e.value for e in at.exception]
     assert at.title, f"{page} shows no title"
     assert not at.error, [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("page", list(PAGE_SCRIPTS))
+def test_every_page_draws_the_shared_frame_once_after_switch_page(ledger, page):
+    """AppTest starts every run in Streamlit's classic multipage mode (pages/ beside app.py), where
+    switch_page runs the page script without app.py: the page's own ui.frame() draws the filters,
+    and through app.py (the first run) the page's call finds them drawn."""
+    at = open_app()
+    assert [h.value for h in at.sidebar.header] == ["Filters"]
+    at.switch_page(page_script(page)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [h.value for h in at.sidebar.header] == ["Filters"]
+    assert at.sidebar.multiselect(key="f_teams").label == "Teams"
+    assert at.sidebar.date_input(key="f_dates").value
+    assert at.title
 
 
 def test_the_sidebar_filters_change_the_numbers(ledger):
