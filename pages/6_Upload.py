@@ -21,7 +21,7 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 
 st.title("Upload run history")
 if toast := st.session_state.pop("upload_toast", None):
-    st.toast(toast, icon=":material/check_circle:")
+    st.toast(toast, icon="✅")
 st.caption("A run CSV (the template below) or `sacct --parsable2` output. Runs are matched by run_id: "
            "re-importing a file changes nothing.")
 
