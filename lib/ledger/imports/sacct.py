@@ -257,11 +257,9 @@ def _job_line(lineno: int, cells: dict[str, str], jobs: dict[str, int], steps: l
         rows.append(row)
 
 
-def _sacct_row(lineno: int, job: str, cells: defaultdict[str, str], report: ImportReport) -> dict | None:
-    """The run row of job `job` on `lineno` (with '_jobid' and '_partition' for _resolve); None when a
-    field has an error (reported) or the job has no GPUs (counted in skipped)."""
-    errors_before = len(report.errors)
-
+def _times_and_hours(lineno: int, cells: defaultdict[str, str], report: ImportReport) -> tuple:
+    """({submit, eligible, start, end}: UTC datetime or None, Elapsed in hours, Timelimit in hours or
+    None when unlimited); a malformed field is reported (its value is then None)."""
     def bad(name, value, message):
         report.errors.append(_err(lineno, name, value, message))
 
@@ -284,6 +282,18 @@ def _sacct_row(lineno: int, job: str, cells: defaultdict[str, str], report: Impo
             limit_h = _slurm_duration_h(limit_text)
         except ValueError:
             bad("timelimit", limit_text, "not a valid time limit (like 1-00:00:00, UNLIMITED)")
+    return times, elapsed_h, limit_h
+
+
+def _sacct_row(lineno: int, job: str, cells: defaultdict[str, str], report: ImportReport) -> dict | None:
+    """The run row of job `job` on `lineno` (with '_jobid' and '_partition' for _resolve); None when a
+    field has an error (reported) or the job has no GPUs (counted in skipped)."""
+    errors_before = len(report.errors)
+    times, elapsed_h, limit_h = _times_and_hours(lineno, cells, report)
+
+    def bad(name, value, message):
+        report.errors.append(_err(lineno, name, value, message))
+
     gpus = None
     tres_field = "alloctres" if cells["alloctres"] else "reqtres"
     try:
