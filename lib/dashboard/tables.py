@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lib.gate.terms import FORMULA_START, neutralise  # noqa: F401
+from lib.gate.terms import neutralise
 
 
 def safe_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from lib.gate.estimate import estimate_request
 from lib.gate.reasons import in_order, reason
 from lib.gate.request import validate
 from lib.gate.stopping import fingerprint
-from lib.gate.terms import BUDGET_BASES as BASES, checked_number, next_month_start, utcnow  # noqa: F401
+from lib.gate.terms import checked_number, next_month_start, utcnow
 
 
 def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from lib.gate.contracts import Reason, Request, StopPolicy
 from lib.gate.reasons import reason
-from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem, utcnow  # noqa: F401
+from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem
 
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
 

@@ -13,8 +13,7 @@ import json
 
 from lib.gate.contracts import StopPolicy
 from lib.gate.request import validate_stop_policy
-from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
-                            COMPLETE_STOPS, INCOMPLETE_STOPS, STOP_REASONS)
+from lib.gate.terms import COMPLETE_STOPS, INCOMPLETE_STOPS
 
 
 def fingerprint(obj) -> str | None:

@@ -1,8 +1,7 @@
 """The `runs` columns an import can supply, grouped by the kind of value each holds."""
 from __future__ import annotations
 
-from lib.gate.request import CAPACITIES, KINDS
-from lib.gate.stopping import ARTIFACT_STATUSES, STOP_REASONS
+from lib.gate.terms import ARTIFACT_STATUSES, CAPACITIES, KINDS, STOP_REASONS
 
 MAX_TEXT_CHARS = 1000                      # longest text value accepted in a field (characters)
 

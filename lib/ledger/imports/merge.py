@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from lib.gate.terms import utcnow
 from lib.ledger.connection import transaction
 from lib.ledger.imports.columns import CSV_COLUMNS, REQUIRED_COLUMNS
 from lib.ledger.imports.report import Abort, ImportReport, RowErrors, Steps, _err
@@ -105,7 +106,7 @@ def check_and_write(cur, report: ImportReport, staged: Staged, create_teams: boo
 
     Any error (or dry_run) rolls the transaction back: report.errors then lists every error and the
     counts are zero (dry run: the counts and preview say what would have been written)."""
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     errors = staged.errors
     with contextlib.suppress(Abort), transaction(cur):
         steps(0.5, "comparing with the ledger")

@@ -33,6 +33,7 @@ from pathlib import Path
 from lib.ledger.imports.columns import ENUMS, MAX_TEXT_CHARS
 from lib.ledger.imports.merge import Staged, check_and_write
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _err
+from lib.gate.terms import naive_utc
 
 XDMOD_FIELDS = [
     "jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "gid", "user", "uid",
@@ -102,9 +103,7 @@ def _slurm_duration_h(text: str) -> float | None:
 def _slurm_time(text: str) -> dt.datetime | None:
     if text.strip().lower() in _NEVER:
         return None
-    value = dt.datetime.fromisoformat(text.strip())
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    value = naive_utc(text.strip())
     if not dt.datetime(2000, 1, 1) <= value < dt.datetime(2100, 1, 1):
         raise ValueError(text)
     return value
