@@ -219,24 +219,3 @@ def serve_app(db_path, log_path, timeout_s: float = 60.0):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@pytest.fixture
-def fresh_caches():
-    """Streamlit's caches outlive an AppTest inside one pytest process: each test starts clean."""
-    import streamlit as st
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
-
-
-@pytest.fixture
-def ledger(tmp_path, monkeypatch, fresh_caches):
-    """A 300-run ledger in tmp_path that the app reads through $GATE_DB (no demo build): (path, now)."""
-    path = tmp_path / "gate.duckdb"
-    now = fill_ledger(path, n_runs=300)
-    monkeypatch.setenv("GATE_DB", str(path))
-    monkeypatch.setenv("GATE_DEMO", "0")
-    return path, now

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta
 
-NOW = datetime(2026, 12, 2, 12, 0)
+NOW = datetime(2026, 12, 15, 12, 0)  # mid-month: month-to-date and next-period rules both have room
 
 POLICY = {
     "team": "vision", "reserved_gpus": 16, "retraining_reserved_gpus": 4, "max_gpus_per_job": 8,

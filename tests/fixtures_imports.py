@@ -9,7 +9,7 @@ TEAMS = {"vision": ["spot"], "nlp": []}
 TABLES = ["meta", "teams", "snapshots", "runs", "pilots", "decisions"]
 
 
-def make_ledger(tmp_path: Path, teams=TEAMS) -> Path:
+def make_import_ledger(tmp_path: Path, teams=TEAMS) -> Path:
     db = tmp_path / "ledger.duckdb"
     with open_ledger(db) as con:
         for team, partitions in teams.items():

@@ -38,7 +38,7 @@ def job(**changes) -> dict:
     return out
 
 
-def make_ledger(path) -> Path:
+def make_slurm_ledger(path) -> Path:
     """A new ledger file at `path` with the teams and snapshots of data/teams.toml."""
     from lib.ledger.connection import open_ledger
     from lib.ledger.teams_file import sync_teams

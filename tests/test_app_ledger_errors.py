@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import SCHEMA_VERSION, open_ledger
-from tests.fixtures_app import ROOT, page_script, fill_ledger, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
+from tests.fixtures_app import ROOT, fill_ledger, page_script, run_count
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if",
          "recovery_planner", "upload", "stops_promotion"]
@@ -113,8 +113,8 @@ class Holder:
         self.proc.communicate("\n", timeout=20)
 
 
-def test_every_page_says_the_ledger_is_busy_while_another_process_holds_it(ledger, monkeypatch):
-    path, _ = ledger
+def test_every_page_says_the_ledger_is_busy_while_another_process_holds_it(page_ledger, monkeypatch):
+    path, _ = page_ledger
     monkeypatch.setenv("GATE_TIMEOUT_S", "0.2")
     holder = Holder(path)
     try:
@@ -143,8 +143,8 @@ def checked_upload(now) -> AppTest:
     return at
 
 
-def test_an_import_into_a_ledger_held_by_another_process_says_so_and_writes_nothing(ledger, monkeypatch):
-    path, now = ledger
+def test_an_import_into_a_ledger_held_by_another_process_says_so_and_writes_nothing(page_ledger, monkeypatch):
+    path, now = page_ledger
     monkeypatch.setenv("GATE_TIMEOUT_S", "0.2")
     before = run_count(path)
     at = checked_upload(now)
@@ -159,8 +159,8 @@ def test_an_import_into_a_ledger_held_by_another_process_says_so_and_writes_noth
     assert run_count(path) == before
 
 
-def test_an_import_that_fails_unexpectedly_says_so_as_text_and_writes_nothing(ledger):
-    path, now = ledger
+def test_an_import_that_fails_unexpectedly_says_so_as_text_and_writes_nothing(page_ledger):
+    path, now = page_ledger
     before = run_count(path)
     at = checked_upload(now)
     with open_ledger(path) as con:  # the ledger changes under the page between check and import

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import check_request
-from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, page_script, fresh_caches, ledger, run_count  # noqa: F401 (fixtures)
+from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, page_script, run_count
 
 PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
@@ -48,7 +48,7 @@ def good_rows(now: dt.datetime) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_without_exception(ledger, page):
+def test_every_page_renders_without_exception(page_ledger, page):
     at = open_app(page)
     assert not at.exception, [e.value for e in at.exception]
     assert at.title, f"{page} shows no title"
@@ -56,7 +56,7 @@ def test_every_page_renders_without_exception(ledger, page):
 
 
 @pytest.mark.parametrize("page", list(PAGE_SCRIPTS))
-def test_every_page_draws_the_shared_frame_once_after_switch_page(ledger, page):
+def test_every_page_draws_the_shared_frame_once_after_switch_page(page_ledger, page):
     """AppTest starts every run in Streamlit's classic multipage mode (pages/ beside app.py), where
     switch_page runs the page script without app.py: the page's own ui.frame() draws the filters,
     and through app.py (the first run) the page's call finds them drawn."""
@@ -70,7 +70,7 @@ def test_every_page_draws_the_shared_frame_once_after_switch_page(ledger, page):
     assert at.title
 
 
-def test_the_sidebar_filters_change_the_numbers(ledger):
+def test_the_sidebar_filters_change_the_numbers(page_ledger):
     at = open_app("overview")
     everyone = metric(at, "Reserved GPU-hours")
     at.sidebar.multiselect(key="f_teams").set_value(["speech"]).run()
@@ -85,7 +85,7 @@ def test_the_sidebar_filters_change_the_numbers(ledger):
     assert teams_shown == {"speech"}
 
 
-def test_an_empty_period_says_what_to_do(ledger):
+def test_an_empty_period_says_what_to_do(page_ledger):
     at = open_app("overview")
     at.sidebar.date_input(key="f_dates").set_value((dt.date(2001, 1, 1), dt.date(2001, 1, 31))).run()
     assert not at.exception
@@ -112,8 +112,8 @@ def shown_request(at: AppTest) -> dict:
 
 
 @pytest.mark.parametrize("budget,estimate,gpus", [(60.0, 20.0, 2), (5.0, 20.0, 2), (60.0, 20.0, 64)])
-def test_what_if_gives_the_decision_python_m_lib_check_gives(ledger, tmp_path, budget, estimate, gpus):
-    path, _ = ledger
+def test_what_if_gives_the_decision_python_m_lib_check_gives(page_ledger, tmp_path, budget, estimate, gpus):
+    path, _ = page_ledger
     at = open_app("what_if")
     fill_what_if(at, budget=budget, estimate=estimate, gpus=gpus)
     request = shown_request(at)
@@ -131,7 +131,7 @@ def test_what_if_gives_the_decision_python_m_lib_check_gives(ledger, tmp_path, b
     assert check_request(request, db=path)["state"] == cli_decision["state"]
 
 
-def test_the_what_if_result_stays_until_the_inputs_change(ledger):
+def test_the_what_if_result_stays_until_the_inputs_change(page_ledger):
     at = open_app("what_if")
     fill_what_if(at)
     assert any(a.value.startswith("Decision:") for a in [*at.success, *at.warning, *at.error])
@@ -141,8 +141,8 @@ def test_the_what_if_result_stays_until_the_inputs_change(ledger):
     assert not any(a.value.startswith("Decision:") for a in [*at.success, *at.warning, *at.error])
 
 
-def test_an_upload_with_one_bad_line_shows_the_error_and_writes_nothing(ledger):
-    path, now = ledger
+def test_an_upload_with_one_bad_line_shows_the_error_and_writes_nothing(page_ledger):
+    path, now = page_ledger
     before = run_count(path)
     data = upload_csv(now, [*good_rows(now), "up-3,speech,bogus,stable,4,10,stated,,,,,,,"])
     at = open_app("upload")
@@ -154,8 +154,8 @@ def test_an_upload_with_one_bad_line_shows_the_error_and_writes_nothing(ledger):
     assert run_count(path) == before
 
 
-def test_a_good_upload_lands_and_the_overview_changes(ledger):
-    path, now = ledger
+def test_a_good_upload_lands_and_the_overview_changes(page_ledger):
+    path, now = page_ledger
     before = run_count(path)
     at = open_app("overview")
     at.sidebar.multiselect(key="f_teams").set_value(["speech"]).run()
@@ -172,8 +172,8 @@ def test_a_good_upload_lands_and_the_overview_changes(ledger):
     assert metric(at, "Reserved GPU-hours") != reserved_before
 
 
-def test_user_text_is_shown_as_text(ledger):
-    path, _ = ledger
+def test_user_text_is_shown_as_text(page_ledger):
+    path, _ = page_ledger
     with open_ledger(path) as con:
         con.execute("INSERT INTO teams (team, reserved_gpus, max_gpus_per_job, max_gpu_mem_gb, max_runtime_hours, "
                     "monthly_budget_gpu_hours, policy_version) VALUES ('<b>evil</b> [x](http://e)', 1, 1, 1, 1, 1, 'v')")
@@ -202,8 +202,8 @@ def test_without_demo_an_empty_ledger_says_what_to_do(tmp_path, monkeypatch):
         assert at.info, f"{page} shows no empty-state message"
 
 
-def test_what_if_from_pilot_numbers_matches_check_request(ledger):
-    path, _ = ledger
+def test_what_if_from_pilot_numbers_matches_check_request(page_ledger):
+    path, _ = page_ledger
     at = open_app("what_if")
     at.selectbox(key="wi_team").set_value("speech")
     at.text_input(key="wi_data_snapshot").set_value("speech-asr-multilingual-v3")

@@ -11,7 +11,8 @@ from lib.dashboard.filters import Filters
 from lib.gate.capacity import capacity_fit
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.service import submit_request
-from tests.fixtures_ledger import NOW, tiny_ledger, tiny_request  # noqa: F401  (fixture)
+from tests.fixtures_gate import NOW
+from tests.fixtures_ledger import tiny_request
 
 H = dt.timedelta(hours=1)
 

@@ -7,38 +7,39 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 
 import duckdb
 import pytest
 
 from lib.ledger.service import submit_request
-from tests.fixtures_ledger import (NOW, REPO, counts, demo_template, ledger, query,  # noqa: F401
-                                   request, run_cli, tiny_ledger, tiny_request, write_json)
+from tests.fixtures_gate import NOW
+from tests.fixtures_ledger import REPO, counts, demo_request, query, run_cli, tiny_request, write_json
 
 AT = ["--now", NOW.isoformat()]
 
 
-def test_check_prints_the_decision_and_writes_nothing(ledger, tmp_path):
-    before = counts(ledger)
-    p = run_cli("check", write_json(tmp_path / "r.json", request()), *AT, db=ledger)
+def test_check_prints_the_decision_and_writes_nothing(demo_ledger, tmp_path):
+    before = counts(demo_ledger)
+    p = run_cli("check", write_json(tmp_path / "r.json", demo_request()), *AT, db=demo_ledger)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["state"] == "admit" and d["run_id"] == "vision-test-0001"
     assert p.stdout == json.dumps(d, sort_keys=True, indent=2, ensure_ascii=False) + "\n"  # stable
     assert "nothing written" in p.stderr
-    assert counts(ledger) == before
+    assert counts(demo_ledger) == before
 
 
-def test_submit_from_stdin_records_and_says_so(ledger):
-    p = run_cli("submit", "-", *AT, db=ledger, stdin=json.dumps(request()))
+def test_submit_from_stdin_records_and_says_so(demo_ledger):
+    p = run_cli("submit", "-", *AT, db=demo_ledger, stdin=json.dumps(demo_request()))
     assert p.returncode == 0, p.stderr
     assert "reservation" in p.stderr
-    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
-    assert query(ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
+    assert query(demo_ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
+    assert query(demo_ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
 
 
-def test_defer_exits_1_with_the_reasons_on_stderr(ledger, tmp_path):
-    p = run_cli("submit", write_json(tmp_path / "r.json", request(budget_gpu_hours=1)), *AT, db=ledger)
+def test_defer_exits_1_with_the_reasons_on_stderr(demo_ledger, tmp_path):
+    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(budget_gpu_hours=1)), *AT, db=demo_ledger)
     assert p.returncode == 1
     assert json.loads(p.stdout)["reasons"][0]["code"] == "budget"
     assert "[budget]" in p.stderr
@@ -50,56 +51,56 @@ def test_defer_exits_1_with_the_reasons_on_stderr(ledger, tmp_path):
     ('{"x": NaN}', "not valid JSON"),
     ("[1, 2]", None),
 ])
-def test_bad_request_input_exits_2(ledger, body, needle):
-    before = counts(ledger)
-    p = run_cli("check", "-", db=ledger, stdin=body)
+def test_bad_request_input_exits_2(demo_ledger, body, needle):
+    before = counts(demo_ledger)
+    p = run_cli("check", "-", db=demo_ledger, stdin=body)
     assert p.returncode == 2
     if needle:
         assert needle in p.stderr
     else:
         assert json.loads(p.stdout)["state"] == "reject"
-    assert counts(ledger) == before
+    assert counts(demo_ledger) == before
 
 
-def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(ledger, tmp_path):
-    p = run_cli("submit", write_json(tmp_path / "r.json", request(team="marketing", gpus="two")),
-                *AT, db=ledger)
+def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(demo_ledger, tmp_path):
+    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(team="marketing", gpus="two")),
+                *AT, db=demo_ledger)
     assert p.returncode == 2
     fields = [r.get("field") for r in json.loads(p.stdout)["reasons"]]
     assert "gpus" in fields
-    p = run_cli("submit", write_json(tmp_path / "r.json", request(team="marketing")), *AT, db=ledger)
+    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(team="marketing")), *AT, db=demo_ledger)
     assert p.returncode == 2
     assert json.loads(p.stdout)["reasons"][0]["field"] == "team"
-    assert query(ledger, "SELECT count(*) FROM decisions WHERE origin = 'cli'") == [(2,)]
+    assert query(demo_ledger, "SELECT count(*) FROM decisions WHERE origin = 'cli'") == [(2,)]
 
 
-def test_a_submit_whose_answer_was_lost_is_retried_safely(ledger, tmp_path):
-    path = write_json(tmp_path / "r.json", request())
-    env = {**os.environ, "GATE_DB": str(ledger)}
+def test_a_submit_whose_answer_was_lost_is_retried_safely(demo_ledger, tmp_path):
+    path = write_json(tmp_path / "r.json", demo_request())
+    env = {**os.environ, "GATE_DB": str(demo_ledger)}
     lost = subprocess.Popen([sys.executable, "-m", "lib", "submit", str(path), *AT], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lost.stdout.close()  # the caller goes away before the answer: it never learns the decision
     err = lost.stderr.read()
     assert lost.wait(timeout=60) != 0, err
-    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
-    before = counts(ledger)
+    assert query(demo_ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
+    before = counts(demo_ledger)
 
-    retry = write_json(tmp_path / "retry.json", dict(reversed(list(request().items()))))
-    p = run_cli("submit", retry, "--now", "2026-06-15T12:02:00", db=ledger)
+    retry = write_json(tmp_path / "retry.json", dict(reversed(list(demo_request().items()))))
+    p = run_cli("submit", retry, "--now", (NOW + timedelta(minutes=2)).isoformat(), db=demo_ledger)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert (d["state"], d["replayed"], d["decided_at"]) == ("admit", True, "2026-06-15T12:00:00")
+    assert (d["state"], d["replayed"], d["decided_at"]) == ("admit", True, NOW.isoformat())
     assert "nothing new written" in p.stderr
-    p = run_cli("check", retry, "--now", "2026-06-15T12:02:00", db=ledger)
+    p = run_cli("check", retry, "--now", (NOW + timedelta(minutes=2)).isoformat(), db=demo_ledger)
     assert p.returncode == 0 and json.loads(p.stdout) == d
-    assert counts(ledger) == before
+    assert counts(demo_ledger) == before
 
-    p = run_cli("submit", write_json(tmp_path / "other.json", request(gpus=4)), *AT, db=ledger)
+    p = run_cli("submit", write_json(tmp_path / "other.json", demo_request(gpus=4)), *AT, db=demo_ledger)
     assert p.returncode == 2 and json.loads(p.stdout)["reasons"][0]["field"] == "run_id"
 
 
-def test_missing_request_file_exits_2(ledger, tmp_path):
-    p = run_cli("check", tmp_path / "nope.json", db=ledger)
+def test_missing_request_file_exits_2(demo_ledger, tmp_path):
+    p = run_cli("check", tmp_path / "nope.json", db=demo_ledger)
     assert p.returncode == 2 and "cannot read" in p.stderr
 
 
@@ -107,7 +108,7 @@ def test_finish_records_actuals_and_refuses_unknown_runs(tiny_ledger, tmp_path):
     assert run_cli("submit", write_json(tmp_path / "r.json", tiny_request(1)), *AT,
                    db=tiny_ledger).returncode == 0
     p = run_cli("finish", "tiny-001", "--actual-gpu-hours", "7.5", "--stop-reason", "wall-clock",
-                "--last-valid-checkpoint", "ckpt/step-400", "--ended-at", "2026-06-15T15:00:00",
+                "--last-valid-checkpoint", "ckpt/step-400", "--ended-at", (NOW + timedelta(hours=3)).isoformat(),
                 "--interruptions", "1", "--no-full-evaluation", db=tiny_ledger)
     assert p.returncode == 0, p.stderr
     assert "updated run tiny-001" in p.stderr
@@ -169,18 +170,18 @@ def test_demo_builds_a_ledger_where_db_or_gate_db_points(tmp_path):
     assert p.returncode == 2
 
 
-def test_import_of_bad_input_exits_2_and_writes_nothing(ledger, tmp_path):
-    before = counts(ledger)
+def test_import_of_bad_input_exits_2_and_writes_nothing(demo_ledger, tmp_path):
+    before = counts(demo_ledger)
     empty = tmp_path / "empty.csv"
     empty.write_bytes(b"")
-    p = run_cli("import", empty, db=ledger)
+    p = run_cli("import", empty, db=demo_ledger)
     assert p.returncode == 2, p.stderr
     assert "nothing written" in p.stderr
-    assert counts(ledger) == before
+    assert counts(demo_ledger) == before
 
 
-def test_a_request_nested_too_deeply_exits_2(ledger):
-    p = run_cli("check", "-", db=ledger, stdin="[" * 100_000 + "]" * 100_000)
+def test_a_request_nested_too_deeply_exits_2(demo_ledger):
+    p = run_cli("check", "-", db=demo_ledger, stdin="[" * 100_000 + "]" * 100_000)
     assert p.returncode == 2 and "nested too deeply" in p.stderr
 
 
@@ -190,14 +191,14 @@ def test_usage_errors_exit_2():
 
 
 @pytest.mark.parametrize("bug", [ValueError("a bug in the gate"), KeyError("estimate"), TypeError("bad operand")])
-def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(ledger, tmp_path, monkeypatch, capsys, bug):
+def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(demo_ledger, tmp_path, monkeypatch, capsys, bug):
     from lib import cli
     from lib.ledger import service
 
     def broken(*args, **kwargs):
         raise bug
     monkeypatch.setattr(service, "decide_in_ledger", broken)
-    code = cli.main(["--db", str(ledger), "check", str(write_json(tmp_path / "r.json", request())), *AT])
+    code = cli.main(["--db", str(demo_ledger), "check", str(write_json(tmp_path / "r.json", demo_request())), *AT])
     assert code == cli.EXIT_FAILURE == 3
     assert f"gate failure: {type(bug).__name__}" in capsys.readouterr().err
 

@@ -15,8 +15,8 @@ import pytest
 
 from lib.ledger.connection import LedgerLocked
 from lib.ledger.service import submit_request, writer_turn
-from tests.fixtures_ledger import (NOW, REPO, counts, query, run_cli, tiny_ledger,  # noqa: F401
-                                   tiny_request, write_json)
+from tests.fixtures_gate import NOW
+from tests.fixtures_ledger import REPO, counts, query, run_cli, tiny_request, write_json
 
 pytestmark = pytest.mark.slow
 

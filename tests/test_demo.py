@@ -8,7 +8,8 @@ import pytest
 from lib.ledger.demo import build_demo, ensure_demo_history
 from lib.gate.reasons import CODES
 from lib.ledger.service import STOP_REASONS
-from tests.fixtures_ledger import NOW, counts, demo_template, ledger, query  # noqa: F401
+from tests.fixtures_gate import NOW
+from tests.fixtures_ledger import counts, query
 
 RUNS_SQL = "SELECT * EXCLUDE (updated_at) FROM runs ORDER BY run_id"
 
@@ -126,19 +127,19 @@ def test_deferred_decisions_carry_known_reason_codes(big_demo):
     assert later > 0  # deferred first, admitted later under the same run ID
 
 
-def test_rebuild_replaces_the_demo_and_keeps_other_rows(ledger):
+def test_rebuild_replaces_the_demo_and_keeps_other_rows(demo_ledger):
     from lib.ledger.service import submit_request
-    from tests.fixtures_ledger import request
-    submit_request(request(), db=ledger, now=NOW)
-    before = counts(ledger)
-    c = build_demo(ledger, runs=300, seed=7, now=NOW)
+    from tests.fixtures_ledger import demo_request as request
+    submit_request(request(), db=demo_ledger, now=NOW)
+    before = counts(demo_ledger)
+    c = build_demo(demo_ledger, runs=300, seed=7, now=NOW)
     assert c["deleted_runs"] == 300
-    assert counts(ledger) == before
-    assert query(ledger, "SELECT source FROM runs WHERE run_id = 'vision-test-0001'") == [("submit",)]
+    assert counts(demo_ledger) == before
+    assert query(demo_ledger, "SELECT source FROM runs WHERE run_id = 'vision-test-0001'") == [("submit",)]
 
 
-def test_ensure_demo_history_only_fills_an_empty_ledger(ledger, tmp_path):
-    assert ensure_demo_history(ledger) is False
+def test_ensure_demo_history_only_fills_an_empty_ledger(demo_ledger, tmp_path):
+    assert ensure_demo_history(demo_ledger) is False
     fresh = tmp_path / "fresh.duckdb"
     assert ensure_demo_history(fresh, runs=100, now=NOW) is True
     assert counts(fresh)["runs"] == 100

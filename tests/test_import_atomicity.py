@@ -12,13 +12,13 @@ import pytest
 
 from lib.ledger.imports import import_runs
 from lib.ledger.connection import open_ledger
-from tests.fixtures_imports import GOOD, HEADER, dump, make_ledger
+from tests.fixtures_imports import GOOD, HEADER, dump, make_import_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_one_bad_row_among_many_writes_nothing(tmp_path):
-    db = make_ledger(tmp_path)
+    db = make_import_ledger(tmp_path)
     import_runs(GOOD.encode(), db=db)
     before = dump(db)
     rows = "".join(f"a{i},nlp,exploratory,1,1,,,,\n" for i in range(5000))
@@ -29,7 +29,7 @@ def test_one_bad_row_among_many_writes_nothing(tmp_path):
 
 def test_failure_during_the_write_rolls_back(tmp_path, monkeypatch):
     """A crash inside the transaction (here: after teams were created) leaves nothing behind."""
-    db = make_ledger(tmp_path)
+    db = make_import_ledger(tmp_path)
     before = dump(db)
     import lib.ledger.imports as importer
     calls = []
@@ -55,7 +55,7 @@ def _big_csv(path: Path, rows: int) -> None:
 
 @pytest.mark.slow
 def test_kill_mid_import_leaves_all_or_nothing(tmp_path):
-    db = make_ledger(tmp_path)
+    db = make_import_ledger(tmp_path)
     import_runs(GOOD.encode(), db=db)
     before = dump(db)
     big = tmp_path / "big.csv"

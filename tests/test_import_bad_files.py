@@ -11,15 +11,11 @@ import gzip
 import pytest
 
 from lib.ledger.imports import CSV_COLUMNS, MAX_ERRORS, import_runs
-from tests.fixtures_imports import HEADER, dump, make_ledger
+from tests.fixtures_imports import HEADER, dump
 from tests.fixtures_ledger import run_cli
 
 ROW = "r{i},vision,production,2,10,9.5,2024-05-01T10:00:00Z,2024-05-01T15:00:00Z,a"
 
-
-@pytest.fixture
-def db(tmp_path):
-    return make_ledger(tmp_path)
 
 
 def _rows(n: int) -> list[str]:
@@ -44,32 +40,32 @@ def write_template_rows(path, n: int, bad: dict[int, tuple[str, str]]) -> None:
             f.write(",".join(cells[c] for c in cols) + "\n")
 
 
-def test_bad_cells_in_a_300k_row_file_are_reported_at_their_own_lines_every_time(db, tmp_path):
+def test_bad_cells_in_a_300k_row_file_are_reported_at_their_own_lines_every_time(import_ledger, tmp_path):
     bad = {100001: ("ended_at", "2025-13-45 25:61:00"), 150001: ("kind", "exploratry"),
            200001: ("gpus", "2.5"), 250001: ("actual_gpu_hours", "-3.5"), 299999: ("job_name", "x\x00y")}
     path = tmp_path / "big.csv"
     write_template_rows(path, 300_000, bad)
-    before = dump(db)
+    before = dump(import_ledger)
     for _ in range(3):      # the reader is parallel: the answer must not depend on its schedule
-        r = import_runs(path, db=db)
+        r = import_runs(path, db=import_ledger)
         assert not r.written and r.inserted == 0
         assert [(e["line"], e["column"], e["value"]) for e in r.errors] == [
             (line, col, value) for line, (col, value) in sorted(bad.items())]
-    assert dump(db) == before
+    assert dump(import_ledger) == before
 
 
-def test_a_cell_that_fails_its_cast_is_never_stored_as_empty(db, tmp_path):
+def test_a_cell_that_fails_its_cast_is_never_stored_as_empty(import_ledger, tmp_path):
     path = tmp_path / "big.csv"
     write_template_rows(path, 120_000, {60001: ("ended_at", "2025-13-45 25:61:00")})
-    r = import_runs(path, db=db)
+    r = import_runs(path, db=import_ledger)
     assert [(e["line"], e["column"]) for e in r.errors] == [(60001, "ended_at")]
     assert not r.written
 
 
-def test_the_count_of_errors_not_listed_is_the_true_count(db):
+def test_the_count_of_errors_not_listed_is_the_true_count(import_ledger):
     n = 5 * MAX_ERRORS
     text = HEADER + "\n" + "\n".join(ROW.format(i=i).replace("production", "prod") for i in range(n)) + "\n"
-    r = import_runs(text.encode(), db=db)
+    r = import_runs(text.encode(), db=import_ledger)
     assert len(r.errors) == MAX_ERRORS + 1
     assert r.errors[-1]["message"] == f"... and {n - MAX_ERRORS} more errors not listed (fix these first)"
 
@@ -98,48 +94,48 @@ def _bad_file_cases():
 
 
 @pytest.mark.parametrize("name", list(_bad_file_cases()))
-def test_a_file_no_csv_reader_takes_exits_2_with_a_line(db, tmp_path, name):
+def test_a_file_no_csv_reader_takes_exits_2_with_a_line(import_ledger, tmp_path, name):
     data, line, needle = _bad_file_cases()[name]
     path = tmp_path / "bad.csv"
     path.write_bytes(data)
-    before = dump(db)
-    p = run_cli("import", path, db=db)
+    before = dump(import_ledger)
+    p = run_cli("import", path, db=import_ledger)
     assert p.returncode == 2, p.stderr
     assert "gate failure" not in p.stderr and "Traceback" not in p.stderr
     assert p.stderr.startswith(f"line {line},"), p.stderr[:300]
     assert needle in p.stderr.splitlines()[0]
-    assert dump(db) == before
+    assert dump(import_ledger) == before
 
 
-def test_nul_bytes_in_text_cells_are_refused(db):
+def test_nul_bytes_in_text_cells_are_refused(import_ledger):
     text = (HEADER + "\n" + ROW.format(i=0) + "\n" + "r\x001,vision,production,2,1,,,,a\x00b\n").encode()
-    r = import_runs(text, db=db)
+    r = import_runs(text, db=import_ledger)
     assert [(e["line"], e["column"]) for e in r.errors] == [(3, "run_id"), (3, "job_name")]
     assert all("NUL" in e["message"] for e in r.errors)
 
 
-def test_an_unclosed_quote_is_reported_where_it_opens_and_the_line_walk_stays_bounded(db, tmp_path):
+def test_an_unclosed_quote_is_reported_where_it_opens_and_the_line_walk_stays_bounded(import_ledger, tmp_path):
     rows = _rows(40_000)
     rows[1] = rows[1].replace(",a", ',"a')           # line 3: the rest of the file is inside this quote
     rows[30_000] = rows[30_000].replace("production", "prod")
     path = tmp_path / "unclosed.csv"
     path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
-    r = import_runs(path, db=db)
+    r = import_runs(path, db=import_ledger)
     assert not r.written
     assert r.errors[0]["line"] == 3 and "not closed" in r.errors[0]["message"]
 
 
-def test_a_duplicate_after_a_multi_line_record_names_the_right_line(db):
+def test_a_duplicate_after_a_multi_line_record_names_the_right_line(import_ledger):
     rows = _rows(8)
     rows[2] = rows[2].replace(",a", ',"two\nlines"')   # lines 4-5
     rows[6] = rows[6].replace("r6", "r1")              # line 9, first seen on line 3
-    r = import_runs((HEADER + "\n" + "\n".join(rows) + "\n").encode(), db=db)
+    r = import_runs((HEADER + "\n" + "\n".join(rows) + "\n").encode(), db=import_ledger)
     assert [(e["line"], e["message"]) for e in r.errors] == [(9, "duplicate run_id: also on line 3")]
 
 
-def test_an_upper_case_or_padded_header_gives_one_error_per_column(db):
+def test_an_upper_case_or_padded_header_gives_one_error_per_column(import_ledger):
     header = HEADER.replace("run_id", " run_id ").replace("team", "TEAM")
-    r = import_runs((header + "\n" + ROW.format(i=0) + "\n").encode(), db=db)
+    r = import_runs((header + "\n" + ROW.format(i=0) + "\n").encode(), db=import_ledger)
     assert [(e["line"], e["column"], e["value"]) for e in r.errors] == [(1, "run_id", " run_id "),
                                                                        (1, "team", "TEAM")]
     assert "must be written 'run_id'" in r.errors[0]["message"]

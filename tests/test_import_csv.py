@@ -6,79 +6,75 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.ledger.imports import CSV_COLUMNS, import_runs
-from tests.fixtures_imports import GOOD, HEADER, dump, make_ledger, runs
+from tests.fixtures_imports import GOOD, HEADER, dump, make_import_ledger, runs
 
 
-@pytest.fixture
-def db(tmp_path):
-    return make_ledger(tmp_path)
 
-
-def test_template_imports(db):
+def test_template_imports(import_ledger):
     from pathlib import Path
     template = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
     assert template.read_text().splitlines()[0].split(",") == CSV_COLUMNS
-    r = import_runs(template, db=db, create_teams=True)
+    r = import_runs(template, db=import_ledger, create_teams=True)
     assert r.errors == [] and r.inserted == 3 and r.written
     assert set(r.teams_created) == {"recsys"}
 
 
-def test_import_then_reimport_changes_nothing(db):
-    r = import_runs(GOOD.encode(), db=db)
+def test_import_then_reimport_changes_nothing(import_ledger):
+    r = import_runs(GOOD.encode(), db=import_ledger)
     assert (r.inserted, r.updated, r.unchanged, r.errors) == (2, 0, 0, [])
     assert r.preview is not None and list(r.preview.run_id) == ["r1", "r2"]
-    before = dump(db)
-    r = import_runs(GOOD.encode(), db=db)
+    before = dump(import_ledger)
+    r = import_runs(GOOD.encode(), db=import_ledger)
     assert (r.inserted, r.updated, r.unchanged) == (0, 0, 2)
-    assert dump(db) == before
+    assert dump(import_ledger) == before
 
 
-def test_changed_row_counts_updated_and_empty_cells_keep_ledger_values(db):
-    import_runs(GOOD.encode(), db=db)
+def test_changed_row_counts_updated_and_empty_cells_keep_ledger_values(import_ledger):
+    import_runs(GOOD.encode(), db=import_ledger)
     # a file of actuals only: estimate column absent, job_name empty -> both kept
     actuals = ("run_id,team,kind,gpus,actual_gpu_hours,ended_at,job_name,stop_reason\n"
                "r2,nlp,exploratory,1,3.5,2024-05-02T14:00:00Z,,completed\n"
                "r1,vision,production,2,,,,\n")
-    r = import_runs(actuals.encode(), db=db)
+    r = import_runs(actuals.encode(), db=import_ledger)
     assert (r.inserted, r.updated, r.unchanged, r.errors) == (0, 1, 1, [])
-    row = runs(db)["r2"]
+    row = runs(import_ledger)["r2"]
     assert row["estimated_gpu_hours"] == 4 and row["estimate_source"] == "stated"
     assert row["actual_gpu_hours"] == 3.5 and row["job_name"] == "b" and row["stop_reason"] == "completed"
     assert row["source"] == "csv"
 
 
-def test_an_empty_capacity_cell_takes_the_documented_default_for_a_new_run(db):
+def test_an_empty_capacity_cell_takes_the_documented_default_for_a_new_run(import_ledger):
     data = ("run_id,team,kind,gpus,capacity\n"
             "c1,vision,production,2,\n"
             "c2,vision,production,2,preemptible\n")
-    r = import_runs(data.encode(), db=db)
+    r = import_runs(data.encode(), db=import_ledger)
     assert (r.inserted, r.errors) == (2, [])
-    assert runs(db)["c1"]["capacity"] == "stable" and runs(db)["c2"]["capacity"] == "preemptible"
+    assert runs(import_ledger)["c1"]["capacity"] == "stable" and runs(import_ledger)["c2"]["capacity"] == "preemptible"
 
 
-def test_bom_crlf_quoted_commas_and_newlines(db):
+def test_bom_crlf_quoted_commas_and_newlines(import_ledger):
     data = ("\ufeff" + HEADER + "\r\n"
             'q1,vision,production,2,1,,,,"a, b\r\nsecond line"\r\n'
             'q2,vision,production,2,1,,,,"say ""hi"""\r\n').encode("utf-8")
-    r = import_runs(data, db=db)
+    r = import_runs(data, db=import_ledger)
     assert r.errors == [] and r.inserted == 2
-    assert runs(db)["q1"]["job_name"] == "a, b\r\nsecond line"
-    assert runs(db)["q2"]["job_name"] == 'say "hi"'
+    assert runs(import_ledger)["q1"]["job_name"] == "a, b\r\nsecond line"
+    assert runs(import_ledger)["q2"]["job_name"] == 'say "hi"'
 
 
-def test_utc_offsets_are_converted(db):
+def test_utc_offsets_are_converted(import_ledger):
     data = HEADER + "\nz1,vision,production,2,1,,2024-05-01T12:00:00+02:00,2024-05-01T11:00:00Z,\n"
-    assert import_runs(data.encode(), db=db).errors == []
-    row = runs(db)["z1"]
+    assert import_runs(data.encode(), db=import_ledger).errors == []
+    row = runs(import_ledger)["z1"]
     assert str(row["started_at"]) == "2024-05-01 10:00:00"
 
 
-def _one_bad(db, text: bytes):
-    before = dump(db)
-    r = import_runs(text, db=db)
+def _one_bad(import_ledger, text: bytes):
+    before = dump(import_ledger)
+    r = import_runs(text, db=import_ledger)
     assert r.errors, "expected an error"
     assert not r.written and (r.inserted, r.updated, r.unchanged) == (0, 0, 0)
-    assert dump(db) == before
+    assert dump(import_ledger) == before
     return r.errors
 
 
@@ -117,9 +113,9 @@ BAD_CASES = [
 
 
 @pytest.mark.parametrize("name,data,line,column,value,text", BAD_CASES, ids=[c[0] for c in BAD_CASES])
-def test_bad_input_is_reported_and_ledger_unchanged(db, name, data, line, column, value, text):
-    import_runs(GOOD.replace("r1,", "base1,").replace("r2,", "base2,").encode(), db=db)
-    errors = _one_bad(db, data)
+def test_bad_input_is_reported_and_ledger_unchanged(import_ledger, name, data, line, column, value, text):
+    import_runs(GOOD.replace("r1,", "base1,").replace("r2,", "base2,").encode(), db=import_ledger)
+    errors = _one_bad(import_ledger, data)
     hit = [e for e in errors if e["line"] == line and e["column"] == column and text in e["message"]]
     assert hit, errors
     if value is not None:
@@ -127,65 +123,65 @@ def test_bad_input_is_reported_and_ledger_unchanged(db, name, data, line, column
     assert all(set(e) == {"line", "column", "value", "message"} for e in errors)
 
 
-def test_all_errors_listed_not_just_the_first(db):
+def test_all_errors_listed_not_just_the_first(import_ledger):
     data = HEADER + "\n" + "".join(f"x{i},nlp,exploratory,-{i + 1},1,,,,\n" for i in range(5))
-    errors = _one_bad(db, data.encode())
+    errors = _one_bad(import_ledger, data.encode())
     assert [e["line"] for e in errors] == [2, 3, 4, 5, 6]
 
 
-def test_error_list_is_capped_with_a_summary(db):
+def test_error_list_is_capped_with_a_summary(import_ledger):
     data = HEADER + "\n" + "".join(f"x{i},nlp,exploratory,-1,1,,,,\n" for i in range(1500))
-    errors = _one_bad(db, data.encode())
+    errors = _one_bad(import_ledger, data.encode())
     assert len(errors) == 1001 and errors[-1]["line"] is None and "500 more" in errors[-1]["message"]
 
 
-def test_line_numbers_count_quoted_newlines(db):
+def test_line_numbers_count_quoted_newlines(import_ledger):
     data = (HEADER + "\n"
             'm1,nlp,exploratory,1,1,,,,"one\ntwo\nthree"\n'
             "m2,nlp,exploratory,-1,1,,,,\n")
-    errors = _one_bad(db, data.encode())
+    errors = _one_bad(import_ledger, data.encode())
     assert errors[0]["line"] == 5 and errors[0]["column"] == "gpus"
 
 
-def test_formula_html_and_sql_are_stored_as_plain_text(db):
+def test_formula_html_and_sql_are_stored_as_plain_text(import_ledger):
     texts = ["=HYPERLINK(\"http://x\")", "+1+2", "-3", "@SUM(A1)", "<script>alert(1)</script>",
              "x'); DROP TABLE runs; --"]
     body = "".join(f'f{i},nlp,exploratory,1,1,,,,"{t.replace(chr(34), chr(34) * 2)}"\n' for i, t in enumerate(texts))
-    r = import_runs((HEADER + "\n" + body).encode(), db=db)
+    r = import_runs((HEADER + "\n" + body).encode(), db=import_ledger)
     assert r.errors == []
-    stored = runs(db)
+    stored = runs(import_ledger)
     assert [stored[f"f{i}"]["job_name"] for i in range(len(texts))] == texts
 
 
-def test_unknown_team_created_on_request(db):
+def test_unknown_team_created_on_request(import_ledger):
     data = GOOD + "r3,ghosts,exploratory,1,1,,,,\nr4,ghosts,exploratory,1,1,,,,\n"
-    r = import_runs(data.encode(), db=db, create_teams=True)
+    r = import_runs(data.encode(), db=import_ledger, create_teams=True)
     assert r.errors == [] and r.teams_created == ["ghosts"] and r.inserted == 4
     from lib.ledger.connection import open_ledger
-    with open_ledger(db, read_only=True) as con:
+    with open_ledger(import_ledger, read_only=True) as con:
         team = con.execute("SELECT max_gpus_per_job, monthly_budget_gpu_hours, policy_version FROM teams "
                            "WHERE team = 'ghosts'").fetchone()
     assert team == (0, 0.0, "import-placeholder")
 
 
-def test_dry_run_previews_and_writes_nothing(db):
-    before = dump(db)
-    r = import_runs(GOOD.encode(), db=db, dry_run=True)
+def test_dry_run_previews_and_writes_nothing(import_ledger):
+    before = dump(import_ledger)
+    r = import_runs(GOOD.encode(), db=import_ledger, dry_run=True)
     assert r.errors == [] and r.inserted == 2 and not r.written and len(r.preview) == 2
-    assert dump(db) == before
+    assert dump(import_ledger) == before
 
 
-def test_progress_is_reported(db):
+def test_progress_is_reported(import_ledger):
     seen = []
-    import_runs(GOOD.encode(), db=db, progress=lambda f, m: seen.append((f, m)))
+    import_runs(GOOD.encode(), db=import_ledger, progress=lambda f, m: seen.append((f, m)))
     fractions = [f for f, _ in seen]
     assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
 
 
-def test_size_limit(db, monkeypatch):
+def test_size_limit(import_ledger, monkeypatch):
     import lib.ledger.imports as importer
     monkeypatch.setattr(importer, "MAX_IMPORT_BYTES", 100)
-    errors = _one_bad(db, (GOOD * 3).encode())
+    errors = _one_bad(import_ledger, (GOOD * 3).encode())
     assert "larger than the import limit" in errors[0]["message"]
 
 
@@ -196,25 +192,25 @@ _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_c
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(job=_text, snap=_text)
 def test_random_text_round_trips(tmp_path_factory, job, snap):
-    db = make_ledger(tmp_path_factory.mktemp("h"))
+    import_ledger = make_import_ledger(tmp_path_factory.mktemp("h"))
     q = lambda s: '"' + s.replace('"', '""') + '"'  # noqa: E731
     data = f"run_id,team,kind,gpus,job_name,data_snapshot\nh1,nlp,exploratory,1,{q(job)},{q(snap)}\n"
-    r = import_runs(data.encode("utf-8"), db=db)
+    r = import_runs(data.encode("utf-8"), db=import_ledger)
     assert r.errors == []
-    row = runs(db)["h1"]
+    row = runs(import_ledger)["h1"]
     assert (row["job_name"], row["data_snapshot"]) == (job, snap)
 
 
-def test_an_import_may_add_actuals_to_an_admitted_run_but_never_change_what_was_judged(db):
+def test_an_import_may_add_actuals_to_an_admitted_run_but_never_change_what_was_judged(import_ledger):
     from lib.ledger.connection import open_ledger
-    with open_ledger(db) as con:  # a reservation as lib.ledger.service.submit_request records it
+    with open_ledger(import_ledger) as con:  # a reservation as lib.ledger.service.submit_request records it
         con.execute("INSERT INTO runs (run_id, team, kind, gpus, reserved_gpu_hours, source, updated_at) "
                     "VALUES ('adm-1', 'vision', 'production', 2, 10.0, 'submit', now())").fetchall()
-    before = dump(db)
+    before = dump(import_ledger)
     moved = "run_id,team,kind,gpus\nadm-1,nlp,production,64\n"
-    r = import_runs(moved.encode(), db=db)
+    r = import_runs(moved.encode(), db=import_ledger)
     assert {(e["line"], e["column"], e["value"]) for e in r.errors} == {(2, "team", "nlp"), (2, "gpus", "64")}
-    assert "admitted" in r.errors[0]["message"] and dump(db) == before
+    assert "admitted" in r.errors[0]["message"] and dump(import_ledger) == before
     actuals = "run_id,team,kind,gpus,actual_gpu_hours\nadm-1,vision,production,2,9.5\n"
-    r = import_runs(actuals.encode(), db=db)
-    assert (r.updated, r.errors) == (1, []) and runs(db)["adm-1"]["actual_gpu_hours"] == 9.5
+    r = import_runs(actuals.encode(), db=import_ledger)
+    assert (r.updated, r.errors) == (1, []) and runs(import_ledger)["adm-1"]["actual_gpu_hours"] == 9.5

@@ -17,7 +17,7 @@ import pytest
 
 from lib.ledger.connection import SCHEMA_VERSION, LedgerError, NotALedger, open_ledger
 from tests.fixtures_app import fill_ledger
-from tests.fixtures_ledger import REPO, request, run_cli, write_json
+from tests.fixtures_ledger import REPO, demo_request, run_cli, write_json
 
 
 def foreign_duckdb(path) -> None:
@@ -115,7 +115,7 @@ def test_a_schema_version_that_is_not_a_number_names_the_ledger_and_the_version(
             with open_ledger(path, read_only=read_only):
                 pass
         assert f"ledger {path} has schema version 'abc', which is not a whole number" in str(refused.value)
-    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", request()))
+    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", demo_request()))
     assert p.returncode == 3
     assert f"ledger {path} has schema version 'abc'" in p.stderr and "int()" not in p.stderr
 
@@ -147,7 +147,7 @@ def test_duckdb_never_installs_or_loads_an_extension_on_its_own(tmp_path):
 # ------------------------------------------------------------------------------------ python -m lib
 
 def cli_args(command: str, tmp_path) -> list:
-    req = write_json(tmp_path / "r.json", request())
+    req = write_json(tmp_path / "r.json", demo_request())
     return {"check": ["check", req], "submit": ["submit", req], "teams": ["teams"],
             "import": ["import", REPO / "data" / "runs_template.csv"],
             "import-dry-run": ["import", REPO / "data" / "runs_template.csv", "--dry-run"],
@@ -172,7 +172,7 @@ def test_the_command_line_refuses_a_db_that_is_not_a_ledger_and_leaves_it_unchan
 def test_submit_refuses_a_foreign_duckdb_file_without_writing_to_it(tmp_path):
     path, folder, message = make(tmp_path, "foreign-duckdb")
     before = path.read_bytes()
-    p = run_cli("--db", path, "submit", write_json(tmp_path / "r.json", request()))
+    p = run_cli("--db", path, "submit", write_json(tmp_path / "r.json", demo_request()))
     assert p.returncode == 2 and message in p.stderr
     assert path.read_bytes() == before
     assert not path.with_name(path.name + ".wal").exists()
@@ -183,7 +183,7 @@ def test_submit_refuses_a_foreign_duckdb_file_without_writing_to_it(tmp_path):
 def test_the_command_line_names_what_the_db_is(tmp_path, kind):
     path, folder, message = make(tmp_path, kind)
     before = snapshot(folder)
-    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", request()))
+    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", demo_request()))
     assert p.returncode == 2 and f"check: {path} {message}" in p.stderr
     assert snapshot(folder) == before
 
@@ -203,7 +203,7 @@ def test_an_sqlite_db_is_refused_before_duckdb_could_fetch_an_extension(tmp_path
     path, folder, message = make(tmp_path, "sqlite")
     home = tmp_path / "home"
     home.mkdir()
-    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", request()),
+    p = run_cli("--db", path, "check", write_json(tmp_path / "r.json", demo_request()),
                 env={"HOME": str(home)})
     assert p.returncode == 2 and message in p.stderr
     assert "extension" not in p.stderr.lower() and "http" not in p.stderr.lower()

@@ -15,8 +15,8 @@ from lib.ledger.service import calibration as store_calibration
 from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
 from lib.dashboard.whatif import build_request
 from tests.fixtures_app import fill_ledger, insert_teams
+from tests.fixtures_gate import NOW
 
-NOW = dt.datetime(2026, 6, 15, 12, 0)
 H = dt.timedelta(hours=1)
 
 
@@ -98,7 +98,7 @@ def test_fit_for_reasons_says_when_waiting_cannot_help():
     at, note = fit_for_reasons(NOW, ["capacity", "budget"], "exploratory", 10, 0, [], 2)
     assert at is None and "budget" in note
     at, _ = fit_for_reasons(NOW, ["capacity", "period-budget"], "exploratory", 10, 0, held((10, NOW + H)), 2)
-    assert at == next_month_start(NOW) == dt.datetime(2026, 7, 1)
+    assert at == next_month_start(NOW) == dt.datetime(NOW.year + NOW.month // 12, NOW.month % 12 + 1, 1)
     assert next_month_start(dt.datetime(2026, 12, 31, 23)) == dt.datetime(2027, 1, 1)
 
 

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 from lib.dashboard import queries
 from lib.dashboard.filters import default_filters
 from lib.dashboard.queries import ALL_TEAMS
-from tests.fixtures_app import ROOT, fresh_caches, ledger  # noqa: F401 (fixtures)
+from tests.fixtures_app import ROOT
 
 TIMEOUT_S = 60
 PAGE = "pages/5_Recovery_planner.py"
@@ -42,7 +42,7 @@ def expected_rates(path):
     return queries.recovery_inputs(f, path)["rates"]
 
 
-def test_the_page_renders_on_the_small_ledger(ledger):
+def test_the_page_renders_on_the_small_ledger(page_ledger):
     at = open_page()
     assert at.title[0].value == "Recovery planner"
     assert not at.error, [e.value for e in at.error]
@@ -52,8 +52,8 @@ def test_the_page_renders_on_the_small_ledger(ledger):
     assert len(at.dataframe) >= 3  # rates, preemptible vs stable, the choices
 
 
-def test_the_mtbf_and_restart_are_prefilled_from_the_ledger(ledger):
-    path, _ = ledger
+def test_the_mtbf_and_restart_are_prefilled_from_the_ledger(page_ledger):
+    path, _ = page_ledger
     rates = expected_rates(path)
     at = open_page()
     assert at.selectbox(key="rp_src_team").value == ALL_TEAMS
@@ -70,7 +70,7 @@ def test_the_mtbf_and_restart_are_prefilled_from_the_ledger(ledger):
     assert at.number_input(key="rp_restart_min").value == pytest.approx(own["restart_h"] * 60)
 
 
-def test_a_typed_mtbf_survives_reruns_and_page_switches(ledger):
+def test_a_typed_mtbf_survives_reruns_and_page_switches(page_ledger):
     at = open_page()
     at.number_input(key="rp_mtbf_h").set_value(3.25)
     press(at, "Plan")
@@ -81,7 +81,7 @@ def test_a_typed_mtbf_survives_reruns_and_page_switches(ledger):
     assert at.number_input(key="rp_mtbf_h").value == 3.25
 
 
-def test_a_budget_breach_changes_the_decision_shown(ledger):
+def test_a_budget_breach_changes_the_decision_shown(page_ledger):
     at = open_page()
     assert decision(at) == "Decision: RESUME (resume-from-checkpoint)"
     at.radio(key="rp_event").set_value("budget-breach")
@@ -92,7 +92,7 @@ def test_a_budget_breach_changes_the_decision_shown(ledger):
     assert decision(at) == "Decision: RESUME (resume-from-checkpoint)"
 
 
-def test_the_breach_probability_follows_the_budget(ledger):
+def test_the_breach_probability_follows_the_budget(page_ledger):
     at = open_page()
     at.number_input(key="rp_budget_gpu_hours").set_value(1.0)
     press(at, "Plan")

@@ -12,8 +12,8 @@ from lib.dashboard.filters import Filters
 from lib.ledger.connection import open_ledger, transaction
 from lib.dashboard.queries import ALL_TEAMS, default_restart_h, recovery_inputs
 from tests.fixtures_app import insert_teams
+from tests.fixtures_gate import NOW
 
-NOW = dt.datetime(2026, 6, 15, 12, 0)
 H = dt.timedelta(hours=1)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_slurm import CLUSTER_SH, REPO, comment, decisions, make_ledger, run_row
+from tests.fixtures_slurm import CLUSTER_SH, REPO, comment, decisions, make_slurm_ledger, run_row
 
 pytestmark = pytest.mark.slurm
 
@@ -89,7 +89,7 @@ def cluster(tmp_path_factory):
     conf = state / "etc" / "job_submit_gate.conf"
     was_running = _alive(state / "run" / "slurmctld.pid")
     saved_conf = conf.read_text() if conf.exists() else None
-    db = make_ledger(tmp_path_factory.mktemp("slurm") / "gate.duckdb")
+    db = make_slurm_ledger(tmp_path_factory.mktemp("slurm") / "gate.duckdb")
     env = {**os.environ, "GATE_DB": str(db), "TG_ON_GATE_FAILURE": "refuse", "TG_GATE_TIMEOUT_S": "5",
            "TG_PYTHON": sys.executable, "TG_REPO": str(REPO)}
     started = subprocess.run(["bash", str(CLUSTER_SH), "start"], env=env, capture_output=True,

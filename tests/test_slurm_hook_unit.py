@@ -14,7 +14,7 @@ import pytest
 
 from lib.slurm import hook as h
 from lib.ledger.connection import LedgerLocked
-from tests.fixtures_slurm import REPO, comment, decisions, job, make_ledger, run_row
+from tests.fixtures_slurm import REPO, comment, decisions, job, make_slurm_ledger, run_row
 
 NO_VAL, INFINITE = "4294967294", "4294967295"
 
@@ -246,7 +246,7 @@ def test_the_gates_own_refusal_does_not_go_through_the_failure_policy(tmp_path):
 # --------------------------------------------------------------------------- against a real ledger
 
 def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path):
-    db = make_ledger(tmp_path / "gate.duckdb")
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
     out = h.gate(job(), config(tmp_path, db=str(db)))
     assert out.code == h.EXIT_ADMIT, out.msg
     (d,) = decisions(db)
@@ -258,7 +258,7 @@ def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path)
 
 
 def test_a_job_resubmitted_as_it_was_gets_the_recorded_admit_and_nothing_new_is_recorded(tmp_path):
-    db = make_ledger(tmp_path / "gate.duckdb")
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
     first = h.gate(job(), config(tmp_path, db=str(db)))
     assert first.code == h.EXIT_ADMIT, first.msg
     reserved = run_row(db, "vision-slurm-ok")
@@ -271,7 +271,7 @@ def test_a_job_resubmitted_as_it_was_gets_the_recorded_admit_and_nothing_new_is_
 
 
 def test_real_ledger_reads_preemptible_partitions_of_the_team(tmp_path):
-    db = make_ledger(tmp_path / "gate.duckdb")
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
     out = h.gate(job(partition="spot", comment=comment(checkpoint_supported=False)),
                  config(tmp_path, db=str(db)))
     assert out.code == h.EXIT_REFUSED and "[no-recovery]" in out.msg
@@ -306,7 +306,7 @@ def _argv(j: dict) -> list[str]:
 
 @pytest.mark.slow
 def test_command_line_cold_and_through_the_warm_server_give_the_same_answer(tmp_path):
-    db = make_ledger(tmp_path / "gate.duckdb")
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
     env = {"GATE_DB": str(db), "TG_FLAG_LOG": str(tmp_path / "flags.jsonl")}
     cold = _run_hook(env, *_argv(job(comment=comment(run_id="cold-1"))))
     assert cold.returncode == 0, cold.stderr

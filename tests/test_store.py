@@ -9,8 +9,8 @@ import pytest
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import (UnknownRun, calibration, check_request, finish_run, submit_request, team_policy,
                        team_state)
-from tests.fixtures_ledger import (NOW, PILOT, counts, demo_template, ledger, query, request,  # noqa: F401
-                                   tiny_ledger, tiny_request)
+from tests.fixtures_gate import NOW, PILOT
+from tests.fixtures_ledger import counts, demo_request, query, tiny_request
 
 POLICY_KEYS = {"team", "reserved_gpus", "retraining_reserved_gpus", "max_gpus_per_job",
                "max_gpu_mem_gb", "max_runtime_hours", "monthly_budget_gpu_hours",
@@ -26,8 +26,8 @@ def _insert_run(con, run_id, **cols):
                 list(row.values()))
 
 
-def test_team_policy_is_the_contract_shape(ledger):
-    with open_ledger(ledger, read_only=True) as con:
+def test_team_policy_is_the_contract_shape(demo_ledger):
+    with open_ledger(demo_ledger, read_only=True) as con:
         p = team_policy(con, "vision")
         assert set(p) == POLICY_KEYS
         assert p["preemptible_partitions"] == ["spot"]
@@ -79,26 +79,26 @@ def test_team_state_counts_only_active_reservations_this_month_and_usable_snapsh
     assert (other["scope"], other["n"], other["n_censored"]) == ("team×kind", 1, 1)
 
 
-def test_check_writes_nothing(ledger):
-    before = counts(ledger)
-    d = check_request(request(), db=ledger, now=NOW)
+def test_check_writes_nothing(demo_ledger):
+    before = counts(demo_ledger)
+    d = check_request(demo_request(), db=demo_ledger, now=NOW)
     assert d["state"] == "admit"
-    assert counts(ledger) == before
+    assert counts(demo_ledger) == before
 
 
-def test_submit_admit_records_decision_and_reservation(ledger):
-    before = counts(ledger)
-    d = submit_request(request(note="resnet sweep"), db=ledger, now=NOW, origin="test")
+def test_submit_admit_records_decision_and_reservation(demo_ledger):
+    before = counts(demo_ledger)
+    d = submit_request(demo_request(note="resnet sweep"), db=demo_ledger, now=NOW, origin="test")
     assert d["state"] == "admit"
-    after = counts(ledger)
+    after = counts(demo_ledger)
     assert after["decisions"] == before["decisions"] + 1 and after["runs"] == before["runs"] + 1
-    (row,) = query(ledger, "SELECT state, reason_codes, judged_gpu_hours, reserved_gpu_hours, origin, "
+    (row,) = query(demo_ledger, "SELECT state, reason_codes, judged_gpu_hours, reserved_gpu_hours, origin, "
                            "policy_version FROM decisions WHERE run_id = 'vision-test-0001'")
     assert row[:2] == ("admit", []) and row[4] == "test"
     assert row[2] == pytest.approx(d["estimate"]["judged_gpu_hours"])
     assert row[3] == pytest.approx(d["reserved_gpu_hours"])
     assert row[5] == d["policy_version"]
-    (run,) = query(ledger, "SELECT reserved_from, reserved_until, reserved_gpu_hours, estimated_gpu_hours, "
+    (run,) = query(demo_ledger, "SELECT reserved_from, reserved_until, reserved_gpu_hours, estimated_gpu_hours, "
                            "estimate_source, budget_gpu_hours, source, ended_at, est_compute_gpu_hours, "
                            "job_name FROM runs WHERE run_id = 'vision-test-0001'")
     assert run[0] == NOW
@@ -108,64 +108,64 @@ def test_submit_admit_records_decision_and_reservation(ledger):
     assert run[7] is None and run[8] is None  # a stated estimate has no items
     assert run[9] == "resnet sweep"
     # the reservation now counts in the team's state
-    with open_ledger(ledger, read_only=True) as con:
+    with open_ledger(demo_ledger, read_only=True) as con:
         held = [r["run_id"] for r in team_state(con, "vision", NOW)["reservations"]]
     assert "vision-test-0001" in held
 
 
-def test_submit_with_pilot_records_pilot_and_estimate_items(ledger):
-    req = request(estimated_gpu_hours=..., pilot=dict(PILOT), run_id="vision-pilot-1",
+def test_submit_with_pilot_records_pilot_and_estimate_items(demo_ledger):
+    req = demo_request(estimated_gpu_hours=..., pilot=dict(PILOT), run_id="vision-pilot-1",
                   budget_gpu_hours=500, max_runtime_hours=48)
-    d = submit_request(req, db=ledger, now=NOW)
+    d = submit_request(req, db=demo_ledger, now=NOW)
     assert d["state"] == "admit", d["reasons"]
-    (run,) = query(ledger, "SELECT estimated_gpu_hours, estimate_source, est_compute_gpu_hours, "
+    (run,) = query(demo_ledger, "SELECT estimated_gpu_hours, estimate_source, est_compute_gpu_hours, "
                            "est_checkpoint_gpu_hours, est_eval_gpu_hours, est_data_loading_gpu_hours, "
                            "est_restart_gpu_hours FROM runs WHERE run_id = 'vision-pilot-1'")
     assert run[1] == "pilot"
     assert sum(run[2:]) == pytest.approx(run[0])
     assert run[0] == pytest.approx(d["estimate"]["raw_gpu_hours"])
-    (pilot,) = query(ledger, "SELECT steps_per_second, planned_steps, pilot_json FROM pilots "
+    (pilot,) = query(demo_ledger, "SELECT steps_per_second, planned_steps, pilot_json FROM pilots "
                              "WHERE run_id = 'vision-pilot-1'")
-    assert pilot[:2] == (4.0, 20_000) and '"peak_mem_gb": 60.0' in pilot[2]
+    assert pilot[:2] == (PILOT["steps_per_second"], PILOT["planned_steps"]) and '"peak_mem_gb": 60.0' in pilot[2]
 
 
-def test_submit_defer_records_the_decision_but_no_run(ledger):
-    before = counts(ledger)
-    d = submit_request(request(budget_gpu_hours=1), db=ledger, now=NOW)
+def test_submit_defer_records_the_decision_but_no_run(demo_ledger):
+    before = counts(demo_ledger)
+    d = submit_request(demo_request(budget_gpu_hours=1), db=demo_ledger, now=NOW)
     assert d["state"] == "defer"
     assert [r["code"] for r in d["reasons"]] == ["budget"]
-    after = counts(ledger)
+    after = counts(demo_ledger)
     assert after["decisions"] == before["decisions"] + 1 and after["runs"] == before["runs"]
-    (row,) = query(ledger, "SELECT state, reason_codes, reserved_gpu_hours FROM decisions "
+    (row,) = query(demo_ledger, "SELECT state, reason_codes, reserved_gpu_hours FROM decisions "
                            "WHERE origin = 'cli'")
     assert row == ("defer", ["budget"], None)
 
 
-def test_unknown_team_is_a_reject_naming_the_field(ledger):
-    d = submit_request(request(team="marketing"), db=ledger, now=NOW)
+def test_unknown_team_is_a_reject_naming_the_field(demo_ledger):
+    d = submit_request(demo_request(team="marketing"), db=demo_ledger, now=NOW)
     assert d["state"] == "reject"
     (r,) = d["reasons"]
     assert r["code"] == "invalid-request" and r["field"] == "team" and "vision" in r["fix"]
-    assert query(ledger, "SELECT state, reason_codes FROM decisions WHERE origin = 'cli'") == [
+    assert query(demo_ledger, "SELECT state, reason_codes FROM decisions WHERE origin = 'cli'") == [
         ("reject", ["invalid-request"])]
 
 
-def test_invalid_request_lists_every_problem(ledger):
-    d = check_request({"team": "vision", "gpus": -1}, db=ledger, now=NOW)
+def test_invalid_request_lists_every_problem(demo_ledger):
+    d = check_request({"team": "vision", "gpus": -1}, db=demo_ledger, now=NOW)
     assert d["state"] == "reject"
     fields = {r.get("field") for r in d["reasons"]}
     assert {"run_id", "gpus", "kind"} <= fields
 
 
-def test_a_run_id_that_is_already_booked_is_refused_to_a_different_request(ledger):
-    assert submit_request(request(), db=ledger, now=NOW)["state"] == "admit"
-    for other in (request(gpus=4), request(note="another run")):
-        d = submit_request(other, db=ledger, now=NOW + timedelta(minutes=1))
+def test_a_run_id_that_is_already_booked_is_refused_to_a_different_request(demo_ledger):
+    assert submit_request(demo_request(), db=demo_ledger, now=NOW)["state"] == "admit"
+    for other in (demo_request(gpus=4), demo_request(note="another run")):
+        d = submit_request(other, db=demo_ledger, now=NOW + timedelta(minutes=1))
         assert d["state"] == "reject" and d["reasons"][0]["field"] == "run_id"
         assert "already holds a reservation" in d["reasons"][0]["message"]
         assert "replayed" not in d
-    assert query(ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
-    assert query(ledger, "SELECT state FROM decisions WHERE origin = 'cli' ORDER BY decision_id") == [
+    assert query(demo_ledger, "SELECT count(*) FROM runs WHERE run_id = 'vision-test-0001'") == [(1,)]
+    assert query(demo_ledger, "SELECT state FROM decisions WHERE origin = 'cli' ORDER BY decision_id") == [
         ("admit",), ("reject",), ("reject",)]
 
 
@@ -173,21 +173,21 @@ def _ledger_dump(db) -> dict:
     return {t: query(db, f"SELECT * FROM {t} ORDER BY ALL") for t in ("runs", "decisions", "pilots")}
 
 
-def test_resubmitting_the_admitted_request_answers_the_recorded_decision_and_writes_nothing(ledger):
-    first = submit_request(request(pilot=dict(PILOT), estimated_gpu_hours=..., budget_gpu_hours=500,
-                                   max_runtime_hours=48), db=ledger, now=NOW, origin="test")
+def test_resubmitting_the_admitted_request_answers_the_recorded_decision_and_writes_nothing(demo_ledger):
+    first = submit_request(demo_request(pilot=dict(PILOT), estimated_gpu_hours=..., budget_gpu_hours=500,
+                                   max_runtime_hours=48), db=demo_ledger, now=NOW, origin="test")
     assert first["state"] == "admit", first["reasons"]
-    before = _ledger_dump(ledger)
-    again = dict(reversed(list(request(pilot=dict(reversed(list(PILOT.items()))), estimated_gpu_hours=...,
+    before = _ledger_dump(demo_ledger)
+    again = dict(reversed(list(demo_request(pilot=dict(reversed(list(PILOT.items()))), estimated_gpu_hours=...,
                                        budget_gpu_hours=500, max_runtime_hours=48).items())))
-    assert list(again) != list(request())  # the same object, keys in another order
+    assert list(again) != list(demo_request())  # the same object, keys in another order
     later = NOW + timedelta(minutes=3)
-    for answer in (submit_request(again, db=ledger, now=later),
-                   check_request(again, db=ledger, now=later)):
+    for answer in (submit_request(again, db=demo_ledger, now=later),
+                   check_request(again, db=demo_ledger, now=later)):
         assert answer["replayed"] is True and answer["recorded_at"] == NOW.isoformat()
         assert {k: v for k, v in answer.items() if k not in ("replayed", "recorded_at")} == first
         assert answer["decided_at"] == NOW.isoformat(timespec="seconds")
-    assert _ledger_dump(ledger) == before
+    assert _ledger_dump(demo_ledger) == before
 
 
 def test_a_replay_needs_the_reservation_to_still_wait_for_its_run(tiny_ledger):

@@ -1,0 +1,79 @@
+"""The suite's fixtures, in one place: real DuckDB ledgers in temp dirs, never mocks.
+
+- `demo_ledger`: a private copy of a 300-run demo ledger built once per session (`demo_template`)
+  with the teams of data/teams.toml, at the suite's one clock `NOW` (tests/fixtures_gate.py).
+- `tiny_ledger`: one small team ('tiny', 8 GPUs) and its snapshot, no runs: capacity tests.
+- `import_ledger`: teams vision and nlp only, for the import tests.
+- `page_ledger`: a 300-run ledger shaped for the dashboard pages, read by the app through $GATE_DB:
+  `(path, now)`.
+- `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
+
+Builders of plain data and files live beside this file in the fixtures_*.py modules.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_app import fill_ledger
+from tests.fixtures_gate import NOW
+from tests.fixtures_imports import make_import_ledger
+from tests.fixtures_ledger import DEMO_RUNS, TINY_TEAMS
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    from lib.ledger.demo import build_demo
+    path = tmp_path_factory.mktemp("ledger-template") / "demo.duckdb"
+    build_demo(path, runs=DEMO_RUNS, seed=7, now=NOW)
+    return path
+
+
+@pytest.fixture
+def demo_ledger(demo_template, tmp_path) -> Path:
+    """A private copy of the small demo ledger."""
+    path = tmp_path / "gate.duckdb"
+    shutil.copyfile(demo_template, path)
+    return path
+
+
+@pytest.fixture
+def tiny_ledger(tmp_path) -> Path:
+    """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs."""
+    from lib.ledger.connection import open_ledger
+    from lib.ledger.teams_file import sync_teams
+    teams = tmp_path / "tiny.toml"
+    teams.write_text(TINY_TEAMS, encoding="utf-8")
+    path = tmp_path / "tiny.duckdb"
+    with open_ledger(path) as con:
+        sync_teams(con, teams)
+    return path
+
+
+@pytest.fixture
+def import_ledger(tmp_path) -> Path:
+    """A ledger with teams vision (preemptible partition 'spot') and nlp, no runs."""
+    return make_import_ledger(tmp_path)
+
+
+@pytest.fixture
+def fresh_caches():
+    """Streamlit's caches outlive an AppTest inside one pytest process: each test starts clean."""
+    import streamlit as st
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture
+def page_ledger(tmp_path, monkeypatch, fresh_caches):
+    """A 300-run ledger in tmp_path that the app reads through $GATE_DB (no demo build): (path, now)."""
+    path = tmp_path / "gate.duckdb"
+    now = fill_ledger(path, n_runs=300)
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    return path, now
