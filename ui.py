@@ -32,8 +32,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from lib.dashboard import figures
-from lib.dashboard import queries
+from lib.dashboard import figures, queries
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
 from lib.dashboard.tables import escape_markdown, safe_csv_bytes

@@ -2,8 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import figures
-from lib.dashboard import queries
+from lib.dashboard import figures, queries
 
 f = ui.frame()
 

@@ -3,8 +3,7 @@ deferred requests would fit."""
 import streamlit as st
 
 import ui
-from lib.dashboard import figures
-from lib.dashboard import queries
+from lib.dashboard import figures, queries
 
 f = ui.frame()
 

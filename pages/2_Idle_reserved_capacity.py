@@ -3,8 +3,7 @@ and charged to the team that held the reservation."""
 import streamlit as st
 
 import ui
-from lib.dashboard import figures
-from lib.dashboard import queries
+from lib.dashboard import figures, queries
 
 f = ui.frame()
 

@@ -8,8 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lib.dashboard import figures
-from lib.dashboard import whatif
+from lib.dashboard import figures, whatif
 from lib.ledger.service import check_request
 
 ui.frame()

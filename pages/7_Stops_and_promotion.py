@@ -3,8 +3,7 @@ over-reads, and which production candidates are promotable and what the others l
 import streamlit as st
 
 import ui
-from lib.dashboard import figures
-from lib.dashboard import queries
+from lib.dashboard import figures, queries
 
 f = ui.frame()
 
