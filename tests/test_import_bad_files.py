@@ -43,15 +43,27 @@ def write_template_rows(path, n: int, bad: dict[int, tuple[str, str]]) -> None:
 def test_bad_cells_in_a_300k_row_file_are_reported_at_their_own_lines_every_time(import_ledger, tmp_path):
     bad = {100001: ("ended_at", "2025-13-45 25:61:00"), 150001: ("kind", "exploratry"),
            200001: ("gpus", "2.5"), 250001: ("actual_gpu_hours", "-3.5"), 299999: ("job_name", "x\x00y")}
+    # and two problems only the whole file shows: a run_id seen before, an end before its start
+    whole_file = {120001: ("ended_at", "2025-01-01T09:00:00Z"), 280001: ("run_id", "r0000000")}
     path = tmp_path / "big.csv"
-    write_template_rows(path, 300_000, bad)
+    write_template_rows(path, 300_000, {**bad, **whole_file})
     before = dump(import_ledger)
-    for _ in range(3):      # the reader is parallel: the answer must not depend on its schedule
-        r = import_runs(path, db=import_ledger)
+    expected = sorted([(line, col, value) for line, (col, value) in bad.items()]
+                      + [(120001, "ended_at", "2025-01-01 09:00:00"), (280001, "run_id", "r0000000")])
+    for dry_run in (False, True, False):   # the reader is parallel: the answer must not depend on its schedule
+        r = import_runs(path, db=import_ledger, dry_run=dry_run)
         assert not r.written and r.inserted == 0
-        assert [(e["line"], e["column"], e["value"]) for e in r.errors] == [
-            (line, col, value) for line, (col, value) in sorted(bad.items())]
+        assert [(e["line"], e["column"], e["value"]) for e in r.errors] == expected
+        assert {e["line"]: e["message"] for e in r.errors}[280001] == "duplicate run_id: also on line 2"
     assert dump(import_ledger) == before
+
+
+def test_a_file_whose_only_problems_need_the_whole_file_names_their_lines(import_ledger, tmp_path):
+    path = tmp_path / "big.csv"
+    write_template_rows(path, 200_000, {150001: ("run_id", "r0000010")})
+    r = import_runs(path, db=import_ledger)
+    assert [(e["line"], e["message"]) for e in r.errors] == [(150001, "duplicate run_id: also on line 12")]
+    assert not r.written
 
 
 def test_a_cell_that_fails_its_cast_is_never_stored_as_empty(import_ledger, tmp_path):

@@ -72,6 +72,19 @@ def _file_error(path: Path, source) -> dict | None:
     return None
 
 
+@contextlib.contextmanager
+def _session(con):
+    """A fresh cursor for one pass over a file: its own reject tables and temp tables, UTC, and a
+    memory limit beyond which staging tables spill to <ledger>.tmp (peak under 1 GB)."""
+    cur = con.cursor()
+    try:
+        cur.execute("SET TimeZone = 'UTC'").fetchall()
+        cur.execute(f"SET memory_limit = '{IMPORT_MEMORY_LIMIT}'").fetchall()
+        yield cur
+    finally:
+        cur.close()
+
+
 def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False,
                 dry_run: bool = False, progress: Progress | None = None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> ImportReport:
@@ -93,15 +106,16 @@ def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False
             report.errors = [problem]
             return report
         with open_ledger(db, read_only=dry_run, timeout_s=timeout_s) as con:
-            cur = con.cursor()      # fresh connection state: its own rejects tables and temp tables
-            try:
-                cur.execute("SET TimeZone = 'UTC'").fetchall()
-                # staging tables spill to <ledger>.tmp beyond this, keeping the peak under 1 GB
-                cur.execute(f"SET memory_limit = '{IMPORT_MEMORY_LIMIT}'").fetchall()
-                run = import_csv if fmt == "csv" else import_sacct
-                run(cur, path, report, create_teams, dry_run, steps)
-            finally:
-                cur.close()
+            if fmt == "sacct":
+                with _session(con) as cur:
+                    import_sacct(cur, path, report, create_teams, dry_run, steps)
+            else:   # a dry run shows positions (errors, preview): exact from the start
+                with _session(con) as cur:
+                    again = import_csv(cur, path, report, create_teams, dry_run, steps, exact=dry_run)
+                if again:   # the fast pass saw a problem: find it again, at its exact line
+                    report = ImportReport(fmt=fmt, dry_run=dry_run)
+                    with _session(con) as cur:
+                        import_csv(cur, path, report, create_teams, dry_run, steps, exact=True)
     report.errors = _cap(report.errors, report.unlisted)
     steps(1.0, "done" if report.written else ("checked (dry run)" if report.ok else "not imported"))
     return report
