@@ -6,6 +6,7 @@
 - `import_ledger`: teams vision and nlp only, for the import tests.
 - `page_ledger`: a 300-run ledger shaped for the dashboard pages, read by the app through $GATE_DB:
   `(path, now)`.
+- `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
 
 Builders of plain data and files live beside this file in the fixtures_*.py modules.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import fill_ledger
+from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
 from tests.fixtures_gate import NOW
 from tests.fixtures_imports import make_import_ledger
 from tests.fixtures_ledger import DEMO_RUNS, TINY_TEAMS
@@ -77,3 +78,13 @@ def page_ledger(tmp_path, monkeypatch, fresh_caches):
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
     return path, now
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium through Playwright (never a downloaded browser), one per test module."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

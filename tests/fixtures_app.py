@@ -43,6 +43,13 @@ def page_script(name: str) -> str:
     return PAGES[name][0]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+# the marks of a browser test module: skipped, saying why, where Debian's Chromium is missing
+BROWSER_TESTS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"no Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
+                              "(.ci/run does); Playwright's own browser download cannot work here"),
+]
 
 TEAMS = [
     # team, reserved, retraining_reserved, max_gpus_per_job, max_mem, max_runtime_h, monthly budget

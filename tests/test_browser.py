@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, ROOT, fill_ledger, run_count, serve_app
+from tests.fixtures_app import BROWSER_TESTS, ROOT, fill_ledger, run_count, serve_app
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"no Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
-                              "(.ci/run does); Playwright's own browser download cannot work here"),
-]
+pytestmark = BROWSER_TESTS
 
 PAGES = {  # navigation title -> (a heading it shows, charts it draws at least)
     "Overview": ("Overview", 2),
@@ -43,15 +38,6 @@ def served(tmp_path_factory):
     now = fill_ledger(db, n_runs=300)
     with serve_app(db, tmp / "streamlit.log") as url:
         yield {"url": url, "db": db, "now": now, "tmp": tmp}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -9,18 +9,12 @@ st.navigation) switches the process to navigation mode, and the same page URL st
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, PAGES, fill_ledger, serve_app
+from tests.fixtures_app import BROWSER_TESTS, PAGES, fill_ledger, serve_app
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"no Chromium at {CHROMIUM}: install it with `apt-get install -y chromium` "
-                              "(.ci/run does); Playwright's own browser download cannot work here"),
-]
+pytestmark = BROWSER_TESTS
 
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 NAV_LINK = '[data-testid="stSidebarNavLink"]'
@@ -33,15 +27,6 @@ def ledger_file(tmp_path_factory):
     db = tmp_path_factory.mktemp("first_request") / "gate.duckdb"
     fill_ledger(db, n_runs=120)
     return db
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, url: str, heading: str):
