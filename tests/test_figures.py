@@ -73,6 +73,33 @@ def test_team_colours_are_stable_and_the_same_for_every_page():
     assert fig1.data[0].line.color == fig2.data[0].line.color == a["vision"]
 
 
+def test_adding_a_team_repaints_no_other_team():
+    before = figures.team_colours(["nlp-research", "safety", "speech", "vision"])
+    for new in ("aardvark", "mmm", "zzz-last", "ads"):
+        after = figures.team_colours([*before, new])
+        assert {t: after[t] for t in before} == before, new
+    assert figures.team_colours(["speech"]) == {"speech": before["speech"]}  # filtering repaints none
+
+
+def test_an_explicit_colour_wins_and_the_rest_keep_theirs():
+    explicit = {"vision": "#000000"}
+    c = figures.team_colours(["vision", "speech"], explicit)
+    assert c == {"vision": "#000000", "speech": figures.team_colours(["speech"])["speech"]}
+
+
+def test_a_team_gets_the_same_colour_in_another_process():
+    import subprocess
+    import sys
+    from tests.fixtures_app import ROOT
+    teams = ["nlp-research", "safety", "speech", "vision", "<b>x</b>"]
+    code = ("import json; from lib.dashboard import figures; "
+            f"print(json.dumps(figures.team_colours({teams!r})))")
+    out = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout for seed in ("1", "2")]
+    import json
+    assert json.loads(out[0]) == json.loads(out[1]) == figures.team_colours(teams)
+
+
 def test_predicted_vs_actual_is_log_log_with_identity_and_bands():
     pts = pd.DataFrame({"run_id": ["a", "b", "c"], "team": ["t", "t", "u"],
                         "estimated_gpu_hours": [1.0, 10.0, 100.0], "actual_gpu_hours": [2.0, 9.0, 120.0],

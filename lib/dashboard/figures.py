@@ -1,10 +1,22 @@
 """Plotly figure builders for the dashboard: DataFrame in, go.Figure out, nothing else.
 
-Every title names its unit. Teams keep one colour on every page: `team_colours(all_teams)` is
-computed from the full team list (not the filtered one), so filtering never repaints a team.
+Every title names its unit. A team keeps one colour on every page and for ever:
+`team_colours(teams, explicit)` takes a team's colour from `explicit` (e.g. data/teams.toml) when
+set, else from a SHA-256 of its name — never from its position in the team list, so adding a team
+(or filtering) never repaints another.
+
+User text (team names, run IDs, reason codes, labels) is shown as typed: plotly.js renders a subset
+of HTML in trace names, legends, category labels, hover text, annotations and titles (`<b>`, `<br>`,
+`<a href>` as a live link, …). Every public builder is wrapped in `@shows_text_as_typed`, which
+HTML-escapes every string the finished figure will display, in one pass (plotly.js turns the
+entities back into the characters typed). Builders therefore put raw text in and must not embed user
+text in a hovertemplate (use `%{text}`, `%{x}`, `%{fullData.name}` instead).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import html
 import math
 
 import numpy as np
@@ -23,14 +35,95 @@ _LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=60, b=10), leg
                hovermode="closest")
 
 
-def team_colours(teams) -> dict[str, str]:
-    """A colour per team, stable for a given team list: teams sorted by name take the palette in
-    order (cycling when there are more teams than colours)."""
-    return {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(sorted(set(teams)))}
+def hashed_colour(team: str) -> str:
+    """The palette colour a team name hashes to (SHA-256, so the same in every process): it depends
+    on the name alone. Two names may share a colour; that is accepted rather than letting one
+    team's colour depend on which other teams exist."""
+    digest = hashlib.sha256(str(team).encode("utf-8")).digest()
+    return PALETTE[int.from_bytes(digest[:8], "big") % len(PALETTE)]
+
+
+def team_colours(teams, explicit: dict | None = None) -> dict[str, str]:
+    """A colour per team that never changes: `explicit[team]` when given (e.g. a colour set in
+    data/teams.toml), else `hashed_colour(team)`. Adding or removing a team repaints no other."""
+    explicit = explicit or {}
+    return {t: explicit.get(t) or hashed_colour(t) for t in sorted(set(teams))}
 
 
 def _colour(colours: dict | None, team: str) -> str:
     return (colours or {}).get(team) or team_colours([team])[team]
+
+
+# ------------------------------------------------------------------- user text, shown as typed
+
+def as_typed(text: str) -> str:
+    """`text` with the characters plotly.js reads as markup (& < >) written as entities, which
+    plotly.js shows as the characters typed. Quotes stay: without a `<` no tag can form, and
+    plotly.js does not decode `&quot;`."""
+    return html.escape(text, quote=False)
+
+
+# the trace properties plotly.js displays as text (hovertemplate / texttemplate are the builders'
+# own templates, never user text)
+_TRACE_TEXT = ("name", "legendgroup", "x", "y", "z", "text", "hovertext", "customdata", "labels",
+               "parents", "ids")
+_ESCAPED = "_gate_text_escaped"
+
+
+def _escaped_values(value):
+    """Strings escaped, arrays (any depth) element-wise, anything else unchanged; None when nothing
+    needs changing."""
+    if isinstance(value, str):
+        out = as_typed(value)
+        return None if out == value else out
+    if isinstance(value, (list, tuple, np.ndarray)):
+        items = list(value)
+        changed = [_escaped_values(v) for v in items]
+        if all(c is None for c in changed):
+            return None
+        return [v if c is None else c for v, c in zip(items, changed)]
+    return None
+
+
+def _escape_props(obj, props) -> None:
+    for prop in props:
+        try:
+            value = obj[prop]
+        except (KeyError, ValueError):
+            continue
+        new = _escaped_values(value)
+        if new is not None:
+            obj[prop] = new
+
+
+def escape_figure_text(fig: go.Figure) -> go.Figure:
+    """Escape (once) every string `fig` displays: trace text properties, titles, axis categories
+    and tick labels, annotations, legend title."""
+    if getattr(fig, _ESCAPED, False):
+        return fig
+    for trace in fig.data:
+        _escape_props(trace, _TRACE_TEXT)
+    layout = fig.layout
+    _escape_props(layout.title, ("text",))
+    _escape_props(layout.legend.title, ("text",))
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        _escape_props(axis, ("categoryarray", "ticktext"))
+        _escape_props(axis.title, ("text",))
+    for ann in layout.annotations:
+        _escape_props(ann, ("text", "hovertext"))
+    for shape in layout.shapes:
+        _escape_props(shape, ("name",))
+    setattr(fig, _ESCAPED, True)
+    return fig
+
+
+def shows_text_as_typed(builder):
+    """Decorator for every public figure builder: its figure shows user text as typed."""
+    @functools.wraps(builder)
+    def build(*args, **kwargs) -> go.Figure:
+        return escape_figure_text(builder(*args, **kwargs))
+    build.shows_text_as_typed = True
+    return build
 
 
 def _fig(title: str, **layout) -> go.Figure:
@@ -39,6 +132,7 @@ def _fig(title: str, **layout) -> go.Figure:
     return fig
 
 
+@shows_text_as_typed
 def empty_figure(title: str, message: str = "no data for these filters") -> go.Figure:
     """A figure that says there is nothing to draw (keeps the page layout steady)."""
     fig = _fig(title)
@@ -51,6 +145,7 @@ def empty_figure(title: str, message: str = "no data for these filters") -> go.F
 
 # --------------------------------------------------------------------------------- overview
 
+@shows_text_as_typed
 def reserved_vs_used(daily: pd.DataFrame, colours: dict | None = None) -> go.Figure:
     """Used GPU-hours per day stacked by team, with the total reserved GPU-hours as a line."""
     title = "Reserved vs used GPU-hours per day (GPU-h)"
@@ -65,6 +160,7 @@ def reserved_vs_used(daily: pd.DataFrame, colours: dict | None = None) -> go.Fig
     return fig
 
 
+@shows_text_as_typed
 def deferred_reasons(df: pd.DataFrame) -> go.Figure:
     """Deferred requests per reason code, this period against the previous one."""
     title = "Deferred requests by reason (requests)"
@@ -80,6 +176,7 @@ def deferred_reasons(df: pd.DataFrame) -> go.Figure:
 
 # ----------------------------------------------------------------------------- reservations
 
+@shows_text_as_typed
 def reserved_over_time(over_time: pd.DataFrame, quotas: pd.DataFrame, colours: dict | None = None) -> go.Figure:
     """Average reserved accelerators per day and team (solid) against each team's quota (dashed)."""
     title = "Reserved accelerators per day against quota (GPUs, daily average)"
@@ -97,6 +194,7 @@ def reserved_over_time(over_time: pd.DataFrame, quotas: pd.DataFrame, colours: d
     return fig
 
 
+@shows_text_as_typed
 def budget_bars(budget: pd.DataFrame, month_label: str = "") -> go.Figure:
     """Monthly budget per team split into consumed, committed and remaining GPU-hours."""
     title = f"Monthly budget {month_label}: consumed, committed, remaining (GPU-h)".replace("  ", " ")
@@ -116,6 +214,7 @@ def budget_bars(budget: pd.DataFrame, month_label: str = "") -> go.Figure:
     return fig
 
 
+@shows_text_as_typed
 def overrun_bars(by_team: pd.DataFrame, colours: dict | None = None) -> go.Figure:
     """GPU-hours used beyond the reservation, per team."""
     title = "Overruns: GPU-hours used beyond the reservation (GPU-h)"
@@ -131,6 +230,7 @@ def overrun_bars(by_team: pd.DataFrame, colours: dict | None = None) -> go.Figur
 
 # ---------------------------------------------------------------------------- idle capacity
 
+@shows_text_as_typed
 def idle_by_cause(weekly: pd.DataFrame) -> go.Figure:
     """Idle reserved GPU-hours per week, stacked by cause (all shown teams)."""
     title = "Idle reserved capacity per week by cause (GPU-h)"
@@ -145,6 +245,7 @@ def idle_by_cause(weekly: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@shows_text_as_typed
 def idle_by_team(by_team: pd.DataFrame) -> go.Figure:
     """Idle reserved GPU-hours per team (charged to the team that held them), stacked by cause."""
     title = "Idle reserved capacity per team by cause (GPU-h, charged to the holder)"
@@ -158,6 +259,7 @@ def idle_by_team(by_team: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@shows_text_as_typed
 def idle_share_trend(weekly: pd.DataFrame, colours: dict | None = None) -> go.Figure:
     """Share of reserved GPU-hours left idle, per team and week."""
     title = "Idle share of reserved capacity per week (%)"
@@ -172,6 +274,7 @@ def idle_share_trend(weekly: pd.DataFrame, colours: dict | None = None) -> go.Fi
 
 # ------------------------------------------------------------------------ estimate accuracy
 
+@shows_text_as_typed
 def predicted_vs_actual(points: pd.DataFrame, colours: dict | None = None, band: float = 0.5) -> go.Figure:
     """Log–log scatter of estimated vs actual GPU-hours per run, with y = x and the ±`band` lines
     (actual = (1 ± band) × estimate). Runs whose estimate was only requested are drawn as crosses."""
@@ -201,6 +304,7 @@ def predicted_vs_actual(points: pd.DataFrame, colours: dict | None = None, band:
     return fig
 
 
+@shows_text_as_typed
 def rolling_ratio(rolling: pd.DataFrame, colours: dict | None = None, window_days: int = 28) -> go.Figure:
     """Rolling median of actual / estimated per team over time (1 = exact)."""
     title = f"Estimate error over time: rolling {window_days}-day median of actual ÷ estimated (ratio)"
@@ -210,11 +314,12 @@ def rolling_ratio(rolling: pd.DataFrame, colours: dict | None = None, window_day
     for team, g in rolling.groupby("team", sort=True):
         fig.add_scatter(x=g["day"], y=g["median_ratio"], name=team, mode="lines+markers",
                         line=dict(color=_colour(colours, team)), customdata=g["runs"],
-                        hovertemplate="%{x}: %{y:.2f} (from %{customdata} runs)<extra>" + str(team) + "</extra>")
+                        hovertemplate="%{x}: %{y:.2f} (from %{customdata} runs)<extra>%{fullData.name}</extra>")
     fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dot"))
     return fig
 
 
+@shows_text_as_typed
 def error_sources(sources: pd.DataFrame) -> go.Figure:
     """Actual minus estimated GPU-hours per error source and team (positive: underestimated)."""
     title = "Where the error came from: actual − estimated per source (GPU-h; > 0 underestimated)"
@@ -227,6 +332,7 @@ def error_sources(sources: pd.DataFrame) -> go.Figure:
     return fig
 
 
+@shows_text_as_typed
 def calibration_factors(cal: pd.DataFrame) -> go.Figure:
     """The median factor and the upper-bound factor the gate applies per team × kind."""
     title = "Calibration the gate applies today (× raw estimate; bar: median factor, ◆: upper bound)"
@@ -245,6 +351,7 @@ def calibration_factors(cal: pd.DataFrame) -> go.Figure:
 
 # ------------------------------------------------------------------------------- stops
 
+@shows_text_as_typed
 def stop_reasons(by_reason: pd.DataFrame, colours: dict | None = None) -> go.Figure:
     """Finished runs per stop reason, stacked by team."""
     title = "Runs by stop reason (runs)"
@@ -260,6 +367,7 @@ def stop_reasons(by_reason: pd.DataFrame, colours: dict | None = None) -> go.Fig
 
 # ------------------------------------------------------------------------------- what-if
 
+@shows_text_as_typed
 def estimate_items(estimate: dict) -> go.Figure:
     """The itemised raw estimate (bars) with the raw, calibrated median and upper totals."""
     title = "Estimate by item, raw and calibrated (GPU-h)"
@@ -286,6 +394,7 @@ def estimate_items(estimate: dict) -> go.Figure:
 OPTIMUM_COLOURS = {"young": "#9467bd", "daly": "#2ca02c", "exact": "#d62728"}
 
 
+@shows_text_as_typed
 def checkpoint_interval_curve(curve: pd.DataFrame, optima: pd.DataFrame,
                               current_interval_h: float | None = None,
                               failure_free_hours: float | None = None) -> go.Figure:
@@ -326,6 +435,7 @@ def checkpoint_interval_curve(curve: pd.DataFrame, optima: pd.DataFrame,
     return fig
 
 
+@shows_text_as_typed
 def completion_histogram(completion_hours, *, budget_hours: float | None = None, budget_label: str = "",
                          p_breach: float | None = None, wall_limit_h: float | None = None,
                          bins: int = 60) -> go.Figure:
@@ -360,10 +470,11 @@ def completion_histogram(completion_hours, *, budget_hours: float | None = None,
         lines.append((float(wall_limit_h), f"deadline {wall_limit_h:.3g} h", dict(color="black", dash="dash")))
     for v, label, line in lines:  # vertical lines as legend entries: labels never overlap
         fig.add_scatter(x=[v, v], y=[0, top], mode="lines", name=label, line=line,
-                        hovertemplate=f"{label}<extra></extra>")
+                        hovertemplate="%{fullData.name}<extra></extra>")
     return fig
 
 
+@shows_text_as_typed
 def scenario_options(options: pd.DataFrame) -> go.Figure:
     """Completion time of each recovery choice (hours): a bar from P50 to P99, marks at P90 and the
     mean. options: option, mean, p50, p90, p99 (completion hours; rows with NaN are skipped)."""
