@@ -24,6 +24,7 @@ import contextlib
 import datetime as dt
 import inspect
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Callable
@@ -71,14 +72,14 @@ def ledger_errors(retry: str = "Try again in a moment."):
     try:
         yield
     except LedgerLocked as exc:
-        st.error(f"The ledger is busy: {escape_markdown(exc)}. {retry}")
+        st.error(f"The ledger is busy: {as_text(exc)}. {retry}")
         st.stop()
     except NotALedger as exc:
-        st.error(f"The ledger cannot be read: {escape_markdown(exc)}. Point `GATE_DB` at a Training "
+        st.error(f"The ledger cannot be read: {as_text(exc)}. Point `GATE_DB` at a Training "
                  "Gate ledger (or unset it for `data/gate.duckdb`) and restart the app.")
         st.stop()
     except LedgerError as exc:
-        st.error(f"The ledger cannot be read: {escape_markdown(exc)}")
+        st.error(f"The ledger cannot be read: {as_text(exc)}")
         st.stop()
 
 
@@ -191,7 +192,7 @@ def filter_widgets() -> Filters:
         start = end = dates
     f = Filters(date_from=start, date_to=end, teams=tuple(teams), kinds=tuple(kinds),
                 capacity=None if cap == "all" else cap)
-    sb.caption(escape_markdown(f"Ledger: {Path(db_path()).name} · {opts['runs']:,} runs"))
+    sb.caption(as_text(f"Ledger: {Path(db_path()).name} · {opts['runs']:,} runs"))
     st.session_state["filters"] = f
     st.session_state["all_teams"] = opts["teams"]
     return f
@@ -276,9 +277,26 @@ def table(df: pd.DataFrame, name: str, key: str, *, empty: str, caption: str | N
     download(df, name, key)
 
 
+WORD_JOINER = "\u2060"  # invisible, no width, and no line break: the text reads as typed
+_AUTOLINK_START = re.compile(r"(?i)(www)(?=\\?\.)|([:@])")
+
+
+def as_text(text) -> str:
+    """`text` (possibly user data: team names, run IDs, file names, messages quoting them) for a
+    Streamlit Markdown body (st.caption, st.markdown, alerts), shown as typed: never markup, a link,
+    an emoji shortcode or a directive.
+
+    escape_markdown backslash-escapes every Markdown character, but GitHub-flavoured Markdown
+    links bare URLs and e-mail addresses *after* parsing (remark-gfm's autolink-literal
+    transform works on the unescaped text), so `https://…`, `www.…` and `a@b.c` would still
+    become live links. A word joiner after every ':' and '@' and after 'www' breaks those
+    patterns (and `:emoji:` shortcodes) without changing what the reader sees."""
+    return _AUTOLINK_START.sub(lambda m: (m.group(1) or m.group(2)) + WORD_JOINER, escape_markdown(text))
+
+
 def caption(text: str) -> None:
-    """A caption whose text (possibly user data) shows as typed, never as markup."""
-    st.caption(escape_markdown(text))
+    """A caption whose text (possibly user data) shows as typed, never as markup or a link."""
+    st.caption(as_text(text))
 
 
 def chart(fig) -> None:

@@ -26,23 +26,30 @@ def show(value, fmt):
     return "—" if value is None else fmt.format(value)
 
 
+def metric(col, label, value, key, fmt="{:+,.0f}", colour="normal", **options):
+    """A metric with its change against the previous period. No change (to the shown precision)
+    is said in grey without an arrow: never a red or green '↑ +0'."""
+    change = delta(key, fmt)
+    if change is not None and not any(ch in "123456789" for ch in change):
+        col.metric(label, value, "no change", delta_color="off", delta_arrow="off", **options)
+    else:
+        col.metric(label, value, change, delta_color=colour, **options)
+
+
 c = st.columns(4)
-c[0].metric("Reserved GPU-hours", show(cur["reserved_gpu_hours"], "{:,.0f}"), delta("reserved_gpu_hours"),
-            delta_color="off", help="GPU-hours held by reservations starting in the period")
-c[1].metric("Used GPU-hours", show(cur["used_gpu_hours"], "{:,.0f}"), delta("used_gpu_hours"),
-            delta_color="off", help="actual GPU-hours of those runs")
-c[2].metric("Idle reserved share", show(cur["idle_share"], "{:.1%}"),
-            delta("idle_share", "{:+.1%}"), delta_color="inverse",
-            help="late starts + early ends + never-used reservations, over closed reservation windows")
-c[3].metric("Deferred requests", show(cur["deferred"], "{:,}"), delta("deferred"), delta_color="inverse")
+metric(c[0], "Reserved GPU-hours", show(cur["reserved_gpu_hours"], "{:,.0f}"), "reserved_gpu_hours",
+       colour="off", help="GPU-hours held by reservations starting in the period")
+metric(c[1], "Used GPU-hours", show(cur["used_gpu_hours"], "{:,.0f}"), "used_gpu_hours",
+       colour="off", help="actual GPU-hours of those runs")
+metric(c[2], "Idle reserved share", show(cur["idle_share"], "{:.1%}"), "idle_share", "{:+.1%}", "inverse",
+       help="late starts + early ends + never-used reservations, over closed reservation windows")
+metric(c[3], "Deferred requests", show(cur["deferred"], "{:,}"), "deferred", colour="inverse")
 c = st.columns(4)
-c[0].metric("Median actual ÷ estimated", show(cur["median_ratio"], "{:.2f}"), delta("median_ratio", "{:+.2f}"),
-            delta_color="off", help="finished runs with a measured or stated estimate; 1.00 = exact")
-c[1].metric("P90 actual ÷ estimated", show(cur["p90_ratio"], "{:.2f}"), delta("p90_ratio", "{:+.2f}"),
-            delta_color="inverse")
-c[2].metric("Runs stopped for budget", show(cur["budget_stopped"], "{:,}"), delta("budget_stopped"),
-            delta_color="inverse")
-c[3].metric("Runs in period", show(cur["runs"], "{:,}"), delta("runs"), delta_color="off")
+metric(c[0], "Median actual ÷ estimated", show(cur["median_ratio"], "{:.2f}"), "median_ratio", "{:+.2f}",
+       "off", help="finished runs with a measured or stated estimate; 1.00 = exact")
+metric(c[1], "P90 actual ÷ estimated", show(cur["p90_ratio"], "{:.2f}"), "p90_ratio", "{:+.2f}", "inverse")
+metric(c[2], "Runs stopped for budget", show(cur["budget_stopped"], "{:,}"), "budget_stopped", colour="inverse")
+metric(c[3], "Runs in period", show(cur["runs"], "{:,}"), "runs", colour="off")
 if cur["requested_runs"]:
     st.caption(f"{cur['requested_runs']:,} finished runs carry only a requested estimate (time limit × GPUs: "
                "requested, not measured) and are left out of the estimate-error figures.")

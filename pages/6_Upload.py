@@ -13,7 +13,6 @@ import streamlit as st
 import ui
 from lib.ledger.imports import import_runs
 from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s
-from lib.dashboard.tables import escape_markdown
 
 ui.frame()
 
@@ -53,13 +52,13 @@ def import_or_stop(what: str, status=None, **options):
                            timeout_s=default_timeout_s(), **options)
     except LedgerLocked as exc:
         label = "The ledger is busy"
-        text = f"{escape_markdown(exc)}. Nothing was written; try again in a moment."
+        text = f"{ui.as_text(exc)}. Nothing was written; try again in a moment."
     except LedgerError as exc:
         label = "The ledger cannot be used"
-        text = f"{escape_markdown(exc)}. Nothing was written."
+        text = f"{ui.as_text(exc)}. Nothing was written."
     except Exception as exc:  # noqa: BLE001 - shown on the page, never as a traceback
         label = f"The {what} failed"
-        text = f"The {what} failed and nothing was written: {escape_markdown(f'{type(exc).__name__}: {exc}')}"
+        text = f"The {what} failed and nothing was written: {ui.as_text(f'{type(exc).__name__}: {exc}')}"
     if status is not None:
         status.update(label=label, state="error")
     st.error(text)
