@@ -290,7 +290,9 @@ def as_text(text) -> str:
     links bare URLs and e-mail addresses *after* parsing (remark-gfm's autolink-literal
     transform works on the unescaped text), so `https://…`, `www.…` and `a@b.c` would still
     become live links. A word joiner after every ':' and '@' and after 'www' breaks those
-    patterns (and `:emoji:` shortcodes) without changing what the reader sees."""
+    patterns (and `:emoji:` shortcodes) without changing what the reader sees. Bidirectional
+    controls (which would reorder the rest of the line) are shown as `[U+202E]`."""
+    text = figures.visible_controls(str(text))
     return _AUTOLINK_START.sub(lambda m: (m.group(1) or m.group(2)) + WORD_JOINER, escape_markdown(text))
 
 

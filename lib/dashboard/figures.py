@@ -56,11 +56,23 @@ def _colour(colours: dict | None, team: str) -> str:
 
 # ------------------------------------------------------------------- user text, shown as typed
 
+# bidirectional embedding / override / isolate controls: invisible, and they reorder the text
+# that follows them (a name ending in U+202E would reverse the rest of a label or caption)
+BIDI_CONTROLS = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def visible_controls(text: str) -> str:
+    """`text` with each bidirectional control character written visibly as `[U+XXXX]`."""
+    if not any(ord(ch) in BIDI_CONTROLS for ch in text):
+        return text
+    return "".join(f"[U+{ord(ch):04X}]" if ord(ch) in BIDI_CONTROLS else ch for ch in text)
+
+
 def as_typed(text: str) -> str:
     """`text` with the characters plotly.js reads as markup (& < >) written as entities, which
-    plotly.js shows as the characters typed. Quotes stay: without a `<` no tag can form, and
-    plotly.js does not decode `&quot;`."""
-    return html.escape(text, quote=False)
+    plotly.js shows as the characters typed, and bidirectional controls made visible. Quotes stay:
+    without a `<` no tag can form, and plotly.js does not decode `&quot;`."""
+    return html.escape(visible_controls(text), quote=False)
 
 
 # the trace properties plotly.js displays as text (hovertemplate / texttemplate are the builders'
