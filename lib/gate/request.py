@@ -12,7 +12,7 @@ from datetime import datetime
 
 from lib.gate.contracts import Reason, Request, StopPolicy
 from lib.gate.reasons import reason
-from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem
+from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem, team_name_problem
 
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
 
@@ -59,7 +59,7 @@ def _optional_text(value):
 # field -> check(value) -> problem text or None. Order = the order problems are reported in.
 _REQUIRED = {
     "run_id": text(),
-    "team": text(),
+    "team": team_name_problem,   # lib.gate.terms.TEAM_NAME
     "kind": _choice(KINDS),
     "gpus": number(1, integral=True, maximum=INT32_MAX),
     "gpu_mem_gb": number(strict=True),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from datetime import date, datetime, timezone
 
 
@@ -31,6 +32,24 @@ INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")  # deliberate stops:
 CENSORED_STOPS = ("budget", "wall-clock")  # the actual is only a lower bound on what the run needed
 CALIBRATION_STOPS = COMPLETE_STOPS + CENSORED_STOPS  # stops whose actual says something about the estimate
 ARTIFACT_STATUSES = ("complete", "incomplete", "none")
+
+# A team name, wherever one enters (teams file, CSV and sacct imports, requests): 1-64 characters,
+# ASCII letters, digits, '-', '_' and '.', the first a letter or a digit (a leading '-' reads as a
+# command-line option and starts a spreadsheet formula; a leading '.' is a hidden file name).
+TEAM_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+TEAM_NAME = re.compile(TEAM_NAME_PATTERN)   # use TEAM_NAME.fullmatch
+TEAM_NAME_REGEX = "^" + TEAM_NAME_PATTERN + "$"   # the same test for DuckDB's regexp_matches (RE2)
+TEAM_NAME_RULE = ("1-64 characters: letters, digits, '-', '_' or '.', starting with a letter or "
+                  "a digit")
+
+
+def team_name_problem(value) -> str | None:
+    """None when `value` is a valid team name (TEAM_NAME), else the problem as text."""
+    if type(value) is not str:
+        return f"must be a team name ({TEAM_NAME_RULE}), got {type(value).__name__} {value!r}"
+    if TEAM_NAME.fullmatch(value):
+        return None
+    return f"must be a team name ({TEAM_NAME_RULE}), got {value[:100]!r}"
 
 
 # ------------------------------------------------------------------------------------------ time

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from datetime import date, datetime
 from pathlib import Path
 
-from lib.gate.terms import BUDGET_BASES as BASES, naive_utc, number_problem
+from lib.gate.terms import BUDGET_BASES as BASES, TEAM_NAME_RULE, naive_utc, number_problem, team_name_problem
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
-TEAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 # policy key -> (kind, default). kind: "int" (whole number >= 0), "float" (finite number >= 0),
 # "basis", "partitions". Default None = required.
@@ -121,8 +119,9 @@ def parse_teams(text: str, path="teams.toml") -> tuple[list[dict], list[dict]]:
     teams: list[dict] = []
     for name, table in teams_doc.items():
         where = f"[teams.{name}]"
-        if not TEAM_NAME.match(name):
-            problems.append(f"{where}: team name must be lower-case letters, digits, '-', '_' or '.'")
+        if team_name_problem(name):
+            problems.append(f"[teams.{name[:100]!r}]: team name {name[:100]!r} is not valid: "
+                            f"{TEAM_NAME_RULE}")
         if type(table) is not dict:
             problems.append(f"{where}: must be a table")
             continue

@@ -49,9 +49,17 @@ from lib.ledger.imports.csv_lines import (
 )
 from lib.ledger.imports.merge import Staged, check_and_write
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _col_order_sql, _err
+from lib.gate.terms import TEAM_NAME_REGEX, TEAM_NAME_RULE
 
-# how DuckDB's CSV reader reads each column (see _typed_expr)
-_READ_TYPE = {c: ("DOUBLE" if c in NUMBER_COLUMNS or c in INTEGER_COLUMNS else "VARCHAR") for c in CSV_COLUMNS}
+# How DuckDB's CSV reader reads each column. The exact pass (a dry run, or any file with a problem)
+# reads every column as text and casts numbers in the projection (_typed_expr, TRY_CAST): a cell the
+# reader failed to cast would reject its whole line, hiding the line's other problems, while cast
+# there 'not a number' is a row rule like the others. The fast pass of a clean import lets the
+# reader parse numbers itself (DOUBLE; faster): a bad number is a CAST reject, which sends the file
+# to the exact pass.
+_NUMERIC = {*NUMBER_COLUMNS, *INTEGER_COLUMNS}
+_READ_TYPE = dict.fromkeys(CSV_COLUMNS, "VARCHAR")
+_FAST_READ_TYPE = {c: ("DOUBLE" if c in _NUMERIC else "VARCHAR") for c in CSV_COLUMNS}
 
 _NOT_CSV = [   # (leading bytes, what the file is)
     (b"\x1f\x8b", "a gzip-compressed file: decompress it first (gunzip) and import the CSV inside"),
@@ -106,7 +114,10 @@ def _read_header(path: Path, report: ImportReport) -> list[str] | None:
     return names
 
 
-def _check_header(names: list[str], report: ImportReport) -> bool:
+def _check_header(names: list[str], report: ImportReport) -> tuple[bool, bool]:
+    """(header ok, rows readable): every header problem goes to report.errors; the rows can still be
+    read (and their problems listed) when the only problem is a missing required column other than
+    run_id (which places each record on its line)."""
     ok = True
     seen: dict[str, int] = {}
     for i, name in enumerate(names, start=1):
@@ -131,11 +142,13 @@ def _check_header(names: list[str], report: ImportReport) -> bool:
                 msg = f"unknown column {name!r} (column {i}){hint} Known columns: see data/runs_template.csv"
             report.errors.append(_err(1, name, name, msg))
             ok = False
+    readable = ok
     for req in REQUIRED_COLUMNS:
         if req not in seen:
             report.errors.append(_err(1, req, None, f"required column {req!r} is missing from the header"))
             ok = False
-    return ok
+            readable = readable and req != "run_id"
+    return ok, readable
 
 
 
@@ -155,13 +168,14 @@ def _trim_sql(raw: str) -> str:
 _TRIMMED = {"run_id", "team", *TIME_COLUMNS, *BOOL_COLUMNS}
 
 
-def _typed_expr(col: str, raw: str, trimmed: str | None) -> str:
+def _typed_expr(col: str, raw: str, trimmed: str | None, *, numbers_read: bool = False) -> str:
     """SQL turning the column `col` as read (_READ_TYPE) into its typed value (NULL when not valid).
 
     raw: SQL of the value as read; trimmed: SQL of _trim_sql(raw) when it is already computed, else
-    None. Numbers are parsed by the CSV reader itself (fast; unparsable text is a
-    CAST reject). Times and booleans are read as text and cast here: the reader ignores a UTC offset
-    and rounds 2.5 to an INTEGER, both silently, so those are not left to it.
+    None. Every column is read as text and cast here (TRY_CAST: NULL when not valid, which a row rule
+    reports): the reader would reject the whole line on a bad number, ignores a UTC offset and rounds
+    2.5 to an INTEGER, all of which are not left to it. numbers_read: the reader parsed the number
+    columns itself (_FAST_READ_TYPE), so their raw value is a DOUBLE already.
     """
     q = raw
     t = trimmed or _trim_sql(q)
@@ -170,10 +184,11 @@ def _typed_expr(col: str, raw: str, trimmed: str | None) -> str:
     if col in ENUMS:   # = NULLIF(trim(q), ''); a cell holding an allowed value exactly needs no trim
         lit = ", ".join(f"'{v}'" for v in ENUMS[col])
         return f"CASE WHEN {q} IN ({lit}) THEN {q} ELSE NULLIF(trim({q}), '') END"
-    if col in NUMBER_COLUMNS:      # read as DOUBLE by DuckDB's reader (bad text: a CAST reject)
-        return q
-    if col in INTEGER_COLUMNS:     # read as DOUBLE too: 2.5 must be an error, not rounded to 3
-        return f"CASE WHEN {q} = trunc({q}) AND abs({q}) < 2147483648 THEN CAST({q} AS INTEGER) END"
+    if col in NUMBER_COLUMNS:      # the cast itself allows spaces around the number
+        return q if numbers_read else f"TRY_CAST({q} AS DOUBLE)"
+    if col in INTEGER_COLUMNS:     # as DOUBLE first: 2.5 must be an error, not rounded to 3
+        d = q if numbers_read else f"TRY_CAST({q} AS DOUBLE)"
+        return f"CASE WHEN {d} = trunc({d}) AND abs({d}) < 2147483648 THEN CAST({d} AS INTEGER) END"
     if col in TIME_COLUMNS:
         # text -> TIMESTAMPTZ (an offset is applied; none means the session's UTC) -> its UTC instant
         # as TIMESTAMP. epoch_us/make_timestamp do that last step ~5x faster than a TIMESTAMPTZ ->
@@ -185,7 +200,7 @@ def _typed_expr(col: str, raw: str, trimmed: str | None) -> str:
 
 
 def _row_checks(cols: list[str], raw_ref: str, typed_ref: str,
-                trim_ref: str | None = None) -> list[tuple[str, str, str]]:
+                trim_ref: str | None = None, *, numbers_read: bool = False) -> list[tuple[str, str, str]]:
     """(column, condition over the raw text / typed value, message SQL) for each per-row rule.
 
     raw_ref, typed_ref: format strings naming a column's value as read and typed ({c}: the column);
@@ -196,10 +211,12 @@ def _row_checks(cols: list[str], raw_ref: str, typed_ref: str,
         raw = raw_ref.format(c=c)
         typ = typed_ref.format(c=c)
         trimmed = trim_ref.format(c=c) if trim_ref and c in _TRIMMED else _trim_sql(raw)
-        if _READ_TYPE[c] == "DOUBLE":
-            present = f"{raw} IS NOT NULL"
-        elif c in ENUMS:   # the typed value is NULLIF(trim(raw), '')
+        if c in ENUMS:   # the typed value is NULLIF(trim(raw), '')
             present = f"{typ} IS NOT NULL"
+        elif c in _NUMERIC and numbers_read:   # a DOUBLE: the reader made empty cells NULL
+            present = f"{raw} IS NOT NULL"
+        elif c in _NUMERIC:   # the trim only where the cast failed: an empty cell, or not a number
+            present = f"({typ} IS NOT NULL OR {trimmed} IS NOT NULL)"
         else:
             present = f"{trimmed} IS NOT NULL"
         if c in REQUIRED_COLUMNS:
@@ -211,17 +228,24 @@ def _row_checks(cols: list[str], raw_ref: str, typed_ref: str,
             if c in ("run_id", "team"):
                 checks.append((c, f"{present} AND {raw} <> {trimmed}",
                                f"'{c} has leading or trailing spaces'"))
+            if c == "team":   # lib.gate.terms.TEAM_NAME, the one rule for team names
+                checks.append((c, f"{present} AND NOT regexp_matches({trimmed}, '{TEAM_NAME_REGEX}')",
+                               f"'not a valid team name: {TEAM_NAME_RULE.replace(chr(39), chr(39) * 2)}'"))
         elif c in ENUMS:
             allowed = ", ".join(ENUMS[c])
             lit = ", ".join(f"'{v}'" for v in ENUMS[c])
             checks.append((c, f"{present} AND {typ} NOT IN ({lit})",
                            f"'{c} must be one of: {allowed}'"))
         elif c in NUMBER_COLUMNS:
+            if not numbers_read:
+                checks.append((c, f"{typ} IS NULL AND {trimmed} IS NOT NULL",
+                               "'not a number (use digits and a . decimal point, no thousands separator)'"))
             checks.append((c, f"{typ} IS NOT NULL AND NOT isfinite({typ})",
                            "'must be a finite number (NaN and infinity are not allowed)'"))
             checks.append((c, f"{typ} < 0", "'must not be negative'"))
         elif c in INTEGER_COLUMNS:
-            checks.append((c, f"{present} AND {typ} IS NULL", "'not a whole number'"))
+            checks.append((c, f"{present} AND {typ} IS NULL" if numbers_read
+                           else f"{typ} IS NULL AND {trimmed} IS NOT NULL", "'not a whole number'"))
             checks.append((c, f"{typ} < 0", "'must not be negative'"))
         elif c in TIME_COLUMNS:
             checks.append((c, f"{typ} IS NULL AND {present}",
@@ -234,9 +258,9 @@ def _row_checks(cols: list[str], raw_ref: str, typed_ref: str,
     return checks
 
 
-def _read_csv_sql(names: list[str]) -> str:
+def _read_csv_sql(names: list[str], read_type: dict[str, str] = _READ_TYPE) -> str:
     """read_csv(?) of the file: explicit dialect, the header's own (checked) names, rejects stored."""
-    columns = "{" + ", ".join("'" + n.replace("'", "''") + f"': '{_READ_TYPE[n]}'" for n in names) + "}"
+    columns = "{" + ", ".join("'" + n.replace("'", "''") + f"': '{read_type[n]}'" for n in names) + "}"
     return ("read_csv(?, header = true, delim = ',', quote = '\"', escape = '\"', auto_detect = false, "
 
             f"columns = {columns}, store_rejects = true, rejects_table = 'reject_errors', "
@@ -267,12 +291,17 @@ def import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_ru
 
     exact: number every record by its position in the file, which errors and the preview show.
     Without it the staging is faster (a clean import of a million rows takes about a third less
-    time), but positions are approximate: the import then stops at the first sign of a problem and
+    time; it also lets the reader parse numbers), but positions are approximate: the import then stops at the first sign of a problem and
     returns True, and the caller runs it again, exactly, on a fresh cursor. Returns False otherwise.
     """
     names = _read_header(path, report)
-    if names is None or not _check_header(names, report):
+    if names is None:
         return False
+    header_ok, readable = _check_header(names, report)
+    if not readable:
+        return False
+    if not header_ok and not exact:   # the rows' problems are listed too, at their exact lines
+        return True
     steps(0.1, "reading rows")
     present = [n for n in CSV_COLUMNS if n in names]
     try:
@@ -299,8 +328,10 @@ def import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_ru
     def lines_for(rows: set) -> dict:
         return _csv_lines(cur, path, rows, rejected, id_column) if exact else {}
 
+    header_errors = report.errors   # a missing required column: refused, whatever the rows hold
+    report.errors = []
     staged = Staged(supplied=present, rules=_merge_rules(set(present)), errors=errors,
-                    reader_errors=_reject_errors(path, rejects, reject_lines, len(names)),
+                    reader_errors=header_errors + _reject_errors(path, rejects, reject_lines, len(names)),
                     lines_for=lines_for, drop=("DROP VIEW typed", "DROP TABLE typed_csv"))
     check_and_write(cur, report, staged, create_teams, dry_run, steps)
     return not exact and bool(report.errors)
@@ -319,18 +350,21 @@ def _stage(cur, path: Path, names: list[str], present: list[str], *, exact: bool
     never closed. Raises duckdb's InvalidInputException or ConversionException when the reader gives
     up on the file.
     """
-    checks = _row_checks(present, raw_ref='"{c}__raw"', typed_ref='"{c}"', trim_ref='"{c}__trim"')
+    fast = not exact   # the fast pass lets the reader parse numbers (_FAST_READ_TYPE)
+    checks = _row_checks(present, raw_ref='"{c}__raw"', typed_ref='"{c}"', trim_ref='"{c}__trim"',
+                         numbers_read=fast)
     bad_cond = " OR ".join(f"({cond})" for _, cond, _ in checks) or "false"
     read = ", ".join([f'{_q(c)} AS {_q(c, "__raw")}' for c in present]
                      + [f'{_trim_sql(_q(c))} AS {_q(c, "__trim")}' for c in present if c in _TRIMMED])
-    typed = ", ".join(f'{_typed_expr(c, _q(c, "__raw"), _q(c, "__trim") if c in _TRIMMED else None)} '
+    typed = ", ".join(f'{_typed_expr(c, _q(c, "__raw"), _q(c, "__trim") if c in _TRIMMED else None, numbers_read=fast)} '
                       f'AS {_q(c)}' for c in present)
     raw_if_bad = ", ".join(f'CASE WHEN _bad THEN {_q(c, "__raw")} END AS {_q(c, "__raw")}' for c in present)
     cols = ", ".join(_q(c) for c in present)
     numbered, row = ("row_number() OVER () - 1 AS _row, ", "_row, ") if exact else ("", "")
     cur.execute(f"CREATE TEMP TABLE typed_csv AS SELECT {row}{cols}, _bad, {raw_if_bad} FROM "
                 f"(SELECT *, ({bad_cond}) AS _bad FROM (SELECT *, {typed} FROM "
-                f"(SELECT {numbered}{read} FROM {_read_csv_sql(names)})))", [str(path)]).fetchall()
+                f"(SELECT {numbered}{read} FROM "
+                f"{_read_csv_sql(names, _FAST_READ_TYPE if fast else _READ_TYPE)})))", [str(path)]).fetchall()
     cur.execute(f"CREATE TEMP VIEW typed AS SELECT {'_row' if exact else 'rowid AS _row'}, {cols} "
                 "FROM typed_csv").fetchall()
 
@@ -351,9 +385,7 @@ def _flagged_row_errors(cur, present: list[str], n_bad: int) -> RowErrors:
 
     A flagged row must never pass unexplained: if none can be itemised, one error refuses the file."""
     checks = _row_checks(present, raw_ref='f."{c}__raw"', typed_ref='f."{c}"')
-    shown = {c: (f'CASE WHEN f."{c}__raw" = trunc(f."{c}__raw") AND abs(f."{c}__raw") < 1e18 '
-                 f'THEN CAST(f."{c}__raw" AS BIGINT)::VARCHAR ELSE f."{c}__raw"::VARCHAR END'
-                 if c in INTEGER_COLUMNS else f'f."{c}__raw"::VARCHAR') for c in present}
+    shown = {c: f'f."{c}__raw"' for c in present}
     cur.execute("CREATE TEMP TABLE flagged AS SELECT * EXCLUDE (_bad) FROM typed_csv WHERE _bad").fetchall()
     union = " UNION ALL ".join(f"SELECT f._row, '{c}' AS _col, {shown[c]}, {msg}, NULL::BIGINT "
                                f"FROM flagged f WHERE ({cond})" for c, cond, msg in checks)

@@ -111,7 +111,8 @@ def check_and_write(cur, report: ImportReport, staged: Staged, create_teams: boo
     with contextlib.suppress(Abort), transaction(cur):
         steps(0.5, "comparing with the ledger")
         n_rows = _duplicate_run_ids(cur, errors)
-        _unknown_teams(cur, report, errors, create_teams, dry_run)
+        if "team" in staged.supplied:   # absent: a missing required column, already refused
+            _unknown_teams(cur, report, errors, create_teams, dry_run)
         merged = _Merged(staged)
         n_updated, n_unchanged = _count_and_check_order(cur, merged, set(staged.supplied), errors)
         if n_updated:

@@ -33,7 +33,7 @@ from pathlib import Path
 from lib.ledger.imports.columns import ENUMS, MAX_TEXT_CHARS
 from lib.ledger.imports.merge import Staged, check_and_write
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _err
-from lib.gate.terms import naive_utc
+from lib.gate.terms import TEAM_NAME_RULE, naive_utc, team_name_problem
 
 XDMOD_FIELDS = [
     "jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "gid", "user", "uid",
@@ -311,6 +311,8 @@ def _sacct_row(lineno: int, job: str, cells: defaultdict[str, str], report: Impo
     account = cells["account"]
     if not account:
         bad("account", account, "account is empty (it names the team)")
+    elif team_name_problem(account):
+        bad("account", account, f"account (it names the team) is not a valid team name: {TEAM_NAME_RULE}")
     for name in ("jobname", "account", "partition"):
         if len(cells[name]) > MAX_TEXT_CHARS:
             bad(name, cells[name], f"text longer than {MAX_TEXT_CHARS} characters")
