@@ -16,8 +16,12 @@ them from a DataFrame with one INSERT ... SELECT per table (strings are built in
   wall-clock stops at max_runtime_hours, early stops, failures, cancellations, out-of-memory;
 - reservations: late starts and early ends that leave reserved capacity idle, reservations never used,
   a few runs still running and reservations starting in the future;
-- the decisions table: an admit for every run, plus deferred requests (about 8 % of runs) with
-  realistic reason codes, most of them admitted later under the same run ID;
+- the decisions table: an admit for every run, recording the full request (its pilot for
+  pilot-estimated runs), plus deferred requests (about 8 % of runs), most of them admitted later
+  under the same run ID. Each deferral is the gate's own decision: a full request built to meet a
+  drawn reason, decided by lib.gate.admission.decide over the team's policy and `demo_state`, and
+  serialised as lib.ledger.service.record_decision records a submit (re-deciding it gives it again);
+  the demo's admits are generated history and are not re-decided;
 - pilots for pilot-estimated runs, holdout reads (a few over their allowance), full-evaluation flags.
 
 Re-running replaces the previous demo rows (source 'demo', origin 'demo') and nothing else.
@@ -26,13 +30,15 @@ Same seed and same `now` -> the same ledger.
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime
+import json
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
 
 from lib.ledger.connection import open_ledger, transaction
-from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, utcnow
+from lib.gate.admission import decide
+from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, json_default, naive_utc, utcnow
 from lib.ledger.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730
@@ -201,9 +207,11 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     margin = np.select([kind_i == 0, kind_i == 1], [rng.uniform(1.05, 1.6, n), rng.uniform(1.25, 1.8, n)],
                        rng.uniform(1.25, 1.6, n))
     budget = np.round(np.maximum(est * margin * np.where(pilot, 1.0, bias ** 0.7), 0.5), 1)
+    budget = np.maximum(budget, np.ceil(est * 10) / 10)   # the gate admitted it: its estimate fits
     max_rt = np.round(np.minimum(team_rt, est_wall * rng.uniform(1.5, 3.0, n)), 1)
     max_rt = np.maximum(max_rt, np.minimum(team_rt, 0.5))
     ckpt_ok = rng.random(n) < np.select([kind_i == 1, kind_i == 2], [0.99, 0.97], 0.88)
+    ckpt_ok |= preempt   # the gate admits preemptible capacity only to jobs that can checkpoint
     holdout_allow = np.select([kind_i == 1, kind_i == 2], [rng.integers(1, 4, n), np.ones(n, np.int64)], 0)
 
     # interruptions: mean time between interruptions per job, hours
@@ -224,7 +232,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     u = rng.random(n)
     early = np.where(kind_i == 0, 0.15, np.where(kind_i == 1, 0.05, 0.0))
     cuts = np.cumsum([early, np.full(n, 0.025), np.full(n, 0.02), np.full(n, 0.007),
-                      np.full(n, 0.008), np.full(n, 0.01), np.where(preempt & ~ckpt_ok, 0.25, 0.0),
+                      np.full(n, 0.008), np.full(n, 0.01), np.where(preempt, 0.08, 0.0),
                       np.full(n, 0.025)], axis=0)
     outcome = (u[None, :] > cuts).sum(axis=0)   # 0 early, 1 failed, 2 cancelled, 3 oom, 4 node-fail,
     #                                             5 failed-steps, 6 preempted, 7 never used, 8 normal
@@ -353,6 +361,113 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
             "snapshots": snapshots, "active": A}
 
 
+def demo_state(policy: dict, snapshots: list[dict], request: dict, codes) -> dict:
+    """The team state a demo request for `policy`'s team was decided under, from the request
+    (its submitted_at is the decision time) and the reason codes the decision gave: the team's
+    snapshots; for 'capacity' one reservation holding every reserved accelerator; for
+    'retraining-protection' experiments holding just too many of the accelerators left to them;
+    for 'period-budget' the month's budget already spent. Without calibration history."""
+    now = naive_utc(request["submitted_at"])
+    reserved, set_aside = policy["reserved_gpus"], policy["retraining_reserved_gpus"]
+    held = []
+    if "capacity" in codes:
+        kind = "retraining" if request["kind"] == "retraining" else "exploratory"
+        held = [(kind, reserved)]
+    elif "retraining-protection" in codes:
+        held = [("exploratory", max(0, reserved - set_aside - int(request["gpus"]) + 1))]
+    return {
+        "now": now,
+        "reservations": [{"run_id": f"{policy['team']}-held-{i}", "team": policy["team"], "kind": k,
+                          "gpus": g, "reserved_gpu_hours": 10.0 * g, "reserved_from": now,
+                          "reserved_until": now + timedelta(hours=10)}
+                         for i, (k, g) in enumerate(held) if g > 0],
+        "period_spent_gpu_hours": float(policy["monthly_budget_gpu_hours"]) if "period-budget" in codes else 0.0,
+        "snapshots": {s["snapshot"] for s in snapshots if s["team"] in (None, policy["team"])},
+        "calibration_history": [],
+    }
+
+
+def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: str, gpus: int,
+                      judged: float, codes: list[str], decided_at: datetime, u: float) -> dict:
+    """A full request that the gate defers for (at least) `codes`, under demo_state."""
+    team = policy["team"]
+    snaps = sorted(s["snapshot"] for s in snapshots if s["team"] in (None, team)) or [None]
+    gpus = int(max(1, min(gpus, policy["max_gpus_per_job"] or 1)))
+    est = float(round(min(judged, 0.9 * policy["pilot_required_above_gpu_hours"] or judged,
+                          0.5 * gpus * policy["max_runtime_hours"]), 3)) or 1.0
+    req = {
+        "run_id": run_id, "team": team, "kind": kind, "gpus": gpus,
+        "gpu_mem_gb": float(min(80.0, policy["max_gpu_mem_gb"])) or 40.0,
+        "max_runtime_hours": float(round(min(policy["max_runtime_hours"], max(1.0, 2 * est / gpus)), 1)),
+        "budget_gpu_hours": float(round(est * 1.5 + 1, 1)), "checkpoint_supported": True,
+        "expected_interruptions": 0.0, "capacity": "stable", "data_snapshot": snaps[int(u * len(snaps))],
+        "estimated_gpu_hours": est, "skip_full_evaluation": False, "holdout_allowance": 0,
+        "submitted_at": decided_at.isoformat(timespec="seconds"),
+    }
+    if kind == "production":
+        req["holdout_allowance"] = 1
+    for code in codes:
+        if code == "no-snapshot":
+            req["data_snapshot"] = f"{team}-scratch-{run_id[-4:]}"
+        elif code == "no-pilot":
+            est = float(round(policy["pilot_required_above_gpu_hours"] * (1.2 + u), 3))
+            req.update(estimated_gpu_hours=est, budget_gpu_hours=float(round(est * 1.5 + 1, 1)))
+        elif code == "budget":
+            req["budget_gpu_hours"] = float(round(req["estimated_gpu_hours"] * (0.4 + 0.5 * u), 1))
+        elif code == "gpu-cap":
+            req["gpus"] = int(policy["max_gpus_per_job"]) * 2 or 1
+        elif code == "memory-cap":
+            req["gpu_mem_gb"] = float(policy["max_gpu_mem_gb"]) + 40.0
+        elif code == "runtime-cap":
+            req["max_runtime_hours"] = float(policy["max_runtime_hours"]) * 1.5
+        elif code == "memory":
+            g, e = req["gpus"], req.pop("estimated_gpu_hours")
+            req["pilot"] = {"steps_per_second": 2.0, "planned_steps": max(1, int(e / g * 3600 * 2)),
+                            "peak_mem_gb": req["gpu_mem_gb"] + 8.0,
+                            "eval_gpu_hours": 1.0 if kind == "production" else 0.0}
+        elif code == "no-recovery":
+            req.update(capacity="preemptible", checkpoint_supported=False)
+    return req
+
+
+def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], run_ids: dict) -> pd.DataFrame:
+    """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
+    team's policy and demo_state, and serialised as lib.ledger.service.record_decision records it."""
+    from lib.ledger.service import _json, _num
+    d = data["deferred"]
+    codes = np.array(DEFER_CODES)
+    rows = []
+    run_gpus = data["runs"]["gpus"].to_numpy()
+    times = d["decided_at"].to_numpy().astype("datetime64[s]").astype(datetime)
+    for j, later, i, ti, ki, lo, hi, at, judged in zip(
+            d["j"].tolist(), d["later"].tolist(), d["i"].tolist(), d["team_i"].tolist(),
+            d["kind_i"].tolist(), d["c_lo"].tolist(), d["c_hi"].tolist(), times,
+            d["judged"].tolist()):
+        policy = teams[ti]
+        run_id = run_ids[i] if later else f"{policy['team']}-deferred-{j:07d}"
+        drawn = [str(codes[lo])] + ([str(codes[hi])] if hi >= 0 else [])
+        kind = KINDS[ki]
+        gpus = int(run_gpus[i]) if later else int(GPU_CHOICES[j % 5])
+        request = _deferred_request(policy, snapshots, run_id, kind, gpus, judged, drawn, at,
+                                    (j * 0.6180339887) % 1.0)
+        wanted = drawn
+        for _ in range(4):   # the state follows the codes: decide until they agree
+            decision = decide(request, policy, demo_state(policy, snapshots, request, wanted))
+            got = [r["code"] for r in decision["reasons"]]
+            if decision["state"] == "defer" and got == wanted:
+                break
+            if decision["state"] != "defer":   # nothing deferred it: it was over budget after all
+                request["budget_gpu_hours"] = 0.0
+            wanted = got or ["budget"]
+        est = decision["estimate"] or {}
+        rows.append((at, run_id, policy["team"], kind, decision["state"],
+                     [r["code"] for r in decision["reasons"]], _num(est.get("judged_gpu_hours")),
+                     decision["policy_version"], _json(request), _json(decision)))
+    return pd.DataFrame(rows, columns=["decided_at", "run_id", "team", "kind", "state", "reason_codes",
+                                       "judged_gpu_hours", "policy_version", "request_json",
+                                       "decision_json"])
+
+
 def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
     """SQL expression picking a data snapshot for a run from its team's (and shared) snapshots."""
     per_team = []
@@ -433,18 +548,24 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
             counts["pilots"] = len(data["pilots"])
             say(0.70, "inserting decisions")
             pv = "(SELECT policy_version FROM teams t WHERE t.team = r.team)"
+            # the admitted request, as a submit records it (a run that cannot checkpoint stated no
+            # interruptions: the gate would not have admitted it otherwise)
+            admit_request = (
+                "run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus, "
+                "gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours, "
+                "budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity, "
+                "data_snapshot := r.data_snapshot, checkpoint_supported := x.ckpt_ok, "
+                "expected_interruptions := CASE WHEN x.ckpt_ok THEN x.exp_int ELSE 0.0 END, "
+                "skip_full_evaluation := x.skip_eval, holdout_allowance := r.holdout_allowance, "
+                "submitted_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S')")
             con.execute(f"""
                 INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours,
                     reserved_gpu_hours, policy_version, origin, request_json, decision_json)
                 SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
                     'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
-                    to_json(struct_pack(run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus,
-                        gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours,
-                        budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity,
-                        data_snapshot := r.data_snapshot, estimated_gpu_hours := r.estimated_gpu_hours,
-                        estimate_source := r.estimate_source, checkpoint_supported := x.ckpt_ok,
-                        expected_interruptions := x.exp_int, skip_full_evaluation := x.skip_eval,
-                        holdout_allowance := r.holdout_allowance))::VARCHAR,
+                    CASE WHEN p.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
+                        estimated_gpu_hours := r.estimated_gpu_hours))
+                    ELSE to_json(struct_pack({admit_request}, pilot := p.pilot_json::JSON)) END::VARCHAR,
                     to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
                         reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
                         estimate := struct_pack(source := r.estimate_source,
@@ -452,33 +573,21 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
                             wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
                         decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
                         origin := 'demo'))::VARCHAR
-                FROM runs r JOIN demo_ids d ON d.run_id = r.run_id JOIN demo_runs x ON x.i = d.i""")
+                FROM runs r JOIN demo_ids d ON d.run_id = r.run_id JOIN demo_runs x ON x.i = d.i
+                LEFT JOIN pilots p ON p.run_id = r.run_id""")
             n_def = len(data["deferred"])
             if n_def:
-                con.register("demo_deferred", data["deferred"])
-                codes = _sql_list(DEFER_CODES)
-                msgs = "MAP {" + ", ".join(f"'{c}': " + _sql_list([m])[1:-1] for c, m in DEFER_MESSAGES.items()) + "}"
-                con.execute(f"""
+                say(0.80, f"deciding {n_def:,} deferred requests")
+                wanted = sorted(set(data["deferred"]["i"][data["deferred"]["later"]].tolist()))
+                run_ids = dict(con.execute("SELECT i, run_id FROM demo_ids WHERE i IN (SELECT unnest(?))",
+                                           [wanted]).fetchall())
+                con.register("demo_deferred", _deferred_decisions(data, teams, snapshots, run_ids))
+                con.execute("""
                     INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
                         judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
                         decision_json)
-                    SELECT decided_at, rid, tm, kd, 'defer', codes, judged, NULL,
-                        (SELECT policy_version FROM teams t WHERE t.team = tm), 'demo',
-                        to_json(struct_pack(run_id := rid, team := tm, kind := kd))::VARCHAR,
-                        to_json(struct_pack(state := 'defer', run_id := rid, team := tm, kind := kd,
-                            reasons := list_transform(codes, lambda c: struct_pack(code := c,
-                                message := {msgs}[c])),
-                            estimate := struct_pack(judged_gpu_hours := judged),
-                            decided_at := strftime(decided_at, '%Y-%m-%dT%H:%M:%S'),
-                            origin := 'demo'))::VARCHAR
-                    FROM (
-                        SELECT f.decided_at, f.judged,
-                            CASE WHEN f.later THEN d.run_id
-                                 ELSE {T}[f.team_i + 1] || '-deferred-' || lpad(f.j::VARCHAR, 7, '0') END AS rid,
-                            {T}[f.team_i + 1] AS tm, {K}[f.kind_i + 1] AS kd,
-                            CASE WHEN f.c_hi < 0 THEN [{codes}[f.c_lo + 1]]
-                                 ELSE [{codes}[f.c_lo + 1], {codes}[f.c_hi + 1]] END AS codes
-                        FROM demo_deferred f LEFT JOIN demo_ids d ON d.i = f.i)""")
+                    SELECT decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, NULL,
+                        policy_version, 'demo', request_json, decision_json FROM demo_deferred""")
             counts["decisions"] = counts["runs"] + n_def
             counts["deferred"] = n_def
             counts["active"] = data["active"]
