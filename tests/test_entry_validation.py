@@ -171,3 +171,20 @@ def test_template_teams_are_in_the_shipped_teams_file():
     with open(REPO / "data" / "runs_template.csv", newline="", encoding="utf-8") as f:
         used = {row["team"] for row in csv.DictReader(f)}
     assert used <= {t["team"] for t in teams}
+
+
+# ------------------------------------------------------------------------------ the no-pilot reason
+
+def test_no_pilot_reason_names_the_stated_estimate_and_the_compared_calibrated_bound():
+    req = request(estimated_gpu_hours=900.0, budget_gpu_hours=5000.0, gpus=64, max_runtime_hours=72.0)
+    req.pop("pilot", None)
+    pol = policy(pilot_required_above_gpu_hours=1000.0, budget_basis_exploratory="upper",
+                 max_gpus_per_job=64, reserved_gpus=64, monthly_budget_gpu_hours=1e6)
+    cal = {"scope": "team", "method": "conformal", "n": 20, "n_censored": 0, "level": 0.9,
+           "factor": 1.2, "upper_factor": 1.7363, "runs_needed": 9, "note": ""}
+    decision = decide(req, pol, state(calibration=cal))
+    no_pilot = next(r for r in decision["reasons"] if r["code"] == "no-pilot")
+    assert "stated estimate 900.0 GPU-h" in no_pilot["message"]
+    assert "calibrated upper bound 1562.7 GPU-h" in no_pilot["message"]
+    assert "pilot_required_above_gpu_hours 1000" in no_pilot["message"]
+    assert no_pilot["requested"] == 1562.67 and no_pilot["limit"] == 1000.0

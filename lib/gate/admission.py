@@ -154,9 +154,17 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
 
     threshold = policy["pilot_required_above_gpu_hours"]
     if "pilot" not in req and judged > threshold:
-        add(reason("no-pilot", f"{judged:.1f} GPU-h requested without pilot measurements",
-                   requested=round(judged, 2), limit=threshold, unit="GPU-h",
-                   fix=f"run a pilot and submit its measurements, or stay ≤ {threshold:g} GPU-h"))
+        # the judged (calibrated) estimate is what the threshold is compared with, not the stated one
+        stated = est["raw_gpu_hours"]
+        judged_what = ("the stated estimate itself" if judged_at == "raw"
+                       else f"the calibrated {'upper bound' if judged_at == 'upper' else 'median'}")
+        add(reason("no-pilot",
+                   f"stated estimate {stated:.1f} GPU-h, judged at {judged_what} {judged:.1f} GPU-h, "
+                   f"which is above pilot_required_above_gpu_hours {threshold:g} GPU-h, without pilot "
+                   "measurements", requested=round(judged, 2), limit=threshold, unit="GPU-h",
+                   fix=f"run a pilot and submit its measurements; without one, the judged estimate "
+                       f"(stated × calibration {judged / stated if stated else 1.0:.2f}) must be "
+                       f"≤ {threshold:g} GPU-h"))
 
     budget = req["budget_gpu_hours"]
     if judged > budget:

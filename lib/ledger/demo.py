@@ -68,19 +68,6 @@ TEAM_TRAITS = {
 DEFER_CODES = ("no-snapshot", "no-pilot", "budget", "period-budget", "gpu-cap", "memory-cap",
                "runtime-cap", "memory", "no-recovery", "capacity", "retraining-protection")
 DEFER_P = np.array([0.02, 0.08, 0.17, 0.12, 0.04, 0.02, 0.04, 0.02, 0.04, 0.39, 0.06])
-DEFER_MESSAGES = {
-    "no-snapshot": "data snapshot is not in the snapshot list",
-    "no-pilot": "estimate above the team's pilot threshold without pilot measurements",
-    "budget": "judged estimate exceeds the approved budget",
-    "period-budget": "the team's monthly GPU-hours would be exceeded",
-    "gpu-cap": "more accelerators than the team's per-job cap",
-    "memory-cap": "more accelerator memory than the team's per-job cap",
-    "runtime-cap": "estimated wall clock above the team's per-job cap",
-    "memory": "pilot peak memory does not fit the requested accelerator",
-    "no-recovery": "preemptible capacity without checkpoint support",
-    "capacity": "the team's concurrent reservations plus this request exceed its reserved accelerators",
-    "retraining-protection": "would take accelerators set aside for scheduled retraining",
-}
 DEFAULT_RUNS = 10_000
 
 
