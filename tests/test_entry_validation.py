@@ -188,3 +188,23 @@ def test_no_pilot_reason_names_the_stated_estimate_and_the_compared_calibrated_b
     assert "calibrated upper bound 1562.7 GPU-h" in no_pilot["message"]
     assert "pilot_required_above_gpu_hours 1000" in no_pilot["message"]
     assert no_pilot["requested"] == 1562.67 and no_pilot["limit"] == 1000.0
+
+
+def test_unknown_team_reject_names_team_once_for_a_bad_name():
+    from lib.gate.admission import unknown_team
+    decision = unknown_team(request(team=EVIL), known_teams=["vision"])
+    assert decision["state"] == "reject"
+    assert [(r["code"], r.get("field")) for r in decision["reasons"]] == [("invalid-request", "team")]
+    assert "team name" in decision["reasons"][0]["message"]
+
+
+def test_slurm_hook_account_that_is_not_a_team_name_is_an_invalid_request(tmp_path):
+    from lib.slurm import hook as h
+    from tests.fixtures_slurm import decisions, job, make_slurm_ledger
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
+    config = {**h.config_from_env({}), "db": str(db), "flag_log": str(tmp_path / "flags.jsonl")}
+    out = h.gate(job(account="ev<il>"), config)
+    assert out.code != h.EXIT_ADMIT
+    (d,) = decisions(db)
+    assert d["state"] == "reject" and d["reason_codes"] == ["invalid-request"]
+    assert "team name" in out.msg

@@ -18,7 +18,7 @@ from lib.gate.estimate import estimate_request
 from lib.gate.reasons import in_order, reason
 from lib.gate.request import validate
 from lib.gate.stopping import fingerprint
-from lib.gate.terms import checked_number, next_month_start, utcnow
+from lib.gate.terms import checked_number, next_month_start, team_name_problem, utcnow
 
 
 def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):
@@ -82,7 +82,7 @@ def unknown_team(request, *, known_teams=(), now: datetime | None = None) -> Dec
     too, and the teams it could name."""
     _, problems = validate(request)
     team = request.get("team") if type(request) is dict else None
-    if type(team) is str and team.strip():
+    if type(team) is str and team.strip() and not team_name_problem(team):
         problems.append(reason(
             "invalid-request", f"team {team!r} has no policy in the ledger", field="team",
             fix=(f"use one of: {', '.join(known_teams)}" if known_teams
