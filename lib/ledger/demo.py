@@ -38,6 +38,7 @@ import pandas as pd
 
 from lib.ledger.connection import open_ledger, transaction
 from lib.gate.admission import decide
+from lib.gate.calibration import calibrate
 from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, json_default, naive_utc, utcnow
 from lib.ledger.teams_file import load_teams, sync_teams
 
@@ -348,6 +349,9 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
             "snapshots": snapshots, "active": A}
 
 
+_NO_HISTORY = calibrate([], "", "")   # the calibration of a team without history (no correction)
+
+
 def demo_state(policy: dict, snapshots: list[dict], request: dict, codes) -> dict:
     """The team state a demo request for `policy`'s team was decided under, from the request
     (its submitted_at is the decision time) and the reason codes the decision gave: the team's
@@ -370,7 +374,7 @@ def demo_state(policy: dict, snapshots: list[dict], request: dict, codes) -> dic
                          for i, (k, g) in enumerate(held) if g > 0],
         "period_spent_gpu_hours": float(policy["monthly_budget_gpu_hours"]) if "period-budget" in codes else 0.0,
         "snapshots": {s["snapshot"] for s in snapshots if s["team"] in (None, policy["team"])},
-        "calibration_history": [],
+        "calibration": _NO_HISTORY,
     }
 
 
