@@ -43,6 +43,9 @@ def page_script(name: str) -> str:
     return PAGES[name][0]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'  # a run has finished
+TIMEOUT_MS = 60_000   # a first render takes 3-5 s here; a whole flow up to 10 s, on a loaded machine more
+
 # the marks of a browser test module: skipped, saying why, where Debian's Chromium is missing
 BROWSER_TESTS = [
     pytest.mark.browser,

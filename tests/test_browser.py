@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import BROWSER_TESTS, ROOT, fill_ledger, run_count, serve_app
+from tests.fixtures_app import BROWSER_TESTS, fill_ledger, IDLE, ROOT, run_count, serve_app, TIMEOUT_MS
 
 pytestmark = BROWSER_TESTS
 
@@ -27,8 +27,6 @@ PAGES = {  # navigation title -> (a heading it shows, charts it draws at least)
     "Upload": ("Upload run history", 0),
     "Stops and promotion": ("Stops and promotion", 1),
 }
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-TIMEOUT_MS = 60_000
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 error list, and the shipped template against the shipped policy."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

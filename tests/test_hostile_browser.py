@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures_app import BROWSER_TESTS, serve_app
+from tests.fixtures_app import BROWSER_TESTS, IDLE, serve_app, TIMEOUT_MS
 from tests.fixtures_hostile import make_hostile_ledger
 
 pytestmark = BROWSER_TESTS
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-TIMEOUT_MS = 60_000
 
 
 @pytest.fixture(scope="module")

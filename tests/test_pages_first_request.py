@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures_app import BROWSER_TESTS, PAGES, fill_ledger, serve_app
+from tests.fixtures_app import BROWSER_TESTS, fill_ledger, IDLE, PAGES, serve_app, TIMEOUT_MS
 
 pytestmark = BROWSER_TESTS
 
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 NAV_LINK = '[data-testid="stSidebarNavLink"]'
-TIMEOUT_MS = 60_000
 HEADINGS = {"upload": "Upload run history"}  # the page's title where it is not its navigation title
 
 
