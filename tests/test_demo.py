@@ -7,7 +7,7 @@ import pytest
 
 from lib.ledger.demo import build_demo, ensure_demo_history
 from lib.gate.reasons import CODES
-from lib.ledger.service import STOP_REASONS
+from lib.gate.terms import STOP_REASONS
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import counts, query
 

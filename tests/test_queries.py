@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from lib.dashboard import queries
-from lib.gate.capacity import earliest_fit, fit_for_reasons, next_month_start
+from lib.gate.capacity import earliest_fit, fit_for_reasons
+from lib.gate.terms import next_month_start
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.service import calibration as store_calibration

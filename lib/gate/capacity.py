@@ -13,7 +13,7 @@ import datetime as dt
 from typing import Iterable
 
 from lib.gate.contracts import Reservation
-from lib.gate.terms import next_month_start  # noqa: F401  (the month a period-budget deferral waits for)
+from lib.gate.terms import next_month_start
 
 WAIT_CURES = {"capacity", "retraining-protection"}
 MONTH_CURES = {"period-budget"}

@@ -30,16 +30,15 @@ Same seed and same `now` -> the same ledger.
 from __future__ import annotations
 
 import contextlib
-import json
 from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
 
-from lib.ledger.connection import open_ledger, transaction
 from lib.gate.admission import decide
 from lib.gate.calibration import calibrate
-from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, json_default, naive_utc, utcnow
+from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, finite_number, naive_utc, utcnow
+from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730
@@ -424,7 +423,7 @@ def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: st
 def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], run_ids: dict) -> pd.DataFrame:
     """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
     team's policy and demo_state, and serialised as lib.ledger.service.record_decision records it."""
-    from lib.ledger.service import _json, _num
+    from lib.ledger.service import canonical_json
     d = data["deferred"]
     codes = np.array(DEFER_CODES)
     rows = []
@@ -452,8 +451,8 @@ def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], ru
             wanted = got or ["budget"]
         est = decision["estimate"] or {}
         rows.append((at, run_id, policy["team"], kind, decision["state"],
-                     [r["code"] for r in decision["reasons"]], _num(est.get("judged_gpu_hours")),
-                     decision["policy_version"], _json(request), _json(decision)))
+                     [r["code"] for r in decision["reasons"]], finite_number(est.get("judged_gpu_hours")),
+                     decision["policy_version"], canonical_json(request), canonical_json(decision)))
     return pd.DataFrame(rows, columns=["decided_at", "run_id", "team", "kind", "state", "reason_codes",
                                        "judged_gpu_hours", "policy_version", "request_json",
                                        "decision_json"])

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - not on Linux
 from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.gate.contracts import Calibration, CalibrationRow, Decision, Policy, Request, Reservation, State
 from lib.gate.stopping import artifact_status_for
-from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,  # noqa: F401
+from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,
                             INCOMPLETE_STOPS, KINDS, STOP_REASONS, InputError, checked_count,
                             checked_number, finite_number, json_default, month_start, naive_utc,
                             next_month_start, utcnow)
@@ -180,7 +180,7 @@ def _recorded_admit(con, request, now: datetime) -> dict | None:
     row = con.execute(
         "SELECT decided_at, request_json, decision_json FROM decisions "
         "WHERE run_id = ? AND state = 'admit' ORDER BY decision_id DESC LIMIT 1", [run_id]).fetchone()
-    if row is None or row[1] != _json(request):
+    if row is None or row[1] != canonical_json(request):
         return None
     return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
 
@@ -223,11 +223,9 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
     return decision
 
 
-def _json(obj) -> str:
+def canonical_json(obj) -> str:
+    """The JSON a decision and its request are recorded as: sorted keys, so equal dicts give equal text."""
     return json.dumps(obj, sort_keys=True, default=json_default, ensure_ascii=False)
-
-
-_num = finite_number
 
 
 # estimate item columns <- item keys that decide() may use (first match wins)
@@ -247,7 +245,7 @@ def estimate_items(items: dict | None) -> dict:
     """
     out = dict.fromkeys(_EST_ITEMS)
     for key, value in (items or {}).items():
-        v = _num(value)
+        v = finite_number(value)
         if v is None:
             continue
         k = key.lower().removesuffix("_gpu_hours")
@@ -389,27 +387,27 @@ def record_decision(con, request: Request, decision: Decision, origin: str, now:
         "reserved_gpu_hours, policy_version, origin, request_json, decision_json) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [now, decision["run_id"], decision["team"], decision["kind"], decision["state"],
-         [r["code"] for r in decision["reasons"]], _num(est.get("judged_gpu_hours")),
-         _num(decision["reserved_gpu_hours"]), decision["policy_version"], origin,
-         _json(request), _json(decision)])
+         [r["code"] for r in decision["reasons"]], finite_number(est.get("judged_gpu_hours")),
+         finite_number(decision["reserved_gpu_hours"]), decision["policy_version"], origin,
+         canonical_json(request), canonical_json(decision)])
     if decision["state"] != "admit":
         return
-    wall_h = _num(est["wall_hours"]) or _num(req["max_runtime_hours"])
+    wall_h = finite_number(est["wall_hours"]) or finite_number(req["max_runtime_hours"])
     reserved_until = now + timedelta(hours=wall_h) if wall_h is not None else None
     items = estimate_items(est["items_gpu_hours"])
     row = {
         "run_id": req["run_id"], "team": req["team"], "kind": req["kind"],
         "capacity": req["capacity"], "gpus": int(req["gpus"]),
-        "gpu_mem_gb": _num(req["gpu_mem_gb"]), "data_snapshot": req.get("data_snapshot"),
+        "gpu_mem_gb": finite_number(req["gpu_mem_gb"]), "data_snapshot": req.get("data_snapshot"),
         "job_name": req.get("note"),
-        "estimated_gpu_hours": _num(est["raw_gpu_hours"]),
+        "estimated_gpu_hours": finite_number(est["raw_gpu_hours"]),
         "estimate_source": est["source"], **items,
-        "budget_gpu_hours": _num(req["budget_gpu_hours"]),
-        "max_runtime_hours": _num(req["max_runtime_hours"]),
+        "budget_gpu_hours": finite_number(req["budget_gpu_hours"]),
+        "max_runtime_hours": finite_number(req["max_runtime_hours"]),
         # whole seconds: schedulers report start times in whole seconds, and a job started in the
         # second it was admitted must not look as if it started before its reservation
         "reserved_from": now.replace(microsecond=0), "reserved_until": reserved_until,
-        "reserved_gpu_hours": _num(decision["reserved_gpu_hours"]),
+        "reserved_gpu_hours": finite_number(decision["reserved_gpu_hours"]),
         "holdout_allowance": int(req.get("holdout_allowance") or 0),
         "source": "submit", "updated_at": now,
     }
@@ -428,15 +426,15 @@ def record_decision(con, request: Request, decision: Decision, origin: str, now:
             "INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second, "
             "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
             "pilot_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [req["run_id"], now, _num(pilot["steps_per_second"]),
-             _num(pilot.get("worst_case_steps_per_second")), _num(pilot.get("worst_case_share")),
-             _num(pilot["peak_mem_gb"]), _num(pilot.get("checkpoint_write_s")),
+            [req["run_id"], now, finite_number(pilot["steps_per_second"]),
+             finite_number(pilot.get("worst_case_steps_per_second")), finite_number(pilot.get("worst_case_share")),
+             finite_number(pilot["peak_mem_gb"]), finite_number(pilot.get("checkpoint_write_s")),
              _int(pilot["planned_steps"]), _int(pilot.get("checkpoint_interval_steps")),
-             _json(pilot)])
+             canonical_json(pilot)])
 
 
 def _int(x):
-    v = _num(x)
+    v = finite_number(x)
     return int(v) if v is not None else None
 
 

@@ -47,10 +47,6 @@ __all__ = [
 _REMAINDER_TOL = 1e-9  # relative: a remainder below work_h * tol is rounding noise, not a segment
 
 
-# --------------------------------------------------------------------------- validation
-# checked_number / checked_count: the project's one "finite number in range" check that raises
-# (lib.gate.terms), re-exported here as part of the planning maths' public API.
-
 # --------------------------------------------------------------------------- segments
 def segment_lengths(work_h, interval_h, checkpoint_h) -> list[tuple[float, int]]:
     """The segments of a job as ``[(length_h, count), ...]`` (length = compute + checkpoint, hours).

@@ -55,7 +55,8 @@ from __future__ import annotations
 import math
 
 from lib.gate.contracts import RecoveryDecision, RecoverySituation
-from lib.planning.preemption import checked_count, checked_number, expected_time
+from lib.gate.terms import checked_count, checked_number
+from lib.planning.preemption import expected_time
 
 __all__ = ["decide_recovery", "scenario_outcomes", "END_STOP_REASON", "SITUATION_KEYS"]
 

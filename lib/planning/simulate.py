@@ -25,7 +25,8 @@ import random
 
 import numpy as np
 
-from lib.planning.preemption import checked_count, checked_number, expected_time, segment_lengths
+from lib.gate.terms import checked_count, checked_number
+from lib.planning.preemption import expected_time, segment_lengths
 
 __all__ = ["simulate", "simulate_reference", "segment_bounds"]
 
