@@ -122,3 +122,45 @@ def test_the_what_if_estimate_chart_shows_items_and_the_calibrated_totals():
     assert list(fig.data[0].x) == [10.0, 1.0]
     names = " ".join(t.name for t in fig.data)
     assert "raw total: 11.0" in names and "calibrated median: 12.0" in names and "upper" not in names
+
+
+def test_a_single_day_gets_one_date_tick_not_hourly_or_sub_second_ticks():
+    day = dt.date(2026, 12, 15)
+    daily = pd.DataFrame({"day": [day, day], "team": ["a", "b"], "reserved_gpu_hours": [10.0, 5.0],
+                          "used_gpu_hours": [8.0, 4.0]})
+    axis = figures.reserved_vs_used(daily).layout.xaxis
+    assert axis.tickmode == "array"
+    assert [pd.Timestamp(v).date() for v in axis.tickvals] == [day]
+    assert list(axis.ticktext) == ["Dec 15"]
+
+
+def test_a_long_date_range_keeps_plotly_ticks_with_a_date_only_format():
+    days = [dt.date(2026, 1, 1) + dt.timedelta(days=i) for i in range(60)]
+    daily = pd.DataFrame({"day": days, "team": "a", "reserved_gpu_hours": 1.0, "used_gpu_hours": 1.0})
+    axis = figures.reserved_vs_used(daily).layout.xaxis
+    assert axis.tickmode is None and "%H" not in axis.tickformat and "%S" not in axis.tickformat
+
+
+def test_weekly_axes_say_week_of():
+    weekly = pd.DataFrame({"week": [dt.date(2026, 12, 7)], "team": ["a"], "late_start_gpu_hours": [1.0],
+                           "early_end_gpu_hours": [0.0], "never_used_gpu_hours": [0.0], "idle_share": [0.1]})
+    assert list(figures.idle_by_cause(weekly).layout.xaxis.ticktext) == ["week of Dec 07"]
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.2, 0.9, [0.2, 0.5]),
+    (0.15, 12.0, [0.2, 0.5, 1, 2, 5, 10]),
+    (3.0, 4.0, [3.0, 3.5, 4.0]),  # no two 1-2-5 values inside: the ends and the middle, 2 digits
+])
+def test_log_ticks_are_one_two_five_inside_the_range(lo, hi, expected):
+    assert figures.log_ticks(lo, hi) == pytest.approx(expected)
+
+
+def test_log_axes_label_fractions_as_numbers_not_bare_digits():
+    pts = pd.DataFrame({"run_id": ["a", "b"], "team": ["t", "t"], "estimated_gpu_hours": [0.2, 0.9],
+                        "actual_gpu_hours": [0.3, 0.8], "estimate_source": ["pilot", "pilot"]})
+    axis = figures.predicted_vs_actual(pts).layout.xaxis
+    assert axis.type == "log"
+    assert "0.2" in axis.ticktext and "0.5" in axis.ticktext
+    assert all(float(text) == pytest.approx(v) for text, v in zip(axis.ticktext, axis.tickvals))
+    assert figures.log_ticks(1e-3, 1e4) == pytest.approx([10.0 ** e for e in range(-3, 5)])

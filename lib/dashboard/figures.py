@@ -144,6 +144,50 @@ def _fig(title: str, **layout) -> go.Figure:
     return fig
 
 
+DAY_TICKS_UP_TO = 14   # distinct days (or weeks) on a date axis up to which every one gets its own tick
+
+
+def day_axis(fig: go.Figure, days, *, week: bool = False) -> go.Figure:
+    """A date x axis that never ticks below its data's step (a day, or a week): plotly's automatic
+    ticks on a one-day range fall every few hours or seconds. Up to DAY_TICKS_UP_TO distinct values
+    each gets one tick labelled with its date; more are left to plotly's (then daily or coarser) ticks
+    with a date-only format."""
+    values = sorted(pd.to_datetime(pd.Series(list(days))).dropna().unique())
+    label = "week of %b %d" if week else "%b %d"
+    if 0 < len(values) <= DAY_TICKS_UP_TO:
+        stamps = [pd.Timestamp(v) for v in values]
+        fig.update_xaxes(type="date", tickmode="array", tickvals=stamps,
+                         ticktext=[t.strftime(label) for t in stamps])
+    else:
+        fig.update_xaxes(type="date", tickformat="%b %d\n%Y", tickformatstops=[])
+    return fig
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis over [lo, hi] (both > 0): 1, 2 and 5 times each power of ten in
+    range (only 1 per decade when the range spans more than 4 decades); on a range too narrow for two
+    of those, its ends and middle rounded to two significant digits."""
+    if not (lo > 0 and hi > 0) or not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    lo, hi = min(lo, hi), max(lo, hi)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    steps = (1,) if last - first > 4 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(first, last + 1) for m in steps]
+    inside = [t for t in ticks if lo <= t * (1 + 1e-9) and t <= hi * (1 + 1e-9)]
+    if len(inside) >= 2:
+        return inside
+    return sorted({float(f"{v:.2g}") for v in (lo, math.sqrt(lo * hi), hi)})
+
+
+def log_axis(fig: go.Figure, axis: str, lo: float, hi: float) -> go.Figure:
+    """Make `axis` ("x" or "y") logarithmic with ticks labelled as whole numbers (0.2, 0.5, 1, 2, …):
+    plotly's own log ticks label 0.2–0.9 as bare digits '2'…'9'."""
+    ticks = log_ticks(lo, hi)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    update(type="log", tickmode="array", tickvals=ticks, ticktext=[f"{t:,.10g}" for t in ticks])
+    return fig
+
+
 @shows_text_as_typed
 def empty_figure(title: str, message: str = "no data for these filters") -> go.Figure:
     """A figure that says there is nothing to draw (keeps the page layout steady)."""
@@ -169,7 +213,7 @@ def reserved_vs_used(daily: pd.DataFrame, colours: dict | None = None) -> go.Fig
     total = daily.groupby("day", as_index=False)["reserved_gpu_hours"].sum()
     fig.add_scatter(x=total["day"], y=total["reserved_gpu_hours"], name="reserved (all shown teams)",
                     mode="lines+markers", line=dict(color="black", width=2))
-    return fig
+    return day_axis(fig, daily["day"])
 
 
 @shows_text_as_typed
@@ -203,7 +247,7 @@ def reserved_over_time(over_time: pd.DataFrame, quotas: pd.DataFrame, colours: d
         if len(q):
             fig.add_scatter(x=[days.min(), days.max()], y=[float(q.iloc[0])] * 2, name=f"{team} quota",
                             mode="lines", line=dict(color=c, dash="dash"), showlegend=True)
-    return fig
+    return day_axis(fig, days)
 
 
 @shows_text_as_typed
@@ -254,7 +298,7 @@ def idle_by_cause(weekly: pd.DataFrame) -> go.Figure:
     for col, cause in (("late_start_gpu_hours", "late start"), ("early_end_gpu_hours", "early end"),
                        ("never_used_gpu_hours", "never used")):
         fig.add_bar(x=w["week"], y=w[col], name=cause, marker_color=CAUSE_COLOURS[cause])
-    return fig
+    return day_axis(fig, w["week"], week=True)
 
 
 @shows_text_as_typed
@@ -281,7 +325,7 @@ def idle_share_trend(weekly: pd.DataFrame, colours: dict | None = None) -> go.Fi
     for team, g in weekly.groupby("team", sort=True):
         fig.add_scatter(x=g["week"], y=100 * g["idle_share"], name=team, mode="lines+markers",
                         line=dict(color=_colour(colours, team)))
-    return fig
+    return day_axis(fig, weekly["week"], week=True)
 
 
 # ------------------------------------------------------------------------ estimate accuracy
@@ -295,8 +339,6 @@ def predicted_vs_actual(points: pd.DataFrame, colours: dict | None = None, band:
     if pts.empty:
         return empty_figure(title, "no finished runs with an estimate in this period")
     fig = _fig(title, xaxis_title="estimated GPU-hours", yaxis_title="actual GPU-hours")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
     for (team, requested), g in pts.groupby([pts["team"], pts["estimate_source"] == REQUESTED_LABEL], sort=True):
         fig.add_scatter(x=g["estimated_gpu_hours"], y=g["actual_gpu_hours"], mode="markers",
                         name=f"{team} ({REQUESTED_LABEL})" if requested else team,
@@ -307,6 +349,8 @@ def predicted_vs_actual(points: pd.DataFrame, colours: dict | None = None, band:
     lo = float(min(pts["estimated_gpu_hours"].min(), pts["actual_gpu_hours"].min()))
     hi = float(max(pts["estimated_gpu_hours"].max(), pts["actual_gpu_hours"].max()))
     lo, hi = lo / 1.2, hi * 1.2
+    log_axis(fig, "x", lo, hi)
+    log_axis(fig, "y", lo, hi)
     xs = [lo, hi]
     fig.add_scatter(x=xs, y=xs, mode="lines", name="y = x (exact)", line=dict(color="black", width=1))
     fig.add_scatter(x=xs, y=[x * (1 + band) for x in xs], mode="lines", name=f"+{band:.0%}",
@@ -328,7 +372,7 @@ def rolling_ratio(rolling: pd.DataFrame, colours: dict | None = None, window_day
                         line=dict(color=_colour(colours, team)), customdata=g["runs"],
                         hovertemplate="%{x}: %{y:.2f} (from %{customdata} runs)<extra>%{fullData.name}</extra>")
     fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dot"))
-    return fig
+    return day_axis(fig, rolling["day"])
 
 
 @shows_text_as_typed
@@ -421,7 +465,7 @@ def checkpoint_interval_curve(curve: pd.DataFrame, optima: pd.DataFrame,
         return empty_figure(title, "no interval gives a finite expected time for these inputs")
     fig = _fig(title, xaxis_title="checkpoint interval (hours of work between checkpoints, log scale)",
                yaxis_title="expected completion time (hours)")
-    fig.update_xaxes(type="log")
+    log_axis(fig, "x", float(c["interval_h"].min()), float(c["interval_h"].max()))
     hover = "every %{x:.3g} h: %{y:.4g} h expected<extra></extra>"
     custom = None
     if "expected_cost_gpu_hours" in c:
