@@ -12,11 +12,47 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable
 
-from lib.gate.contracts import Reservation
+from lib.gate.contracts import Reservation, TimelineStep
 from lib.gate.terms import next_month_start
 
 WAIT_CURES = {"capacity", "retraining-protection"}
 MONTH_CURES = {"period-budget"}
+
+
+def holdings_timeline(now: dt.datetime, holders: Iterable[Reservation]) -> list[TimelineStep]:
+    """The accelerators `holders` hold from `now` on, as steps: from each step's `at` until the next
+    step's, `gpus` accelerators are held.
+
+    Every holder (an admitted, unfinished reservation, one starting later included) holds its `gpus`
+    from `now` until its `reserved_until`, and none after; a holder without an end (None) never
+    releases, and one whose end is not after `now` holds nothing. The first step is at `now`; each
+    later step is a distinct end time after `now`, in time order. Holdings only fall: the peak over
+    any span is the step in force at its start. The gate's earliest fit (`earliest_fit`) and the
+    dashboard's capacity calendar both read it.
+    """
+    holders = list(holders)
+    held = sum(r["gpus"] for r in holders if r["reserved_until"] is None or r["reserved_until"] > now)
+    releases: dict[dt.datetime, int] = {}
+    for r in holders:
+        end = r["reserved_until"]
+        if end is not None and end > now:
+            releases[end] = releases.get(end, 0) + r["gpus"]
+    steps: list[TimelineStep] = [{"at": now, "gpus": held}]
+    for at in sorted(releases):
+        held -= releases[at]
+        steps.append({"at": at, "gpus": held})
+    return steps
+
+
+def held_at(timeline: list[TimelineStep], at: dt.datetime) -> int:
+    """The accelerators a `holdings_timeline` holds at time `at` (>= its first step): the step in
+    force then. Holdings only fall, so it is also the peak from `at` on."""
+    gpus = timeline[0]["gpus"]
+    for step in timeline:
+        if step["at"] > at:
+            break
+        gpus = step["gpus"]
+    return gpus
 
 
 def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservation],
@@ -24,24 +60,17 @@ def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservatio
     """The earliest time >= `now` at which `need_gpus` more accelerators fit under `quota_gpus`.
 
     Every holder (an admitted, unfinished reservation, one starting later included) holds its
-    `gpus` until its `reserved_until`; releasing them in order of that end, the answer is the
-    first end (or `now`, if it is later) after which the rest leave room. `now` when they fit
-    already; None when they never fit: `need_gpus` above the quota, or room only appears when a
-    holder without an end releases.
+    `gpus` until its `reserved_until`: the answer is the first step of `holdings_timeline` that
+    leaves room (`now` when they fit already). None when they never fit: `need_gpus` above the
+    quota, or room only appears when a holder without an end releases.
     """
     if need_gpus < 0 or quota_gpus < 0:
         raise ValueError("GPU counts cannot be negative")
     if need_gpus > quota_gpus:
         return None
-    holders = list(holders)
-    in_use = sum(r["gpus"] for r in holders)
-    if in_use + need_gpus <= quota_gpus:
-        return now
-    ending = sorted((r for r in holders if r["reserved_until"] is not None), key=lambda r: r["reserved_until"])
-    for r in ending:
-        in_use -= r["gpus"]
-        if in_use + need_gpus <= quota_gpus:
-            return max(now, r["reserved_until"])
+    for step in holdings_timeline(now, holders):
+        if step["gpus"] + need_gpus <= quota_gpus:
+            return step["at"]
     return None
 
 

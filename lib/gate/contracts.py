@@ -100,6 +100,13 @@ class Reservation(TypedDict):
     reserved_from: NotRequired[datetime | None]
 
 
+class TimelineStep(TypedDict):
+    """One step of lib.gate.capacity.holdings_timeline: from `at` (naive UTC) until the next step,
+    `gpus` accelerators are held."""
+    at: datetime
+    gpus: int
+
+
 class CalibrationRow(TypedDict):
     """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate."""
     estimated_gpu_hours: float
