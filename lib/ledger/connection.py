@@ -21,7 +21,7 @@ import duckdb
 
 from lib.gate.terms import number_problem
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
@@ -175,7 +175,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(_SCHEMA_SQL)
-        _migrate(con)
+        if version is not None:
+            _migrate(con, version)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
         )
@@ -185,8 +186,21 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
         raise
 
 
-def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Forward migrations from older schema versions go here (none yet: version 1 is the first)."""
+# version -> the statements that bring a ledger of that version to the next one. New tables need no
+# step: schema.sql (all IF NOT EXISTS) runs first and creates them; a step adds what schema.sql cannot
+# add to an existing table. Each statement is idempotent.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS colour VARCHAR",),   # 2: team colours (+ prices table)
+}
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Bring a ledger of schema `version` forward to SCHEMA_VERSION, inside ensure_schema's
+    transaction (after schema.sql has created any new tables). Existing rows are kept; new
+    columns are NULL."""
+    for v in range(version, SCHEMA_VERSION):
+        for statement in _MIGRATIONS.get(v, ()):
+            con.execute(statement)
 
 
 @contextlib.contextmanager
@@ -243,6 +257,29 @@ def _check_version_read_only(con, p: Path) -> None:
         )
     if version < SCHEMA_VERSION:
         raise LedgerError(f"ledger {p} needs migrating to version {SCHEMA_VERSION}: open it for writing once")
+
+
+def upgrade_ledger(path=None, *, timeout_s: float | None = None) -> bool:
+    """Bring an existing ledger written by an older version of this program to SCHEMA_VERSION with
+    one write open; True when it did. A missing file, an empty DuckDB file, a current ledger and a
+    newer one are left alone (False: the next open says what is wrong); a file that is not a ledger
+    raises NotALedger. For a reader (the app) that otherwise only opens read-only, which refuses an
+    older ledger ("needs migrating")."""
+    p = ledger_path(path)
+    if timeout_s is None:
+        timeout_s = default_timeout_s()
+    if not check_ledger_file(p):
+        return False
+    with contextlib.closing(_connect(p, True, timeout_s)) as con:
+        try:
+            version = _schema_version(con, p)
+        except duckdb.Error as exc:
+            raise LedgerError(f"cannot use ledger {p}: {exc}") from exc
+    if version is None or version >= SCHEMA_VERSION:
+        return False
+    with open_ledger(p, timeout_s=timeout_s):
+        pass
+    return True
 
 
 @contextlib.contextmanager

@@ -1,6 +1,9 @@
--- The ledger's schema, version 1. Units: GPU-hours (_gpu_hours), hours (_hours), seconds (_s),
--- gigabytes (_gb). Times are UTC TIMESTAMPs. lib/ledger.py applies this file to a new ledger and
--- records schema_version in meta; later versions add migrations there, never edits here.
+-- The ledger's schema, version 2 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
+-- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
+-- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
+-- it only adds new tables), then connection._migrate adds the columns later versions gave to
+-- existing tables: version 2 added teams.colour and the prices table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -21,7 +24,18 @@ CREATE TABLE IF NOT EXISTS teams (
     budget_basis_exploratory        VARCHAR NOT NULL DEFAULT 'median',
     budget_basis_retraining         VARCHAR NOT NULL DEFAULT 'upper',
     preemptible_partitions          VARCHAR[] NOT NULL DEFAULT [],
-    policy_version                  VARCHAR NOT NULL
+    policy_version                  VARCHAR NOT NULL,
+    -- the team's colour in the dashboard's figures, '#RRGGBB' (version 2; NULL: a colour derived
+    -- from the name). Not policy: it is not part of policy_version.
+    colour                          VARCHAR
+);
+
+-- GPU-hour prices from data/teams.toml [prices] (version 2): one row per capacity type that has a
+-- price. A capacity type without a row has no price: the dashboard shows no money for it, never 0.
+CREATE TABLE IF NOT EXISTS prices (
+    capacity            VARCHAR PRIMARY KEY CHECK (capacity IN ('stable', 'preemptible')),
+    price_per_gpu_hour  DOUBLE  NOT NULL CHECK (price_per_gpu_hour >= 0 AND isfinite(price_per_gpu_hour)),
+    currency            VARCHAR NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS snapshots (
