@@ -33,7 +33,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from lib.dashboard import figures, queries
+from lib.dashboard import figures, labels, queries
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
 from lib.dashboard.tables import escape_markdown, safe_csv_bytes
@@ -266,15 +266,56 @@ def download(df: pd.DataFrame, name: str, key: str, label: str = "Download CSV")
 
 
 def table(df: pd.DataFrame, name: str, key: str, *, empty: str, caption: str | None = None) -> None:
-    """A data table (cells shown as text, never markup) with its CSV download, or an empty-state
-    message saying what to do."""
+    """A data table (cells shown as text, never markup; human headers with units) with its CSV
+    download (machine column names), or an empty-state message saying what to do."""
     if df.empty:
         st.info(empty)
         return
-    st.dataframe(df, hide_index=True, width="stretch")
+    show_table(df)
     if caption:
         st.caption(caption)
     download(df, name, key)
+
+
+WRAP_CHARS = 55            # characters a wide text column shows per line
+LINE_PX, MAX_LINES = 21, 6
+
+
+def show_table(df: pd.DataFrame) -> None:
+    """`df` on screen: headers, units, rounding and help from lib.dashboard.labels; long text (reason
+    fixes, notes, missing lists) wrapped over up to MAX_LINES lines rather than cut off (Streamlit's
+    grid wraps text when rows are taller than 4rem)."""
+    shown = df.copy()
+    config, longest = {}, 0
+    for col in df.columns:
+        spec = labels.column_spec(str(col))
+        config[col], values = _column_config(spec, df[col])
+        if values is not None:
+            shown[col] = values
+        if spec["long"] and len(df):
+            longest = max(longest, int(df[col].map(lambda v: len(str(v)) if v is not None else 0).max()))
+    lines = min(MAX_LINES, -(-longest // WRAP_CHARS))
+    row_height = 12 + LINE_PX * lines if lines > 1 else None
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=config, row_height=row_height)
+
+
+def _column_config(spec: labels.ColumnSpec, values: pd.Series):
+    """(Streamlit column config, values to show instead or None) for one column."""
+    kind, common = spec["kind"], dict(label=spec["label"], help=spec["help"])
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    if kind == "share" and numeric:
+        return st.column_config.NumberColumn(format=f"%.{spec['digits']}f%%", **common), values * 100
+    if kind in ("number", "ratio") and numeric:
+        return st.column_config.NumberColumn(format=f"%.{spec['digits']}f", **common), None
+    if kind == "integer" and numeric:
+        return st.column_config.NumberColumn(format="%d", **common), None
+    if kind == "datetime" and pd.api.types.is_datetime64_any_dtype(values):
+        return st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm", **common), None
+    if kind == "date":
+        return st.column_config.DateColumn(format="YYYY-MM-DD", **common), None
+    if kind == "bool" and pd.api.types.is_bool_dtype(values):
+        return st.column_config.CheckboxColumn(**common), None
+    return st.column_config.Column(width="large" if spec["long"] else None, **common), None
 
 
 WORD_JOINER = "\u2060"  # invisible, no width, and no line break: the text reads as typed

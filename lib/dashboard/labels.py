@@ -1,0 +1,130 @@
+"""How the dashboard's tables name and show their columns: human headers with units, rounding, and
+which text may run long (shown wrapped, whole). Plain data, no Streamlit: ui.table turns a
+`ColumnSpec` into a Streamlit column config.
+
+Query results keep their machine names (`reserved_gpu_hours`): the CSV downloads use them, so a
+script reading a download does not break when a header is reworded. Only the screen shows labels.
+
+Also the glossary: the terms of art the pages use, each explained once in plain words.
+"""
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+Kind = Literal["text", "number", "integer", "share", "ratio", "datetime", "date", "bool"]
+
+
+class ColumnSpec(TypedDict):
+    label: str                  # the header shown (unit in brackets)
+    kind: Kind                  # how values are shown
+    digits: int                 # decimals for numbers and ratios; shares are shown as % with this many
+    help: str | None            # tooltip on the header
+    long: bool                  # text that may run long: the table wraps it rather than cut it off
+
+
+def _spec(label: str, kind: Kind = "text", digits: int = 1, help: str | None = None,
+          long: bool = False) -> ColumnSpec:
+    return {"label": label, "kind": kind, "digits": digits, "help": help, "long": long}
+
+
+GLOSSARY: dict[str, str] = {
+    "calibrated estimate": "the raw estimate (from a pilot or stated) multiplied by a factor learned from how "
+                           "the team's past runs of the same kind compared with their estimates",
+    "conformal bound": "the calibrated upper bound: a factor chosen so that, on the team's recent history, "
+                       "about 90% of runs used no more than it (split-conformal prediction; no assumption "
+                       "about the shape of the errors)",
+    "Tobit": "a fit that also learns from censored runs, used when too many runs were stopped early for "
+             "the plain conformal bound to be trusted",
+    "censored run": "a run stopped at a limit (budget or wall clock) before it finished: its true cost is "
+                    "known only to be at least what it used",
+    "idle reserved capacity": "GPU-hours reserved but not used: a late start, an early end, or a "
+                              "reservation never used; charged to the team that held it",
+    "committed": "GPU-hours or accelerators held by admitted reservations that have not finished, "
+                 "including those that start later",
+    "earliest fit": "the first time a deferred request passes every capacity check, assuming each held "
+                    "reservation releases at its reserved end: the same rule as the gate's fix",
+    "requested, not measured": "an estimate that is only the time limit × GPUs a job asked for (e.g. from "
+                               "Slurm); shown, but left out of estimate-error statistics",
+}
+
+_H = "hours"
+COLUMNS: dict[str, ColumnSpec] = {
+    # who and what
+    "run_id": _spec("Run ID"), "team": _spec("Team"), "kind": _spec("Kind"),
+    "capacity": _spec("Capacity type"), "reason": _spec("Reason code"), "reason_codes": _spec("Reasons", long=True),
+    "code": _spec("Reason code"), "message": _spec("What failed", long=True), "fix": _spec("What would make it fit", long=True),
+    "field": _spec("Request field"), "unit": _spec("Unit"), "item": _spec("Item"),
+    "stop_reason": _spec("Stop reason"), "artifact_status": _spec("Artifact"),
+    "last_valid_checkpoint": _spec("Last valid checkpoint"), "estimate_source": _spec("Estimate from"),
+    "source": _spec("Error source"), "method": _spec("Method", help=GLOSSARY["conformal bound"]),
+    "scope": _spec("Calibrated on"), "note": _spec("Note", long=True), "fit_note": _spec("Why then", long=True),
+    "missing": _spec("Missing for promotion", long=True), "restart_source": _spec("Restart time from"),
+    "status": _spec("Status", long=True), "column": _spec("Column"), "value": _spec("Value", long=True),
+    "line": _spec("Line", "integer"),
+    # counts
+    "runs": _spec("Runs", "integer"), "requests": _spec("Requests", "integer"),
+    "previous_requests": _spec("Requests, previous period", "integer"),
+    "gpus": _spec("GPUs", "integer"), "quota_gpus": _spec("Quota (GPUs)", "integer"),
+    "retraining_reserved_gpus": _spec("Set aside for retraining (GPUs)", "integer"),
+    "committed_gpus": _spec("Committed (GPUs)", "integer", help=GLOSSARY["committed"]),
+    "free_gpus": _spec("Free (GPUs)", "integer"), "over_committed_gpus": _spec("Over-committed (GPUs)", "integer"),
+    "holdout_reads": _spec("Holdout reads", "integer"), "holdout_allowance": _spec("Holdout reads allowed", "integer"),
+    "censored_runs": _spec("Censored runs", "integer", help=GLOSSARY["censored run"]),
+    "backtest_checked": _spec("Backtest runs", "integer"), "interruptions": _spec("Interruptions", "integer"),
+    "interrupted_runs": _spec("Interrupted runs", "integer"), "restart_runs": _spec("Runs with restarts", "integer"),
+    "lifetime_samples": _spec("Lifetime samples", "integer"),
+    "requested": _spec("Requested", "number"), "limit": _spec("Limit", "number"), "in_use": _spec("In use", "number"),
+    # GPU-hours
+    "reserved_gpu_hours": _spec("Reserved (GPU-h)", "number"), "actual_gpu_hours": _spec("Used (GPU-h)", "number"),
+    "used_gpu_hours": _spec("Used (GPU-h)", "number"), "estimated_gpu_hours": _spec("Estimated (GPU-h)", "number"),
+    "budget_gpu_hours": _spec("Budget (GPU-h)", "number"), "gpu_hours": _spec("GPU-hours", "number"),
+    "monthly_budget_gpu_hours": _spec("Monthly budget (GPU-h)", "number"),
+    "consumed_gpu_hours": _spec("Consumed (GPU-h)", "number"),
+    "committed_gpu_hours": _spec("Committed (GPU-h)", "number", help=GLOSSARY["committed"]),
+    "remaining_gpu_hours": _spec("Remaining (GPU-h)", "number"),
+    "overrun_gpu_hours": _spec("Beyond reservation (GPU-h)", "number"),
+    "idle_gpu_hours": _spec("Idle (GPU-h)", "number", help=GLOSSARY["idle reserved capacity"]),
+    "late_start_gpu_hours": _spec("Idle: late start (GPU-h)", "number"),
+    "early_end_gpu_hours": _spec("Idle: early end (GPU-h)", "number"),
+    "never_used_gpu_hours": _spec("Idle: never used (GPU-h)", "number"),
+    "error_gpu_hours": _spec("Actual − estimated (GPU-h)", "number"),
+    # hours, GPUs on average
+    "run_hours": _spec("Run time (h)", "number"), "mtbf_h": _spec("Mean time between interruptions (h)", "number"),
+    "restart_h": _spec("Restart time (h)", "number", 3), "lifetime_h": _spec("Lifetime (h)", "number", 2),
+    "median_gpus": _spec("Median GPUs", "number", 0), "reserved_gpus": _spec("Reserved GPUs (daily average)", "number"),
+    "waited_hours": _spec("Waited (h)", "number"),
+    # shares and ratios
+    "idle_share": _spec("Idle share", "share"), "error_share_of_estimate": _spec("Error share of estimate", "share"),
+    "backtest_coverage": _spec("Backtest coverage", "share", 0), "level": _spec("Target coverage", "share", 0),
+    "median_ratio": _spec("Median actual ÷ estimated", "ratio", 2),
+    "factor": _spec("Median factor (×)", "ratio", 2, help=GLOSSARY["calibrated estimate"]),
+    "upper_factor": _spec("Upper-bound factor (×)", "ratio", 2, help=GLOSSARY["conformal bound"]),
+    # times (UTC)
+    "day": _spec("Day (UTC)", "date"), "week": _spec("Week of (UTC)", "date"),
+    "reserved_from": _spec("Reserved from (UTC)", "datetime"), "reserved_until": _spec("Reserved until (UTC)", "datetime"),
+    "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
+    "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
+    "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
+    # yes / no
+    "promotable": _spec("Promotable", "bool"), "full_evaluation": _spec("Full evaluation", "bool"),
+    "enough_lifetimes": _spec("Enough lifetimes", "bool"), "censored": _spec("Censored", "bool"),
+}
+
+_UNIT_SUFFIXES: tuple[tuple[str, str, Kind], ...] = (
+    ("_gpu_hours", "GPU-h", "number"), ("_gpus", "GPUs", "number"), ("_hours", "h", "number"),
+    ("_h", "h", "number"), ("_share", "", "share"), ("_ratio", "", "ratio"), ("_at", "UTC", "datetime"),
+)
+
+
+def column_spec(name: str) -> ColumnSpec:
+    """How to show column `name`: from COLUMNS, else derived from the name (snake_case words,
+    a unit read from a known suffix such as `_gpu_hours`)."""
+    if name in COLUMNS:
+        return COLUMNS[name]
+    for suffix, unit, kind in _UNIT_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            words = name[: -len(suffix)].replace("_", " ")
+            label = words[:1].upper() + words[1:] + (f" ({unit})" if unit else "")
+            return _spec(label, kind, 2 if kind == "ratio" else 1)
+    words = str(name).replace("_", " ")
+    return _spec(words[:1].upper() + words[1:])
