@@ -65,6 +65,7 @@ def figures_by_builder(pages) -> dict[str, list]:
                                                               budget_label=HOSTILE[1], p_breach=0.1,
                                                               wall_limit_h=35.0)],
         "scenario_options": [figures.scenario_options(options)],
+        "capacity_calendar": [figures.capacity_calendar(r["calendar"], c)],
     }
 
 

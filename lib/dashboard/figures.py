@@ -547,3 +547,25 @@ def scenario_options(options: pd.DataFrame) -> go.Figure:
     fig.add_scatter(y=o["option"], x=o["mean"], mode="markers", name="mean",
                     marker=dict(color="#08519c", symbol="diamond", size=10))
     return fig
+
+
+@shows_text_as_typed
+def capacity_calendar(calendar: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """Accelerators committed per team and day ahead (bars: the peak held that day by admitted,
+    unfinished reservations, as the gate counts them) against each team's quota (dashed).
+    calendar: lib.dashboard.queries.capacity_calendar (rows of the pooled team are left out)."""
+    from lib.dashboard.queries import ALL_TEAMS   # the pooled rows' label (the table shows them)
+    title = "Committed accelerators per day ahead against quota (GPUs, peak held in the day)"
+    teams = calendar[calendar["team"] != ALL_TEAMS] if not calendar.empty else calendar
+    if teams.empty:
+        return empty_figure(title, "no team policies for these teams")
+    fig = _fig(title, barmode="group", xaxis_title="day (UTC)", yaxis_title="GPUs committed")
+    for team, g in teams.groupby("team", sort=True):
+        c = _colour(colours, team)
+        fig.add_bar(x=g["day"], y=g["committed_gpus"], name=team, marker_color=c, legendgroup=team,
+                    customdata=g[["quota_gpus", "free_gpus"]].to_numpy(),
+                    hovertemplate="%{fullData.name}, %{x|%b %d}: %{y} GPUs committed, quota %{customdata[0]}, "
+                                  "free %{customdata[1]}<extra></extra>")
+        fig.add_scatter(x=g["day"], y=g["quota_gpus"], name=f"{team} quota", mode="lines", legendgroup=team,
+                        line=dict(color=c, dash="dash", shape="hvh"))
+    return day_axis(fig, teams["day"])

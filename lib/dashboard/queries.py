@@ -27,7 +27,7 @@ import re
 import duckdb
 import pandas as pd
 
-from lib.gate.capacity import fit_for_reasons
+from lib.gate.capacity import fit_for_reasons, held_at, holdings_timeline
 from lib.gate.contracts import Reservation
 from lib.gate.terms import month_start as month_start_of, next_month_start, utcnow
 from lib.dashboard.filters import Filters
@@ -38,6 +38,8 @@ REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
 ROW_LIMIT = 500               # rows a detail table shows at most (totals are always complete)
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
+CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today included
+BUDGET_MONTHS = 36            # months the budget month picker offers at most
 
 _ANCHOR = "coalesce(r.reserved_from, r.started_at, r.ended_at)"
 _H = "(epoch_us({b}) - epoch_us({a})) / 3600e6"          # hours between two timestamps
@@ -172,16 +174,26 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
 
 # -------------------------------------------------------------------------------- reservations
 
-def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """Per team: average reserved GPUs per day against its quota; this month's budget (consumed,
-    committed, remaining); current and upcoming reservations; overruns; and, for the deferred
-    requests of the period still waiting, the earliest time they would fit."""
+def reservations(f: Filters, db=None, now: dt.datetime | None = None, *, month: dt.date | None = None) -> dict:
+    """Per team: average reserved GPUs per day against its quota; the monthly budget of `month` (any
+    day of it; default now's month): consumed, and for the current month committed; current and
+    upcoming reservations; overruns; the capacity calendar (`capacity_calendar`); and the queue of
+    waiting requests with the earliest time each would fit (`waiting`, at most ROW_LIMIT rows of
+    `queue_count`).
+
+    The date filter applies to the charts and tables of the period only: the budget follows `month`,
+    and the calendar and the queue are "now". The calendar ignores the kind and capacity filters
+    (the gate counts every kind against the quota); the queue applies them."""
     now = now or utcnow()
     where, p = f.where("r")
     p.update(_period(f), now=now)
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
-    month_start, next_month = month_start_of(now), next_month_start(now)
-    tp.update(now=now, month_start=month_start, next_month=next_month)
+    this_month = month_start_of(now)
+    month_start = month_start_of(dt.datetime.combine(month, dt.time())) if month else this_month
+    is_current = month_start == this_month
+    tp.update(now=now, month_start=month_start, next_month=next_month_start(month_start))
+    committed = (f"""coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
+                           AND {held_condition("r", "$now")}), 0)""" if is_current else "0.0")
     with _reader(db) as con:
         over_time = _q(con, f"""
           WITH days AS (SELECT d::TIMESTAMP AS day FROM range($start::TIMESTAMP, $end::TIMESTAMP, INTERVAL 1 DAY) t(d)),
@@ -199,8 +211,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT t.team, t.monthly_budget_gpu_hours,
                  coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
                            AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
-                 coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
-                           AND {held_condition("r", "$now")}), 0) AS committed_gpu_hours
+                 {committed} AS committed_gpu_hours
           FROM teams t WHERE {twhere} ORDER BY t.team""", tp)
         budget["remaining_gpu_hours"] = (budget["monthly_budget_gpu_hours"] - budget["consumed_gpu_hours"]
                                          - budget["committed_gpu_hours"])
@@ -225,47 +236,134 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
-        dp.update(_period(f))
-        waiting = _q(con, f"""
-          WITH last AS (
-            SELECT d.run_id, d.team, d.kind, d.decided_at, d.reason_codes,
-                   TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus, d.state
-            FROM decisions d WHERE d.decided_at >= $start AND d.decided_at < $end AND {dwhere}
-            QUALIFY row_number() OVER (PARTITION BY d.run_id ORDER BY d.decided_at DESC, d.decision_id DESC) = 1)
-          SELECT last.* EXCLUDE (state) FROM last
-          WHERE state = 'defer' AND last.run_id IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = last.run_id AND r.reserved_gpu_hours IS NOT NULL)
-          ORDER BY decided_at DESC, run_id LIMIT {ROW_LIMIT}""", dp)
+        waiting = _waiting_requests(con, f)
         held = held_reservations(con, now)
         all_quotas = _q(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
-    waiting = earliest_fits(waiting, held, all_quotas, now)
+    queue = request_queue(waiting, held, all_quotas, now)
+    calendar = capacity_calendar(held, quotas, now)
     return {"over_time": over_time, "quotas": quotas, "budget": budget, "month": month_start.date(),
-            "current": current, "upcoming": upcoming, "overrun_by_team": overrun_by_team,
-            "overruns": overruns, "waiting": waiting}
+            "current_month": is_current, "current": current, "upcoming": upcoming,
+            "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
+            "waiting": queue.head(ROW_LIMIT).reset_index(drop=True), "queue_count": len(queue)}
+
+
+def reservations_in(month: dt.date):
+    """`reservations` with the monthly budget of `month`, as a page query (filters, db, now): its
+    qualified name carries the month, so the page cache (ui.PageData, keyed by that name) keeps one
+    result per month."""
+    def query(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+        return reservations(f, db, now, month=month)
+    query.__qualname__ = f"reservations_in({month.isoformat()})"
+    return query
+
+
+def budget_months(first_day: dt.date | None, now: dt.datetime) -> list[dt.date]:
+    """The months the budget picker offers (their first days), newest first: now's month back to
+    the month of `first_day` (the ledger's first data; None: now's month only), at most BUDGET_MONTHS."""
+    month = month_start_of(now).date()
+    first = first_day.replace(day=1) if first_day else month
+    out = []
+    while month >= first and len(out) < BUDGET_MONTHS:
+        out.append(month)
+        month = (month - dt.timedelta(days=1)).replace(day=1)
+    return out
+
+
+def _waiting_requests(con, f: Filters) -> pd.DataFrame:
+    """Requests waiting now, whatever their date: the latest decision of the run ID is a deferral and
+    no run under that ID holds a reservation (admitted since). Team, kind and capacity filters apply
+    to that latest request; first_deferred_at is the run ID's first deferral."""
+    dwhere, dp = f.where("d", capacity_col="d.capacity")
+    return _q(con, f"""
+      WITH deferred AS (SELECT run_id, min(decided_at) AS first_deferred_at FROM decisions
+                        WHERE state = 'defer' AND run_id IS NOT NULL GROUP BY run_id),
+      d AS (SELECT x.run_id, x.team, x.kind, coalesce(x.request_json->>'capacity', 'stable') AS capacity,
+                   TRY_CAST(x.request_json->>'gpus' AS INTEGER) AS gpus, x.reason_codes, x.state
+            FROM decisions x SEMI JOIN deferred ON x.run_id = deferred.run_id
+            QUALIFY row_number() OVER (PARTITION BY x.run_id ORDER BY x.decided_at DESC, x.decision_id DESC) = 1)
+      SELECT d.run_id, d.team, d.kind, d.capacity, d.gpus, d.reason_codes, deferred.first_deferred_at
+      FROM d JOIN deferred ON d.run_id = deferred.run_id
+      WHERE d.state = 'defer' AND {dwhere}
+        AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.reserved_gpu_hours IS NOT NULL)""", dp)
+
+
+def request_queue(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
+                  now: dt.datetime) -> pd.DataFrame:
+    """The queue of waiting requests (`_waiting_requests`) with `earliest_fit`, `fit_note` (see
+    `earliest_fits`) and `waited_hours` (hours from the first deferral to `now`), ordered by earliest
+    fit (never last), then longest wait, then run ID."""
+    out = earliest_fits(waiting, held, quotas, now)
+    out.insert(out.columns.get_loc("first_deferred_at") + 1, "waited_hours",
+               ((now - out["first_deferred_at"]).dt.total_seconds() / 3600.0).astype("float64"))
+    out = out.sort_values(["earliest_fit", "waited_hours", "run_id"], ascending=[True, False, True],
+                          na_position="last", kind="stable")
+    return out.reset_index(drop=True)
+
+
+def capacity_calendar(held: list[Reservation], quotas: pd.DataFrame, now: dt.datetime,
+                      days: int = CALENDAR_DAYS) -> pd.DataFrame:
+    """Accelerators committed per team and day for `days` days from now's day (UTC), and per day
+    over the teams (team = ALL_TEAMS).
+
+    committed_gpus: the peak held during the day by the team's `held` reservations (every admitted,
+    unfinished one, those starting later included, each from now until its reserved_until), read
+    from lib.gate.capacity.holdings_timeline, the timeline the gate's earliest fit reads; holdings
+    only fall, so the peak is what is held at the day's start (at now, today). quota_gpus and
+    retraining_reserved_gpus from the team's policy (`quotas`: team, quota_gpus,
+    retraining_reserved_gpus; only these teams are shown); free_gpus = quota - committed, never
+    below 0; over_committed_gpus = committed - quota when above it, else 0. The ALL_TEAMS row sums
+    each column (free: the teams' free accelerators, one team's spare never covers another)."""
+    by_team: dict[str, list[Reservation]] = {}
+    for r in held:
+        by_team.setdefault(r["team"], []).append(r)
+    today = dt.datetime.combine(now.date(), dt.time())
+    starts = [max(now, today + dt.timedelta(days=i)) for i in range(days)]
+    rows = []
+    for q in quotas.itertuples():
+        timeline = holdings_timeline(now, by_team.get(q.team, []))
+        for start in starts:
+            committed = held_at(timeline, start)
+            rows.append({"day": start.date(), "team": q.team, "committed_gpus": committed,
+                         "quota_gpus": int(q.quota_gpus), "retraining_reserved_gpus": int(q.retraining_reserved_gpus),
+                         "free_gpus": max(0, int(q.quota_gpus) - committed),
+                         "over_committed_gpus": max(0, committed - int(q.quota_gpus))})
+    cols = ["day", "team", "committed_gpus", "quota_gpus", "retraining_reserved_gpus", "free_gpus",
+            "over_committed_gpus"]
+    cal = pd.DataFrame(rows, columns=cols)
+    if cal.empty:
+        return cal
+    total = cal.groupby("day", as_index=False)[cols[2:]].sum()
+    total.insert(1, "team", ALL_TEAMS)
+    cal = pd.concat([cal, total[cols]], ignore_index=True)
+    cal = cal.assign(_total=cal["team"] == ALL_TEAMS).sort_values(["day", "_total", "team"], kind="stable")
+    cal["day"] = pd.to_datetime(cal["day"])
+    return cal.drop(columns="_total").reset_index(drop=True)
 
 
 def earliest_fits(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
                   now: dt.datetime) -> pd.DataFrame:
     """Add `earliest_fit` and `fit_note` to deferred requests: lib.gate.capacity.fit_for_reasons over
     the reservations that count against quotas (`held`, lib.ledger.service.held_reservations), the
-    same rule as the fix of the gate's capacity reasons."""
+    same rule as the fix of the gate's capacity reasons. Computed once per (team, kind, GPUs, reasons)."""
     out = waiting.copy()
     q = {row.team: (int(row.reserved_gpus), int(row.retraining_reserved_gpus)) for row in quotas.itertuples()}
     by_team: dict[str, list[Reservation]] = {}
     for r in held:
         by_team.setdefault(r["team"], []).append(r)
+    known: dict[tuple, tuple] = {}
     fits, notes = [], []
     for row in out.itertuples():
-        if row.team not in q or pd.isna(row.gpus):
-            fits.append(None)
-            notes.append("unknown team or GPU count")
-            continue
-        reserved, protected = q[row.team]
-        at, note = fit_for_reasons(now, list(row.reason_codes), row.kind, reserved, protected,
-                                   by_team.get(row.team, []), int(row.gpus))
-        fits.append(at)
-        notes.append(note)
+        codes = tuple(sorted(row.reason_codes)) if row.reason_codes is not None else ()
+        key = (row.team, row.kind, None if pd.isna(row.gpus) else int(row.gpus), codes)
+        if key not in known:
+            if row.team not in q or key[2] is None:
+                known[key] = (None, "unknown team or GPU count")
+            else:
+                reserved, protected = q[row.team]
+                known[key] = fit_for_reasons(now, codes, row.kind, reserved, protected,
+                                             by_team.get(row.team, []), key[2])
+        fits.append(known[key][0])
+        notes.append(known[key][1])
     out["earliest_fit"] = pd.to_datetime(pd.Series(fits, index=out.index, dtype="object"))
     out["fit_note"] = pd.Series(notes, index=out.index, dtype="object")
     if "reason_codes" in out:
