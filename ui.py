@@ -34,7 +34,8 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lib.dashboard import figures, labels, queries
-from lib.dashboard.filters import Filters, default_filters
+from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
+                                   default_filters, filters_from_query, query_from_filters, resolve_range)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
 from lib.dashboard.tables import escape_markdown, safe_csv_bytes
 
@@ -170,21 +171,31 @@ def ledger_is_empty() -> bool:
 def filter_widgets() -> Filters:
     """Draw the shared sidebar filters and return them (call it through `frame()`); they persist
     across pages because app.py draws them on every run, outside the page. Stored as
-    st.session_state['filters'] for the pages."""
+    st.session_state['filters'] for the pages.
+
+    The filters live in the URL too (lib.dashboard.filters.query_from_filters: `teams`, `kinds`,
+    `capacity`, `range` or `from` + `to`, only what differs from the default): a session's first run
+    sets the widgets from the query string, and every run writes the widgets back to it."""
     opts = sidebar_options()
-    default = default_filters(opts["last_day"])
+    today = now_minute().date()   # UTC
+    default = default_filters(opts["last_day"], today)
     _keep_filters(opts["teams"])
+    _filters_from_url(opts["teams"], default, today)
     sb = st.sidebar
     sb.header("Filters")
     teams = sb.multiselect("Teams", opts["teams"], key="f_teams", placeholder="all teams")
     kinds = sb.multiselect("Kinds", ["exploratory", "production", "retraining"], key="f_kinds",
                            placeholder="all kinds")
     cap = sb.radio("Capacity type", ["all", "stable", "preemptible"], key="f_capacity", horizontal=True)
-    if "f_dates" not in st.session_state:
+    period = sb.selectbox("Period", list(RANGE_LABELS), key="f_range", format_func=RANGE_LABELS.get)
+    if period != CUSTOM:
+        st.session_state["f_dates"] = resolve_range(period, today)
+    elif "f_dates" not in st.session_state:
         st.session_state["f_dates"] = (default.date_from, default.date_to)
-    today = dt.date.today()
-    dates = sb.date_input("Dates (UTC, inclusive)", key="f_dates", min_value=dt.date(2000, 1, 1),
-                          max_value=dt.date(today.year + 2, 12, 31))
+    dates = sb.date_input("Dates (UTC, inclusive)", key="f_dates", min_value=DATE_MIN, max_value=date_max(today),
+                          disabled=period != CUSTOM,
+                          help=f"By default the {default.days} days up to the ledger's last day with data "
+                               "(today when that is later). A period other than Custom dates ends today (UTC).")
     if isinstance(dates, (tuple, list)):
         start = dates[0] if len(dates) else default.date_from
         end = dates[1] if len(dates) > 1 else start
@@ -195,10 +206,47 @@ def filter_widgets() -> Filters:
     sb.caption(as_text(f"Ledger: {Path(db_path()).name} · {opts['runs']:,} runs"))
     st.session_state["filters"] = f
     st.session_state["all_teams"] = opts["teams"]
+    _filters_to_url(View(f, period), default)
     return f
 
 
-FILTER_KEYS = ("f_teams", "f_kinds", "f_capacity", "f_dates")
+_URL_READ, _URL_NOTES = "_f_url_read", "_f_url_notes"
+
+
+def _filters_from_url(teams: list[str], default: Filters, today: dt.date) -> None:
+    """On a session's first run (a link opened, a page reloaded), set the filter widgets from the
+    URL's query parameters; what the link asks for and cannot be had is kept as notes, shown by
+    `_filters_to_url` while the filters stay as the link set them."""
+    if st.session_state.get(_URL_READ):
+        return
+    st.session_state[_URL_READ] = True
+    query = {k: st.query_params.get_all(k) for k in QUERY_KEYS if k in st.query_params}
+    if not query:
+        return
+    view = filters_from_query(query, teams=teams, default=default, today=today)
+    f = view.filters
+    st.session_state.update(f_teams=list(f.teams), f_kinds=list(f.kinds), f_capacity=f.capacity or "all",
+                            f_range=view.range, f_dates=(f.date_from, f.date_to))
+    st.session_state[_URL_NOTES] = view
+
+
+def _filters_to_url(view: View, default: Filters) -> None:
+    """Write the filters to the URL's query string (only what differs from the default; parameters
+    of others stay), on every run: Streamlit clears the query string when st.navigation switches
+    pages, and the frame draws on every run, so the link always shows the view. Shows the notes of
+    the link that opened the session while its filters are unchanged."""
+    want = query_from_filters(view, default)
+    have = {k: st.query_params.get_all(k) for k in QUERY_KEYS if k in st.query_params}
+    if want != have:
+        others = {k: st.query_params.get_all(k) for k in st.query_params if k not in QUERY_KEYS}
+        st.query_params.from_dict({**others, **want})
+    opened = st.session_state.get(_URL_NOTES)
+    if opened is not None and opened.notes and opened == view:
+        st.warning("  \n".join(["Part of this link's filters could not be used:",
+                                *(as_text(n) for n in opened.notes)]))
+
+
+FILTER_KEYS = ("f_teams", "f_kinds", "f_capacity", "f_range", "f_dates")
 
 
 def _keep_filters(teams: list[str]) -> None:
