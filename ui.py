@@ -390,6 +390,12 @@ def caption(text: str) -> None:
     st.caption(as_text(text))
 
 
+def glossary(*terms: str) -> None:
+    """A folded 'Terms used here' box explaining each term (lib.dashboard.labels.GLOSSARY)."""
+    with st.expander("Terms used here"):
+        st.markdown("\n".join(f"- **{term}**: {labels.GLOSSARY[term]}" for term in terms))
+
+
 def chart(fig) -> None:
     st.plotly_chart(fig, width="stretch")
 

@@ -32,16 +32,17 @@ ui.table(data["sources"], "error_sources", "dl_acc_sources",
          empty="No finished run with an itemised estimate in this period.")
 
 st.subheader("Calibration the gate applies today")
-st.caption("From lib.ledger.service.calibration — what `submit` and `check` apply — over the gate's own history window: factor × raw estimate = median "
-           "estimate; upper factor × raw = upper bound (empty when unknown — too few runs, or too many "
-           "stopped for budget). 'runs' and 'censored_runs' say what each rests on. 'backtest_coverage': how "
-           "often the team × kind split-conformal bound covered its last 100 runs, each replayed from the "
-           "runs before it — it should sit near the level. It is empty where more than about a tenth of "
-           "the runs stopped for budget: conformal is then unknown and the gate's Tobit bound, which this "
-           "replay does not refit, takes over.")
+st.caption("The factors `check` and `submit` apply today, learned from each team's recent finished runs: "
+           "median factor × raw estimate = the calibrated median; upper-bound factor × raw = the calibrated "
+           "upper bound (empty when unknown: too few runs, or too many stopped at their budget). Runs and "
+           "censored runs say what each factor rests on. Backtest coverage: how often the bound covered the "
+           "team's last 100 runs of that kind, each replayed from the runs before it; it should sit near the "
+           "target coverage. It is empty where the Tobit fit stands in for the conformal bound (that fit is "
+           "not replayed here).")
 with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
     cal = ui.PageData(queries.calibration, f, hourly=True)
 cal.chart(figures.calibration_factors, "table")
 ui.table(cal["table"], "calibration", "dl_acc_calibration",
          empty="No finished runs in the calibration window yet: every bound is unknown.")
+ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run", "requested, not measured")
 

@@ -110,8 +110,9 @@ if est:
              empty="No estimate.")
     cal = est.get("calibration") or {}
     if cal:
-        ui.caption(f"Calibration: method {cal.get('method')}, scope {cal.get('scope')}, from {cal.get('n')} runs "
-                   f"({cal.get('n_censored')} censored); {cal.get('note', '')}")
+        ui.caption(f"Calibrated by {cal.get('method')} on the team's {cal.get('scope')} history: {cal.get('n')} "
+                   f"past runs, {cal.get('n_censored')} of them censored. {cal.get('note', '')}")
+    ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run")
 else:
     st.caption("The request is invalid, so no estimate was made.")
 

@@ -118,9 +118,9 @@ else:
                      f" · {int(source['lifetime_samples']):,} empirical lifetimes")
     with st.expander("Per team and capacity type"):
         ui.table(rates, "recovery_rates", "dl_rp_rates", empty="No finished runs in this period.",
-                 caption="mtbf_h = run_hours / interruptions; restart_h = median retry GPU-hours per relaunch per "
-                         "GPU, or a default by job size when none is recorded; empirical lifetimes: each "
-                         "interrupted run's hours cut into equal gaps (a pessimistic approximation).")
+                 caption="Mean time between interruptions = run time ÷ interruptions. Restart time = the median "
+                         "retry GPU-hours per relaunch per GPU, or a default by job size when none is recorded. "
+                         "Lifetimes: each interrupted run's hours cut into equal gaps (a pessimistic approximation).")
 
 # ----------------------------------------------------------------------------- the job
 st.subheader("The job")
@@ -179,7 +179,7 @@ for col, o in zip(c, optima.iloc[:3].itertuples(index=False)):
     col.metric(f"{o.method.capitalize()} interval", f"{o.interval_h * 60:,.1f} min",
                help=f"expected completion {o.expected_hours:.4g} h")
 c[3].metric("Chosen interval: expected completion", _hours(now_e["expected_hours"]) if now_e else "—",
-            help="lib.planning.preemption.expected_time at the chosen interval")
+            help="the expected completion time, interruptions and restarts included, at the interval chosen above")
 
 # ----------------------------------------------------------------------------- distribution
 st.subheader("Completion time and budget risk")
@@ -273,5 +273,5 @@ ui.table(options.round(3).rename(columns={"mean": "completion_mean_h", "p50": "c
                                  "p99": "completion_p99_h"}),
          "recovery_options", "dl_rp_options", empty="No options.",
          caption=f"Expected GPU-hours from the closed form; completion times and breach shares from {SCENARIO_RUNS:,} "
-                 "simulated relaunches each (lib.planning.recovery.scenario_outcomes). Ending keeps the last valid checkpoint; "
+                 "simulated relaunches each. Ending keeps the last valid checkpoint; "
                  "the artifact is incomplete.")

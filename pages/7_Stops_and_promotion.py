@@ -30,7 +30,7 @@ st.subheader(f"Promotion status of production candidates ({data['candidate_count
 promo = data["promotion"]
 if len(promo):
     st.caption(f"{int(promo['promotable'].sum()):,} of the {len(promo):,} most recent are promotable "
-               "(lib.gate.promotion: complete artifact, full evaluation, completed or dev-metric early stop, holdout "
-               "within allowance).")
+               "(promotable: a complete artifact, a full evaluation, a run that completed or stopped early on its "
+               "dev metric, and holdout reads within the allowance).")
 ui.table(promo, "promotion_status", "dl_stop_promotion",
          empty="No production run ended in this period.")

@@ -105,6 +105,15 @@ COLUMNS: dict[str, ColumnSpec] = {
     "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
     "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
+    # recovery planner
+    "quantity": _spec("Quantity"), "stable": _spec("Stable", "number", 3), "preemptible": _spec("Preemptible", "number", 3),
+    "option": _spec("Choice"), "available": _spec("Available", "bool"), "fits_budget": _spec("Fits the budget", "bool"),
+    "expected_extra_gpu_hours": _spec("Expected extra (GPU-h)", "number"),
+    "expected_total_gpu_hours": _spec("Expected total (GPU-h)", "number"),
+    "simulated_extra_gpu_hours_mean": _spec("Simulated extra, mean (GPU-h)", "number"),
+    "completion_mean_h": _spec("Completion, mean (h)", "number", 2), "completion_p50_h": _spec("Completion, P50 (h)", "number", 2),
+    "completion_p90_h": _spec("Completion, P90 (h)", "number", 2), "completion_p99_h": _spec("Completion, P99 (h)", "number", 2),
+    "p_budget_breach": _spec("Chance of breaching the budget", "share"),
     # yes / no
     "promotable": _spec("Promotable", "bool"), "full_evaluation": _spec("Full evaluation", "bool"),
     "enough_lifetimes": _spec("Enough lifetimes", "bool"), "censored": _spec("Censored", "bool"),

@@ -84,14 +84,25 @@ def reasons_rows(decision: dict) -> list[dict]:
              "unit": r.get("unit"), "field": r.get("field")} for r in decision.get("reasons") or []]
 
 
+UPPER_UNKNOWN = ("unknown: too few past runs, or too many stopped at their budget, to bound the "
+                 "estimate; a run whose budget is judged at the upper bound is judged at the median instead")
+_BASIS = {"upper": "calibrated upper bound", "median": "calibrated median", "raw": "raw estimate"}
+
+
 def estimate_rows(decision: dict) -> list[dict]:
-    """The itemised raw estimate and the raw / calibrated totals as (item, GPU-hours) rows."""
+    """The itemised raw estimate and the raw / calibrated totals as (item, value, unit, note) rows:
+    GPU-hours except the wall clock (hours). An unknown upper bound is said in words, never 'None'."""
     est = decision.get("estimate") or {}
-    rows = [{"item": f"raw item: {k}", "gpu_hours": val} for k, val in (est.get("items_gpu_hours") or {}).items()]
-    for key, label in (("raw_gpu_hours", "raw total"), ("median_gpu_hours", "calibrated median"),
-                       ("upper_gpu_hours", "calibrated upper bound (None: unknown)"),
-                       ("judged_gpu_hours", f"judged at ({est.get('judged_at')})"),
-                       ("wall_hours", "wall clock (hours)")):
+    rows = [{"item": f"raw item: {k}", "value": val, "unit": "GPU-h", "note": ""}
+            for k, val in (est.get("items_gpu_hours") or {}).items()]
+    judged = _BASIS.get(est.get("judged_at"), est.get("judged_at"))
+    for key, label, unit in (("raw_gpu_hours", "raw total", "GPU-h"),
+                             ("median_gpu_hours", "calibrated median", "GPU-h"),
+                             ("upper_gpu_hours", "calibrated upper bound", "GPU-h"),
+                             ("judged_gpu_hours", f"judged against the budget ({judged})", "GPU-h"),
+                             ("wall_hours", "wall clock", "h")):
         if key in est:
-            rows.append({"item": label, "gpu_hours": est.get(key)})
+            value = est.get(key)
+            note = UPPER_UNKNOWN if key == "upper_gpu_hours" and value is None else ""
+            rows.append({"item": label, "value": value, "unit": unit, "note": note})
     return rows
