@@ -1,21 +1,33 @@
 """data/teams.toml: the planner-edited team policy, parsed, validated and synced into the ledger.
 
-Layout: a `[defaults]` table (values every team inherits), one `[teams.NAME]` table per team, and a
+Layout: a `[defaults]` table (values every team inherits), one `[teams.NAME]` table per team, a
 `[[snapshots]]` list (`snapshot`, optional `team` — omitted means every team may use it — and optional
-`created_at`). Every problem is reported at once, each naming the team (or snapshot) and the key.
+`created_at`), and an optional `[prices]` table. Every problem is reported at once, each naming the
+team (or snapshot, or price) and the key.
 
 Each team's `policy_version` is a short hash of its normalized policy (all fields, sorted, numbers as
 floats or ints as the schema types them), so changing any number gives the team a new version.
+
+A team table may also set `colour = "#RRGGBB"`, the team's colour in the dashboard's figures. A
+colour is not policy: it is not hashed into `policy_version`, so recolouring a team gives it no new
+version and no decision changes meaning.
+
+`[prices]`: `currency` (a 3-letter code such as "USD") and a price per GPU-hour per capacity type
+(`stable`, `preemptible`), each optional, finite and >= 0; a price needs the currency. A capacity
+type with no price has none in the ledger, and the dashboard shows no money for it (never 0).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from datetime import date, datetime
 from pathlib import Path
+from typing import TypedDict
 
-from lib.gate.terms import BUDGET_BASES as BASES, TEAM_NAME_RULE, naive_utc, number_problem, team_name_problem
+from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
+                            team_name_problem)
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
@@ -34,7 +46,25 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
 }
-COLUMNS = ("team", *POLICY_FIELDS, "policy_version")
+COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
+COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
+COLUMNS = ("team", *POLICY_FIELDS, "policy_version", COLOUR_KEY)
+CURRENCY_RULE = "a 3-letter currency code in capitals such as \"USD\""
+PRICE_KEYS = ("currency", *CAPACITIES)
+
+
+class Prices(TypedDict):
+    """[prices]: `currency` (3-letter code; None when the file sets no price) and
+    `per_gpu_hour`: {capacity type: price per GPU-hour in that currency}, priced capacity types only."""
+    currency: str | None
+    per_gpu_hour: dict[str, float]
+
+
+class TeamsFile(TypedDict):
+    """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices."""
+    teams: list[dict]
+    snapshots: list[dict]
+    prices: Prices
 
 
 class TeamsFileError(ValueError):
@@ -64,6 +94,41 @@ def _check_value(kind: str, value):
     raise AssertionError(kind)
 
 
+def colour_problem(value) -> str | None:
+    """None for a "#RRGGBB" string, else the problem (naming the value)."""
+    if type(value) is str and re.fullmatch(r"#[0-9A-Fa-f]{6}", value):
+        return None
+    return f"must be {COLOUR_RULE}, got {value!r}"
+
+
+def _parse_prices(doc, problems: list[str]) -> Prices:
+    """The [prices] table (absent: no prices), appending every problem to `problems`."""
+    if doc is None:
+        return {"currency": None, "per_gpu_hour": {}}
+    if type(doc) is not dict:
+        problems.append(f"[prices] must be a table, got {doc!r}")
+        return {"currency": None, "per_gpu_hour": {}}
+    for key in doc:
+        if key not in PRICE_KEYS:
+            problems.append(f"[prices] {key}: unknown key (known: {', '.join(PRICE_KEYS)}), "
+                            f"value {doc[key]!r}")
+    per_hour = {}
+    for capacity in CAPACITIES:
+        if capacity in doc:
+            problem = number_problem(doc[capacity])
+            if problem:
+                problems.append(f"[prices] {capacity}: price per GPU-hour {problem}")
+            else:
+                per_hour[capacity] = float(doc[capacity])
+    currency = doc.get("currency")
+    if currency is not None and not (type(currency) is str and re.fullmatch(r"[A-Z]{3}", currency)):
+        problems.append(f"[prices] currency: must be {CURRENCY_RULE}, got {currency!r}")
+        currency = None
+    elif currency is None and any(c in doc for c in CAPACITIES):
+        problems.append(f"[prices] currency: required when a price is set ({CURRENCY_RULE})")
+    return {"currency": currency, "per_gpu_hour": per_hour}
+
+
 def policy_version(policy: dict) -> str:
     """A short, stable hash of a team's normalized policy (policy_version itself excluded)."""
     body = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
@@ -88,14 +153,20 @@ def _as_timestamp(value):
 
 def parse_teams(text: str, path="teams.toml") -> tuple[list[dict], list[dict]]:
     """(teams, snapshots) from the TOML text; raises TeamsFileError listing every problem."""
+    parsed = parse_teams_file(text, path)
+    return parsed["teams"], parsed["snapshots"]
+
+
+def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
+    """Teams, snapshots and prices from the TOML text; raises TeamsFileError listing every problem."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TeamsFileError(path, [f"not valid TOML: {exc}"]) from None
     problems: list[str] = []
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots"}
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices"}
     for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots)")
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices)")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:
@@ -125,12 +196,20 @@ def parse_teams(text: str, path="teams.toml") -> tuple[list[dict], list[dict]]:
         if type(table) is not dict:
             problems.append(f"{where}: must be a table")
             continue
-        policy = {"team": name}
+        policy = {"team": name, COLOUR_KEY: None}
         ok = True
         for key in table:
-            if key not in POLICY_FIELDS:
-                problems.append(f"{where} {key}: unknown key (known: {', '.join(POLICY_FIELDS)})")
+            if key not in POLICY_FIELDS and key != COLOUR_KEY:
+                problems.append(f"{where} {key}: unknown key (known: {', '.join(POLICY_FIELDS)}, "
+                                f"{COLOUR_KEY})")
                 ok = False
+        if COLOUR_KEY in table:
+            problem = colour_problem(table[COLOUR_KEY])
+            if problem:
+                problems.append(f"{where} {COLOUR_KEY}: {problem}")
+                ok = False
+            else:
+                policy[COLOUR_KEY] = table[COLOUR_KEY].lower()
         for key, (kind, _) in POLICY_FIELDS.items():
             if key in table:
                 norm, err = _check_value(kind, table[key])
@@ -182,13 +261,20 @@ def parse_teams(text: str, path="teams.toml") -> tuple[list[dict], list[dict]]:
         if err:
             problems.append(f"{where} created_at: {err}")
         snapshots.append({"snapshot": name, "team": team, "created_at": created})
+    prices = _parse_prices(doc.get("prices"), problems)
     if problems:
         raise TeamsFileError(path, problems)
-    return teams, snapshots
+    return {"teams": teams, "snapshots": snapshots, "prices": prices}
 
 
 def load_teams(path=None) -> tuple[list[dict], list[dict]]:
-    """Read and validate the teams file (default data/teams.toml)."""
+    """(teams, snapshots) of the teams file (default data/teams.toml), validated."""
+    parsed = load_teams_file(path)
+    return parsed["teams"], parsed["snapshots"]
+
+
+def load_teams_file(path=None) -> TeamsFile:
+    """Read and validate the whole teams file (default data/teams.toml)."""
     p = Path(path) if path else DEFAULT_TEAMS_FILE
     try:
         text = p.read_text(encoding="utf-8-sig")
@@ -196,29 +282,33 @@ def load_teams(path=None) -> tuple[list[dict], list[dict]]:
         raise TeamsFileError(p, ["file not found"]) from None
     except UnicodeDecodeError as exc:
         raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
-    return parse_teams(text, p)
+    return parse_teams_file(text, p)
 
 
 def sync_teams(con, path=None) -> dict:
-    """Upsert the file's teams and snapshots into the ledger in one transaction.
+    """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
+    file's, in one transaction (a file that does not validate changes nothing).
 
     Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
-    left alone. Returns counts: teams_inserted, teams_updated, teams_unchanged, snapshots_inserted,
-    snapshots_updated, snapshots_unchanged.
+    left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
+    teams_updated (policy or colour changed), teams_unchanged, snapshots_inserted,
+    snapshots_updated, snapshots_unchanged, prices (capacity types priced).
     """
     from lib.ledger.connection import transaction
 
-    teams, snapshots = load_teams(path)
+    parsed = load_teams_file(path)
+    teams, snapshots, prices = parsed["teams"], parsed["snapshots"], parsed["prices"]
     counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",
                             "snapshots_inserted", "snapshots_updated", "snapshots_unchanged"), 0)
     with transaction(con):
-        existing = {r[0]: r[1] for r in con.execute("SELECT team, policy_version FROM teams").fetchall()}
+        existing = {r[0]: (r[1], r[2]) for r in
+                    con.execute(f"SELECT team, policy_version, {COLOUR_KEY} FROM teams").fetchall()}
         placeholders = ", ".join("?" for _ in COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "team")
         for t in teams:
             if t["team"] not in existing:
                 counts["teams_inserted"] += 1
-            elif existing[t["team"]] != t["policy_version"]:
+            elif existing[t["team"]] != (t["policy_version"], t[COLOUR_KEY]):
                 counts["teams_updated"] += 1
             else:
                 counts["teams_unchanged"] += 1
@@ -242,4 +332,9 @@ def sync_teams(con, path=None) -> dict:
                 "INSERT INTO snapshots (snapshot, team, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (snapshot) DO UPDATE SET team = excluded.team, created_at = excluded.created_at",
                 [s["snapshot"], s["team"], s["created_at"]])
+        con.execute("DELETE FROM prices")
+        for capacity, price in prices["per_gpu_hour"].items():
+            con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
+                        [capacity, price, prices["currency"]])
+    counts["prices"] = len(prices["per_gpu_hour"])
     return counts
