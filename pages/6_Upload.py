@@ -85,14 +85,14 @@ for note in report.notes or []:
 
 if len(errors):
     st.error(f"{len(errors):,} problem(s) found: nothing can be imported until the file is fixed.")
-    st.dataframe(errors.astype({"value": "object"}), hide_index=True, width="stretch")
+    ui.show_table(errors.astype({"value": "object"}))
     ui.download(errors, "import_errors", "dl_upload_errors", label="Download the error list (CSV)")
 else:
     st.success("The file is valid.")
 
 st.subheader("Preview")
 if report.preview is not None and len(report.preview):
-    st.dataframe(report.preview, hide_index=True, width="stretch")
+    ui.show_table(report.preview)
 else:
     st.info("Nothing to preview.")
 
@@ -108,8 +108,8 @@ if st.button("Import", type="primary", key="upload_import", disabled=bool(len(er
         result = import_or_stop("import", status, progress=ui.import_progress(bar))
         if result.errors:
             status.update(label="Not imported", state="error")
-            st.dataframe(pd.DataFrame(result.errors, columns=["line", "column", "value", "message"])
-                         .astype({"value": "object"}), hide_index=True, width="stretch")
+            ui.show_table(pd.DataFrame(result.errors, columns=["line", "column", "value", "message"])
+                          .astype({"value": "object"}))
             st.stop()
         status.update(label="Imported", state="complete", expanded=False)
     ui.clear_caches()

@@ -52,7 +52,7 @@ COLUMNS: dict[str, ColumnSpec] = {
     # who and what
     "run_id": _spec("Run ID"), "team": _spec("Team"), "kind": _spec("Kind"),
     "capacity": _spec("Capacity type"), "reason": _spec("Reason code"), "reason_codes": _spec("Reasons", long=True),
-    "code": _spec("Reason code"), "message": _spec("What failed", long=True), "fix": _spec("What would make it fit", long=True),
+    "code": _spec("Reason code"), "message": _spec("Problem", long=True), "fix": _spec("What would make it fit", long=True),
     "field": _spec("Request field"), "unit": _spec("Unit"), "item": _spec("Item"),
     "stop_reason": _spec("Stop reason"), "artifact_status": _spec("Artifact"),
     "last_valid_checkpoint": _spec("Last valid checkpoint"), "estimate_source": _spec("Estimate from"),
