@@ -1,5 +1,5 @@
-"""Reservations: who holds what against their quota and monthly budget, what overran, and when the
-deferred requests would fit."""
+"""Reservations: who holds what against their quota, the capacity calendar ahead, the queue of
+waiting requests and when each would fit, the monthly budget of a chosen month, and what overran."""
 import streamlit as st
 
 import ui
@@ -7,7 +7,12 @@ from lib.dashboard import figures, queries
 
 f = ui.frame()
 
-data = ui.PageData(queries.reservations, f)
+months = queries.budget_months(ui.sidebar_options()["first_day"], ui.now_minute())
+MONTH_KEY = "res_budget_month"
+month = st.session_state.get(MONTH_KEY)   # the picker below sets it; read first, the query needs it
+if month not in months:
+    month = months[0]
+data = ui.PageData(queries.reservations_in(month), f)
 
 st.title("Reservations")
 ui.caption(f.describe())
@@ -15,9 +20,37 @@ ui.caption(f.describe())
 st.subheader("Reserved accelerators against quota")
 data.chart(figures.reserved_over_time, "over_time", "quotas")
 
+st.subheader(f"Capacity calendar: the next {queries.CALENDAR_DAYS} days")
+st.caption("Committed = the most accelerators held during the day by admitted, unfinished reservations — "
+           "those that start later included, each from now until its reserved end — exactly as the gate "
+           "counts them against the quota (the same timeline gives the gate's \"fits from\"). "
+           "Free = quota − committed, never below 0. The team filter applies; the dates, kinds and capacity "
+           "type do not: every kind counts against the quota. Rows \"(all teams)\" add up the shown teams.")
+if data["over_committed_teams"]:
+    st.warning(ui.as_text("Over-committed (more accelerators committed than the quota on some day): "
+                          + ", ".join(data["over_committed_teams"])))
+data.chart(figures.capacity_calendar, "calendar")
+ui.table(data["calendar"], "capacity_calendar", "dl_res_calendar",
+         empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.")
+
+st.subheader("Queue: requests waiting now, and when they would fit")
+st.caption("Every request whose latest decision is a deferral and that has not been admitted since, "
+           "whatever its date (a queue is now); the team, kind and capacity filters apply. Waited = hours "
+           "since the run's first deferral. The earliest fit is the rule of the gate's fix, over the "
+           "reservations held now, each released at its reserved end; reasons that waiting cannot cure say "
+           "so. Ordered by earliest fit, then longest wait.")
+shown, total = len(data["waiting"]), data["queue_count"]
+ui.table(data["waiting"], "request_queue", "dl_res_queue",
+         empty="No request is waiting: every deferral was admitted later, or none matches these filters.",
+         caption=f"{total:,} waiting request{'' if total == 1 else 's'}"
+                 + (f"; the first {shown:,} shown (and in the CSV)." if shown < total else "."))
+
 st.subheader(f"Monthly budget ({data['month']:%B %Y})")
-st.caption("Budgets are per team: the kind and capacity filters do not apply here. Committed = reservations "
-           "admitted and not finished.")
+st.selectbox("Month", months, key=MONTH_KEY, format_func=lambda m: f"{m:%B %Y}")
+st.caption("Budgets are per team: the dates, kinds and capacity type do not apply here. Consumed = GPU-hours "
+           "of runs that ended in the month. "
+           + ("Committed = reservations admitted and not finished (this month only)." if data["current_month"]
+              else "A past month shows consumed against the budget; committed applies to the current month only."))
 data.chart(figures.budget_bars, "budget", month_label=f"{data['month']:%B %Y}")
 ui.table(data["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
@@ -35,9 +68,3 @@ st.caption("Underestimates that block other teams: runs that ended in the period
 data.chart(figures.overrun_bars, "overrun_by_team")
 ui.table(data["overruns"], "overruns", "dl_res_overruns",
          empty="No run used more than it reserved in this period.")
-
-st.subheader("Deferred requests: earliest time they would fit")
-st.caption("Requests of the period whose latest decision is a deferral. The earliest fit assumes running "
-           "reservations release at their reserved end; reasons that waiting cannot cure say so.")
-ui.table(data["waiting"], "deferred_earliest_fit", "dl_res_waiting",
-         empty="No deferred request is waiting in this period.")

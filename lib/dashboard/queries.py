@@ -244,6 +244,8 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None, *, month: 
     return {"over_time": over_time, "quotas": quotas, "budget": budget, "month": month_start.date(),
             "current_month": is_current, "current": current, "upcoming": upcoming,
             "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
+            "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)
+                                                            & (calendar["team"] != ALL_TEAMS), "team"])),
             "waiting": queue.head(ROW_LIMIT).reset_index(drop=True), "queue_count": len(queue)}
 
 
@@ -273,7 +275,7 @@ def _waiting_requests(con, f: Filters) -> pd.DataFrame:
     """Requests waiting now, whatever their date: the latest decision of the run ID is a deferral and
     no run under that ID holds a reservation (admitted since). Team, kind and capacity filters apply
     to that latest request; first_deferred_at is the run ID's first deferral."""
-    dwhere, dp = f.where("d", capacity_col="d.capacity")
+    dwhere, dp = f.where("d")
     return _q(con, f"""
       WITH deferred AS (SELECT run_id, min(decided_at) AS first_deferred_at FROM decisions
                         WHERE state = 'defer' AND run_id IS NOT NULL GROUP BY run_id),

@@ -1,0 +1,138 @@
+"""The queue of waiting requests on the Reservations page: every request deferred and not admitted
+since, whatever its date, with the earliest time it would fit — the very time the gate's fix names."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lib.dashboard import queries
+from lib.dashboard.filters import Filters
+from lib.gate.terms import utcnow
+from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.service import submit_request
+from tests.fixtures_app import ROOT, insert_teams, page_script
+from tests.fixtures_ledger import demo_request
+
+H = dt.timedelta(hours=1)
+ODD = dt.timedelta(minutes=17, seconds=42)   # ends off the hour: "to the minute" means something
+
+
+def book(con, run_id, team, gpus, start, end, kind="exploratory", **cols):
+    """An admitted, unfinished reservation of `gpus` accelerators over [start, end)."""
+    row = {"run_id": run_id, "team": team, "kind": kind, "gpus": gpus, "reserved_from": start,
+           "reserved_until": end, "reserved_gpu_hours": gpus * (end - start) / H, "source": "test",
+           "updated_at": start, **cols}
+    con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+
+
+def defer(con, run_id, at, team="safety", kind="exploratory", gpus=4, codes=("capacity",), capacity="stable"):
+    """A recorded deferral of `run_id` at `at`."""
+    con.execute("""INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, origin,
+                   request_json, decision_json) VALUES (?, ?, ?, ?, 'defer', ?, 'test', ?, '{}')""",
+                [at, run_id, team, kind, list(codes), f'{{"gpus": {gpus}, "capacity": "{capacity}"}}'])
+
+
+@pytest.fixture
+def safety_ledger(tmp_path):
+    """Team safety (quota 16, no retraining set-aside) holds 9 accelerators now — 5 until now + 6 h 17 m,
+    4 until now + 30 h — and 4 more booked from tomorrow: 13 held as the gate counts them. Returns
+    (path, now)."""
+    path, now = tmp_path / "gate.duckdb", utcnow()
+    with open_ledger(path) as con, transaction(con):
+        insert_teams(con)
+        book(con, "safety-a", "safety", 5, now - 2 * H, now + 6 * H + ODD, started_at=now - 2 * H)
+        book(con, "safety-b", "safety", 4, now - H, now + 30 * H, started_at=now - H)
+        book(con, "safety-tomorrow", "safety", 4, now + 24 * H, now + 40 * H)
+    return path, now
+
+
+def fits_from(decision) -> str:
+    """The time the decision's capacity fix names, as written there (ISO, to the minute)."""
+    (fix,) = [r["fix"] for r in decision["reasons"] if r["code"] == "capacity"]
+    return re.search(r"or from (\S+) when running reservations end", fix).group(1)
+
+
+def minute(t) -> str:
+    return pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M")
+
+
+def test_the_queue_shows_the_gates_fix_time_to_the_minute_on_the_page(safety_ledger, monkeypatch, fresh_caches):
+    path, now = safety_ledger
+    # 13 held + 4 > 16: deferred. Without the booking from tomorrow 9 + 4 would fit now; with it,
+    # the first end (5 GPUs at now + 6 h 17 m) leaves 8 + 4 <= 16.
+    decision = submit_request(demo_request(run_id="safety-wait-001", team="safety", gpus=4), db=path)
+    assert decision["state"] == "defer" and [r["code"] for r in decision["reasons"]] == ["capacity"]
+    assert fits_from(decision) == minute(now + 6 * H + ODD)
+
+    f = Filters(now.date() - dt.timedelta(days=3), now.date())
+    row = queries.reservations(f, path).get("waiting").set_index("run_id").loc["safety-wait-001"]
+    assert minute(row["earliest_fit"]) == fits_from(decision)
+    assert row["fit_note"] == "when reservations end"
+    assert row["reason_codes"] == "capacity" and row["gpus"] == 4 and row["team"] == "safety"
+
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(page_script("reservations")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    (queue,) = [d.value for d in at.dataframe if "fit_note" in d.value.columns]
+    shown = queue.set_index("run_id").loc["safety-wait-001"]
+    assert minute(shown["earliest_fit"]) == fits_from(decision)
+    assert "1 waiting request." in [c.value for c in at.caption]
+
+
+@pytest.fixture
+def queue_ledger(safety_ledger):
+    """safety_ledger plus deferrals of every age and fate."""
+    path, now = safety_ledger
+    with open_ledger(path) as con, transaction(con):
+        defer(con, "old-wait", now - 60 * 24 * H)                     # two months ago, still waiting
+        defer(con, "old-wait", now - 3 * H)                           # deferred again since
+        defer(con, "fits-now", now - 5 * H, gpus=2)                   # 13 + 2 <= 16
+        defer(con, "prod-wait", now - 2 * H, kind="production", capacity="preemptible")
+        defer(con, "over-budget", now - 9 * H, codes=("budget",))     # waiting cannot cure it
+        defer(con, "admitted-since", now - 4 * H)
+        book(con, "admitted-since", "safety", 1, now, now + H)
+        defer(con, "other-team", now - H, team="vision", gpus=200)    # above vision's 96 - 8
+    return path, now
+
+
+def test_the_queue_is_now_whatever_the_dates_and_orders_by_fit_then_wait(queue_ledger):
+    path, now = queue_ledger
+    last_week = Filters(now.date() - dt.timedelta(days=7), now.date())
+    out = queries.reservations(last_week, path, now)
+    q = out["waiting"]
+    assert list(q["run_id"]) == ["fits-now", "old-wait", "prod-wait", "over-budget", "other-team"]
+    assert out["queue_count"] == 5
+    row = q.set_index("run_id").loc["old-wait"]
+    assert row["first_deferred_at"] == pd.Timestamp(now - 60 * 24 * H)   # the first deferral, not the last
+    assert row["waited_hours"] == pytest.approx(60 * 24)
+    assert row["earliest_fit"] == q.set_index("run_id").loc["prod-wait", "earliest_fit"] == pd.Timestamp(now + 6 * H + ODD)
+    assert q.set_index("run_id").loc["fits-now", "earliest_fit"] == pd.Timestamp(now)
+    assert pd.isna(q.set_index("run_id").loc["over-budget", "earliest_fit"])
+    assert "needs 200 GPUs" in q.set_index("run_id").loc["other-team", "fit_note"]
+    # a period long ago still shows today's queue
+    long_ago = Filters(now.date() - dt.timedelta(days=400), now.date() - dt.timedelta(days=300))
+    assert list(queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q["run_id"])
+
+
+def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
+    path, now = queue_ledger
+    day = now.date()
+    ids = lambda **kw: list(queries.reservations(Filters(day, day, **kw), path, now)["waiting"]["run_id"])  # noqa: E731
+    assert ids(teams=("vision",)) == ["other-team"]
+    assert ids(kinds=("production",)) == ["prod-wait"]
+    assert ids(capacity="stable") == ["fits-now", "old-wait", "over-budget", "other-team"]
+
+
+def test_the_queue_shows_at_most_row_limit_rows_and_counts_them_all(queue_ledger, monkeypatch):
+    path, now = queue_ledger
+    monkeypatch.setattr(queries, "ROW_LIMIT", 2)
+    out = queries.reservations(Filters(now.date(), now.date()), path, now)
+    assert list(out["waiting"]["run_id"]) == ["fits-now", "old-wait"]
+    assert out["queue_count"] == 5
