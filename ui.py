@@ -33,7 +33,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from lib.dashboard import figures, labels, queries
+from lib.dashboard import figures, labels, queries, settings
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
@@ -100,6 +100,19 @@ def _sidebar_options(path: str, version: tuple) -> dict:
     return queries.sidebar_options(path)
 
 
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
+def _set_colours(path: str, version: tuple) -> dict:
+    return settings.colours(path)
+
+
+def set_colours() -> tuple:
+    """The team colours data/teams.toml sets, as the ledger holds them: sorted (team, "#rrggbb")
+    pairs (a cache key for figures); teams without one get figures.hashed_colour."""
+    path = db_path()
+    with ledger_errors("Reload the page in a moment."):
+        return tuple(sorted(_set_colours(path, data_version(path)).items()))
+
+
 def page_data(query: Callable, filters: Filters):
     """The cached result of `query(filters, path, now)` (a lib.dashboard.queries function) for the
     current ledger."""
@@ -108,13 +121,14 @@ def page_data(query: Callable, filters: Filters):
 
 @st.cache_resource(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
 def _figure(builder_name: str, _builder: Callable, page: str, _query: Callable, keys: tuple, path: str,
-            version: tuple, filters: Filters, now: dt.datetime, teams: tuple, options: tuple):
+            version: tuple, filters: Filters, now: dt.datetime, teams: tuple, colours: tuple,
+            options: tuple):
     # A plotly Figure costs 30-60 ms to build and as much to unpickle, so figures are cached as
     # objects (st.cache_resource, never copied). Nothing mutates them: st.plotly_chart only reads.
     data = _page_data(page, _query, path, version, filters, now)
     kwargs = dict(options)
     if "colours" in inspect.signature(_builder).parameters:
-        kwargs["colours"] = figures.team_colours(teams)
+        kwargs["colours"] = figures.team_colours(teams, dict(colours))
     return _builder(*(data[k] for k in keys), **kwargs)
 
 
@@ -142,7 +156,7 @@ class PageData:
         added when it takes them), cached as an object."""
         with ledger_errors("Reload the page in a moment."):
             fig = _figure(qualified_name(builder), builder, self.name, self.query, keys, self.path,
-                          self.version, self.filters, self.now, tuple(all_teams()),
+                          self.version, self.filters, self.now, tuple(all_teams()), set_colours(),
                           tuple(sorted(options.items())))
         st.plotly_chart(fig, width="stretch")
 
