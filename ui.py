@@ -418,10 +418,20 @@ def chart(fig) -> None:
 
 def ensure_ledger() -> None:
     """On first start, create the app's ledger ($GATE_DB, else data/gate.duckdb) when it does not
-    exist yet, so every page reads an empty ledger rather than an error."""
+    exist yet, so every page reads an empty ledger rather than an error; and bring a ledger written
+    by an older version of Training Gate to the current schema (one write open), which the pages'
+    read-only opens would refuse ("needs migrating"). Checked once per ledger version."""
     if not os.path.lexists(db_path()):
         with open_ledger(db_path()):
             pass
+    else:
+        _upgraded(db_path(), data_version())
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
+def _upgraded(path: str, version: tuple) -> bool:
+    from lib.ledger.connection import upgrade_ledger
+    return upgrade_ledger(path)
 
 
 def ensure_demo() -> None:
