@@ -254,6 +254,15 @@ def cmd_teams(args) -> int:
 
 # ------------------------------------------------------------------------------ parser
 
+def cmd_forecast(args) -> int:
+    """Weekly demand P50/P90 per team for the next --weeks weeks and this month's burn-down, as JSON;
+    --as-of forecasts from only what the ledger knew then."""
+    from lib.dashboard.forecasts import forecast
+    result = forecast(args.db, as_of=args.as_of, weeks=args.weeks)
+    print(dump_json(result))
+    return 0
+
+
 def _nonneg_float(text):
     try:
         v = float(text)
@@ -351,13 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("csv", "parquet"), default="csv")
     s.add_argument("--out", help="output file (CSV default: stdout)")
 
+    s = sub.add_parser("forecast", parents=[common],
+                       help="weekly demand (P50/P90) and this month's budget burn-down per team, as JSON")
+    s.add_argument("--weeks", type=_positive_int, default=8, help="weeks ahead (default 8)")
+    s.add_argument("--as-of", type=_timestamp, default=None,
+                   help="forecast from the ledger's data up to this ISO-8601 time (UTC) only")
+
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file (default data/teams.toml)")
     return p
 
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, "finish": cmd_finish,
-            "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams}
+            "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast}
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,103 @@
+"""The forecast read model: weekly demand and the month's budget burn-down per team, from the ledger,
+as of now or as of a past moment (then only what was known by that moment is read).
+
+Weekly usage (GPU-hours, counted in the UTC week a run started): a run finished by the as-of moment
+counts its actual GPU-hours; a run started but not finished by then counts its reserved GPU-hours
+(what the gate expected it to use), so the last weeks are not understated by runs still running.
+Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
+Committed reservations for the burn-down are lib.ledger.service.held_reservations when forecasting
+from now (the gate's accounting); from a past moment, those whose window had begun and not ended.
+The maths is lib.planning.forecast.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+
+from lib.gate.terms import month_start, next_month_start, utcnow
+from lib.ledger.connection import open_ledger
+from lib.ledger.service import held_reservations
+from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, burn_down, pooled_ratios,
+                                   weekly_forecast)
+
+METHOD = ("simple exponential smoothing of weekly GPU-hours (α = 0.3), P50/P90 from the method's own past "
+          "errors (empirical quantiles of actual ÷ forecast per horizon)")
+
+
+def week_start(t: dt.datetime | dt.date) -> dt.date:
+    """Monday of t's week (UTC)."""
+    d = t.date() if isinstance(t, dt.datetime) else t
+    return d - dt.timedelta(days=d.weekday())
+
+
+def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None) -> pd.DataFrame:
+    """team, week (Monday), gpu_hours for every complete week before as_of's week, as known at as_of
+    (missing weeks between a team's first week and the last complete week filled with 0)."""
+    last = week_start(as_of)
+    df = con.execute("""
+        SELECT team, date_trunc('week', started_at)::DATE AS week,
+               sum(CASE WHEN ended_at IS NOT NULL AND ended_at <= $as_of THEN coalesce(actual_gpu_hours, 0)
+                        ELSE coalesce(reserved_gpu_hours, 0) END) AS gpu_hours
+        FROM runs WHERE started_at IS NOT NULL AND started_at < $last
+          AND ($teams IS NULL OR list_contains($teams::VARCHAR[], team))
+        GROUP BY ALL ORDER BY team, week""",
+                     {"as_of": as_of, "last": dt.datetime.combine(last, dt.time()),
+                      "teams": teams}).df()
+    frames = []
+    for team, g in df.groupby("team", sort=True):
+        weeks = pd.date_range(pd.Timestamp(g["week"].min()), pd.Timestamp(last) - pd.Timedelta(weeks=1), freq="7D")
+        full = g.set_index(pd.to_datetime(g["week"]))["gpu_hours"].reindex(weeks, fill_value=0.0)
+        frames.append(pd.DataFrame({"team": team, "week": weeks.date, "gpu_hours": full.to_numpy(float)}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["team", "week", "gpu_hours"])
+
+
+def _burn_inputs(con, team: str, as_of: dt.datetime, live: bool):
+    start = month_start(as_of)
+    consumed = con.execute("SELECT coalesce(sum(actual_gpu_hours), 0) FROM runs WHERE team = ? AND ended_at >= ? "
+                           "AND ended_at < ?", [team, start, as_of]).fetchone()[0]
+    day0 = dt.datetime.combine(as_of.date(), dt.time())
+    daily = con.execute("""
+        SELECT coalesce(sum(r.actual_gpu_hours), 0) FROM range(?::TIMESTAMP, ?::TIMESTAMP, INTERVAL 1 DAY) d(day)
+        LEFT JOIN runs r ON r.team = ? AND r.ended_at >= d.day AND r.ended_at < d.day + INTERVAL 1 DAY
+        GROUP BY d.day ORDER BY d.day""",
+                        [day0 - dt.timedelta(days=BURN_HISTORY_DAYS), day0, team]).fetchall()
+    if live:
+        held = [(r["reserved_until"], r["reserved_gpu_hours"]) for r in held_reservations(con, as_of, team)]
+    else:
+        held = con.execute("""SELECT reserved_until, reserved_gpu_hours FROM runs WHERE team = ?
+            AND reserved_gpu_hours IS NOT NULL AND reserved_from <= ? AND (ended_at IS NULL OR ended_at > ?)
+            AND (reserved_until IS NULL OR reserved_until > ?)""", [team, as_of, as_of, as_of]).fetchall()
+    return float(consumed), [float(v) for (v,) in daily], held
+
+
+def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
+             teams: list[str] | None = None) -> dict:
+    """Per team: the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly capacity and the
+    quota that would cover P90, and this month's burn-down (consumed, committed, projected month end
+    P50/P90, projected exhaustion day). `as_of` None: now, with the gate's own committed reservations."""
+    live = as_of is None
+    as_of = utcnow() if live else as_of
+    with open_ledger(db, read_only=True) as con:
+        usage = weekly_usage(con, as_of, teams)
+        policy = {t: (q, b) for t, q, b in con.execute(
+            "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
+        names = sorted(set(usage["team"]) | ({t for t in policy if teams is None or t in teams}))
+        burn = {t: _burn_inputs(con, t, as_of, live) for t in names if t in policy}
+    series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
+    pooled = pooled_ratios(series.values(), weeks)
+    first = week_start(as_of)
+    month_end = (next_month_start(as_of) - dt.timedelta(days=1)).date()
+    out = {}
+    for team in names:
+        quota, budget = policy.get(team, (None, None))
+        rows = weekly_forecast(series.get(team, np.zeros(0)), first, weeks, pooled)
+        entry = {"quota_gpus": quota,
+                 "quota_gpu_hours_per_week": None if quota is None else quota * HOURS_PER_WEEK,
+                 "history_weeks": int(series.get(team, np.zeros(0)).size), "weeks": rows}
+        if team in burn:
+            consumed, daily, held = burn[team]
+            entry["burn_down"] = burn_down(budget, consumed, as_of.date(), month_end, daily, held)
+        out[team] = entry
+    return {"as_of": as_of, "method": METHOD, "weeks": weeks, "teams": out}
