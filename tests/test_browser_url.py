@@ -1,0 +1,182 @@
+"""Shareable views in a real browser (Debian's Chromium through Playwright against `streamlit run`):
+the sidebar filters travel in the URL, a copied URL opens the same view in a new browser context, a page
+URL with a query string opens filtered, and no request leaves the machine.
+
+One server (free port, GATE_DB at a temp ledger) and one browser serve the module; each test opens its
+own browser context. Skips, saying why, when /usr/bin/chromium is absent."""
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from ui import WORD_JOINER
+from tests.fixtures_app import BROWSER_TESTS, IDLE, PAGES, TIMEOUT_MS, fill_ledger, serve_app
+
+pytestmark = BROWSER_TESTS
+
+HEADINGS = {"upload": "Upload run history"}   # a page's title where it is not its navigation title
+SIDEBAR = '[data-testid="stSidebar"]'
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser_url")
+    db = tmp / "gate.duckdb"
+    fill_ledger(db, n_runs=300)
+    with serve_app(db, tmp / "streamlit.log") as url:
+        yield url
+
+
+def open_url(browser, url: str, heading: str):
+    """A new browser context (nothing shared with another: no cookies, no session) showing `url`."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(url)
+    pg.get_by_role("heading", name=heading).first.wait_for()
+    pg.wait_for_selector(IDLE)
+    return ctx, pg
+
+
+def query(pg) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(pg.url).query, keep_blank_values=True)
+
+
+def wait_for_query(pg, key: str, value: str) -> None:
+    """Wait until the page's URL carries key=value (the app writes it after the run)."""
+    pg.wait_for_function("([k, v]) => new URLSearchParams(location.search).get(k) === v", arg=[key, value])
+    pg.wait_for_selector(IDLE)
+
+
+def pick(pg, key: str, option: str) -> None:
+    """Choose `option` in the sidebar multiselect or selectbox with widget key `key`."""
+    pg.locator(f"{SIDEBAR} .st-key-{key} input").click()
+    pg.get_by_role("option", name=option, exact=True).click()
+    pg.keyboard.press("Escape")
+
+
+def shown_filters(pg) -> dict:
+    """What the sidebar filters show: chips of the multiselects, the capacity and period choices, the
+    dates in the date picker."""
+    sb = pg.locator(SIDEBAR)
+    return {
+        "teams": sb.locator('.st-key-f_teams [data-testid="stMultiSelectTagsContainer"]').inner_text(),
+        "kinds": sb.locator('.st-key-f_kinds [data-testid="stMultiSelectTagsContainer"]').inner_text(),
+        "capacity": sb.locator(".st-key-f_capacity input:checked").first.evaluate(
+            "e => e.closest('label').innerText"),
+        "period": sb.locator(".st-key-f_range input").input_value(),
+        "dates": sb.locator('.st-key-f_dates [data-testid="stDateInputField"]').inner_text(),
+    }
+
+
+def shown_numbers(pg) -> dict:
+    """The main area's captions and metrics (label and value), as the reader sees them."""
+    main = pg.locator('[data-testid="stMain"]')
+    return {"captions": main.locator('[data-testid="stCaptionContainer"]').all_inner_texts(),
+            "metrics": main.locator('[data-testid="stMetric"]').all_inner_texts()}
+
+
+def go(pg, name: str) -> None:
+    """Open a page through the sidebar navigation and wait for its run to end."""
+    _, title, url_path = PAGES[name]
+    pg.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+    paths = {f"/{url_path}", "/"} if name == next(iter(PAGES)) else {f"/{url_path}"}  # the default page is /
+    pg.wait_for_url(lambda url: urlsplit(url).path in paths)
+    pg.get_by_role("heading", name=HEADINGS.get(name, title)).first.wait_for()
+    pg.wait_for_selector(IDLE)
+
+
+def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
+    ctx, pg = open_url(browser, served, "Overview")
+    try:
+        assert query(pg) == {}                              # the default view adds nothing
+        pick(pg, "f_teams", "speech")
+        wait_for_query(pg, "teams", "speech")
+        pick(pg, "f_kinds", "production")
+        wait_for_query(pg, "kinds", "production")
+        pick(pg, "f_range", "Last 30 days")
+        wait_for_query(pg, "range", "last-30-days")
+        assert query(pg) == {"teams": ["speech"], "kinds": ["production"], "range": ["last-30-days"]}
+        pg.locator('[data-testid="stMetric"]').first.wait_for()
+        before, numbers = shown_filters(pg), shown_numbers(pg)
+        assert "speech" in before["teams"] and "production" in before["kinds"], before
+        assert before["period"] == "Last 30 days", before
+        assert numbers["metrics"], "the Overview shows no metric"
+        assert any("speech · production" in c for c in numbers["captions"]), numbers["captions"]
+        link = pg.url
+        # the view survives moving between pages: st.navigation's switch keeps (or gets back) the query
+        go(pg, "reservations")
+        wait_for_query(pg, "range", "last-30-days")
+        assert query(pg) == {"teams": ["speech"], "kinds": ["production"], "range": ["last-30-days"]}
+        assert shown_filters(pg) == before
+        go(pg, "overview")
+        assert query(pg) == {"teams": ["speech"], "kinds": ["production"], "range": ["last-30-days"]}
+    finally:
+        ctx.close()
+    ctx2, other = open_url(browser, link, "Overview")
+    try:
+        other.locator('[data-testid="stMetric"]').first.wait_for()
+        assert shown_filters(other) == before
+        assert shown_numbers(other) == numbers
+        assert other.url == link
+    finally:
+        ctx2.close()
+
+
+def test_a_page_url_with_a_query_string_opens_filtered(browser, served):
+    _, title, url_path = PAGES["reservations"]
+    ctx, pg = open_url(browser, f"{served}/{url_path}?teams=vision&capacity=preemptible&range=this-month",
+                       title)
+    try:
+        shown = shown_filters(pg)
+        assert (shown["teams"], shown["kinds"], shown["capacity"], shown["period"]) == \
+            ("vision", "", "preemptible", "This month"), shown
+        captions = shown_numbers(pg)["captions"]
+        assert any("vision · all kinds · preemptible" in c for c in captions), captions
+        assert query(pg) == {"teams": ["vision"], "capacity": ["preemptible"], "range": ["this-month"]}
+        assert urlsplit(pg.url).path == f"/{url_path}"
+        assert pg.locator('[data-testid="stException"]').count() == 0
+    finally:
+        ctx.close()
+
+
+def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, served):
+    ctx, pg = open_url(browser, f"{served}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
+                       "Overview")
+    try:
+        warning = pg.locator('[data-testid="stAlert"]', has_text="could not be used")
+        warning.wait_for()
+        text = warning.inner_text().replace(WORD_JOINER, "")   # as_text's invisible joiners
+        assert "teams: “<b>nobody</b>”" in text and "capacity: “javascript:alert(1)”" in text, text
+        assert warning.locator("b, a").count() == 0            # shown as typed: no bold, no link
+        assert query(pg) == {"teams": ["vision"]}
+    finally:
+        ctx.close()
+
+
+def test_no_request_leaves_the_machine(browser, served):
+    """Every page, reached through the sidebar, loads nothing but from the app's own host (fonts,
+    icons, scripts, the websocket) or data:/blob: URLs."""
+    origin = urlsplit(served).netloc
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    requested: list[str] = []
+    ctx.on("request", lambda request: requested.append(request.url))
+    pg = ctx.new_page()
+    pg.on("websocket", lambda ws: requested.append(ws.url))
+    pg.set_default_timeout(TIMEOUT_MS)
+    try:
+        pg.goto(served)
+        pg.get_by_role("heading", name="Overview").first.wait_for()
+        pg.wait_for_selector(IDLE)
+        for name in PAGES:
+            go(pg, name)
+            if pg.locator('[data-testid="stPlotlyChart"]').count():
+                pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        pg.wait_for_load_state("networkidle")
+        assert len(requested) > 10, requested                  # the recording saw the page load
+        offenders = sorted({u for u in requested
+                            if not (u.startswith(("data:", "blob:")) or urlsplit(u).netloc == origin)})
+        assert offenders == [], f"{len(offenders)} request(s) left the machine: {offenders}"
+    finally:
+        ctx.close()
