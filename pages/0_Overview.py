@@ -2,12 +2,13 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, queries
+from lib.dashboard import costs, figures, queries
 
 f = ui.frame()
 
 data = ui.PageData(queries.overview, f)
 cur, prev = data["current"], data["previous"]
+money = ui.PageData(costs.overview_costs, f)
 
 st.title("Overview")
 ui.caption(f"{f.describe()} · compared with {f.previous().date_from} to {f.previous().date_to}")
@@ -17,8 +18,8 @@ if not cur["runs"] and not cur["deferred"]:
             "on the Upload page.")
 
 
-def delta(key, fmt="{:+,.0f}"):
-    a, b = cur.get(key), prev.get(key)
+def delta(key, fmt="{:+,.0f}", now=cur, before=prev):
+    a, b = now.get(key), before.get(key)
     return None if a is None or b is None else fmt.format(a - b)
 
 
@@ -26,10 +27,11 @@ def show(value, fmt):
     return "—" if value is None else fmt.format(value)
 
 
-def metric(col, label, value, key, fmt="{:+,.0f}", colour="normal", **options):
-    """A metric with its change against the previous period. No change (to the shown precision)
-    is said in grey without an arrow: never a red or green '↑ +0'."""
-    change = delta(key, fmt)
+def metric(col, label, value, key, fmt="{:+,.0f}", colour="normal", periods=(cur, prev), **options):
+    """A metric with its change against the previous period (`periods`: this one's and that one's
+    numbers). No change (to the shown precision) is said in grey without an arrow: never a red or
+    green '↑ +0'."""
+    change = delta(key, fmt, *periods)
     if change is not None and not any(ch in "123456789" for ch in change):
         col.metric(label, value, "no change", delta_color="off", delta_arrow="off", **options)
     else:
@@ -44,6 +46,18 @@ metric(c[1], "Used GPU-hours", show(cur["used_gpu_hours"], "{:,.0f}"), "used_gpu
 metric(c[2], "Idle reserved share", show(cur["idle_share"], "{:.1%}"), "idle_share", "{:+.1%}", "inverse",
        help="late starts + early ends + never-used reservations, over closed reservation windows")
 metric(c[3], "Deferred requests", show(cur["deferred"], "{:,}"), "deferred", colour="inverse")
+if money["per_gpu_hour"]:
+    c = st.columns(4)
+    for col, spend, label, explained in (
+            (c[0], "reserved", "Reserved cost", "reserved GPU-hours × price"),
+            (c[1], "used", "Used cost", "used GPU-hours × price"),
+            (c[2], "idle", "Idle reserved cost", "idle reserved GPU-hours (closed windows) × price, charged "
+                                                 "to the team that held the reservation")):
+        metric(col, label, costs.money_text(money["current"][f"{spend}_cost"], money["currency"]),
+               f"{spend}_cost", colour="off" if spend != "idle" else "inverse",
+               periods=(money["current"], money["previous"]),
+               help=f"{explained}, per capacity type; in {money['currency']}")
+ui.caption(costs.pricing_note(money.data))
 c = st.columns(4)
 metric(c[0], "Median actual ÷ estimated", show(cur["median_ratio"], "{:.2f}"), "median_ratio", "{:+.2f}",
        "off", help="finished runs with a measured or stated estimate; 1.00 = exact")
@@ -58,3 +72,7 @@ data.chart(figures.reserved_vs_used, "daily")
 data.chart(figures.deferred_reasons, "deferred_by_reason")
 ui.table(data["deferred_by_reason"], "deferred_by_reason", "dl_overview_reasons",
          empty="No deferred requests in this period or the previous one.")
+if money["per_gpu_hour"]:
+    st.subheader("Cost by capacity type")
+    ui.table(money["by_capacity"].round(2), "cost_by_capacity", "dl_overview_costs",
+             empty="No priced capacity in this view.", caption=f"Money in {money['currency']}.")

@@ -138,3 +138,39 @@ def test_a_file_without_colours_or_prices_still_loads(tmp_path):
     parsed = load_teams_file(old)
     assert all(t["colour"] is None for t in parsed["teams"]) and parsed["prices"]["per_gpu_hour"] == {}
     assert [t["policy_version"] for t in parsed["teams"]] == [t["policy_version"] for t in load_teams_file()["teams"]]
+
+
+# ------------------------------------------------------------------------ the dashboard's colours
+
+def _trace_colours(at) -> dict[str, str]:
+    """{team: marker colour} of Overview's reserved-vs-used chart, as the browser receives it."""
+    import json
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    return {d["name"].removesuffix(" used"): d["marker"]["color"] for d in spec["data"]
+            if d.get("name", "").endswith(" used")}
+
+
+@pytest.mark.usefixtures("fresh_caches")
+def test_the_dashboard_draws_each_team_in_its_toml_colour_and_follows_a_recolour(page_ledger, tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    from lib.dashboard import figures
+    from tests.fixtures_app import ROOT, page_script
+    path, _ = page_ledger
+    with open_ledger(path) as con:
+        sync_teams(con)                                    # the shipped file: every team has a colour
+        con.execute("UPDATE teams SET colour = NULL WHERE team = 'speech'")
+    toml = {t["team"]: t["colour"] for t in load_teams_file()["teams"]}
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(page_script("overview")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    drawn = _trace_colours(at)
+    assert set(drawn) == {"nlp-research", "safety", "speech", "vision"}
+    assert drawn == {**{t: toml[t] for t in drawn}, "speech": figures.hashed_colour("speech")}
+    recoloured = tmp_path / "recoloured.toml"
+    recoloured.write_text(SHIPPED.replace('colour = "#E69F00"', 'colour = "#123456"'), encoding="utf-8")
+    with open_ledger(path) as con:
+        sync_teams(con, recoloured)
+    at.run()
+    assert _trace_colours(at)["vision"] == "#123456"   # a new ledger version: the chart is redrawn

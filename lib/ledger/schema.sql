@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS teams (
 CREATE TABLE IF NOT EXISTS prices (
     capacity            VARCHAR PRIMARY KEY CHECK (capacity IN ('stable', 'preemptible')),
     price_per_gpu_hour  DOUBLE  NOT NULL CHECK (price_per_gpu_hour >= 0 AND isfinite(price_per_gpu_hour)),
-    currency            VARCHAR NOT NULL
+    currency            VARCHAR NOT NULL CHECK (regexp_full_match(currency, '[A-Z]{3}'))
 );
 
 CREATE TABLE IF NOT EXISTS snapshots (
