@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib.dashboard import figures, queries
+from lib.dashboard import figures, forecasts, queries
 from lib.dashboard.filters import default_filters
 from tests.fixtures_hostile import HOSTILE, make_hostile_ledger
 
@@ -23,7 +23,9 @@ def pages(tmp_path_factory):
     path = tmp_path_factory.mktemp("hostile") / "gate.duckdb"
     now = make_hostile_ledger(path)
     f = default_filters(now.date())
-    return {name: getattr(queries, name)(f, path, now) for name in QUERIES}
+    out = {name: getattr(queries, name)(f, path, now) for name in QUERIES}
+    out["plan_ahead"] = forecasts.plan_ahead(f, path, now)
+    return out
 
 
 def _crafted():
@@ -65,6 +67,10 @@ def figures_by_builder(pages) -> dict[str, list]:
                                                               budget_label=HOSTILE[1], p_breach=0.1,
                                                               wall_limit_h=35.0)],
         "scenario_options": [figures.scenario_options(options)],
+        "demand_forecast": [figures.demand_forecast(pages["plan_ahead"]["history"], pages["plan_ahead"]["weeks"], t, c)
+                            for t in HOSTILE],
+        "burn_down_chart": [figures.burn_down_chart(pages["plan_ahead"]["burn_path"], pages["plan_ahead"]["burn"], t)
+                            for t in HOSTILE],
         "capacity_calendar": [figures.capacity_calendar(r["calendar"], c)],
     }
 

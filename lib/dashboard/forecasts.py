@@ -73,12 +73,14 @@ def _burn_inputs(con, team: str, as_of: dt.datetime, live: bool):
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
-             teams: list[str] | None = None) -> dict:
+             teams: list[str] | None = None, live: bool | None = None) -> dict:
     """Per team: the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly capacity and the
     quota that would cover P90, and this month's burn-down (consumed, committed, projected month end
-    P50/P90, projected exhaustion day). `as_of` None: now, with the gate's own committed reservations."""
-    live = as_of is None
-    as_of = utcnow() if live else as_of
+    P50/P90, projected exhaustion day). `as_of` None: now. `live` (default: as_of is None): the
+    committed reservations are the gate's own (held now), not reconstructed for a past moment.
+    Also `history`: the weekly usage the forecast rests on (team, week, gpu_hours)."""
+    live = as_of is None if live is None else live
+    as_of = utcnow() if as_of is None else as_of
     with open_ledger(db, read_only=True) as con:
         usage = weekly_usage(con, as_of, teams)
         policy = {t: (q, b) for t, q, b in con.execute(
@@ -100,4 +102,35 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
             consumed, daily, held = burn[team]
             entry["burn_down"] = burn_down(budget, consumed, as_of.date(), month_end, daily, held)
         out[team] = entry
-    return {"as_of": as_of, "method": METHOD, "weeks": weeks, "teams": out}
+    return {"as_of": as_of, "method": METHOD, "weeks": weeks, "teams": out, "history": usage}
+
+
+HISTORY_WEEKS_SHOWN = 26
+
+
+def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
+    """The Forecast page's data (a lib.dashboard.queries-style function of filters, path and now): the
+    live forecast for the filtered teams (dates do not apply: a forecast starts now) as tables.
+    weeks: team, week_start, p50/p90 GPU-hours, quota GPU-hours per week, quota for P90;
+    history: the last HISTORY_WEEKS_SHOWN weeks of usage; burn: one row per team with a budget;
+    burn_path: team, day, p50/p90 projected month-to-date GPU-hours."""
+    result = forecast(db, as_of=now, teams=list(f.teams) or None, live=True)
+    weeks, burn, path = [], [], []
+    for team, e in result["teams"].items():
+        for w in e["weeks"]:
+            weeks.append({"team": team, **w, "quota_gpu_hours_per_week": e["quota_gpu_hours_per_week"]})
+        b = e.get("burn_down")
+        if b:
+            burn.append({"team": team, **{k: v for k, v in b.items() if k != "path"}})
+            path += [{"team": team, **row} for row in b["path"]]
+    history = result["history"]
+    if len(history):
+        cut = week_start(result["as_of"]) - dt.timedelta(weeks=HISTORY_WEEKS_SHOWN)
+        history = history[history["week"] >= cut].reset_index(drop=True)
+    burn_cols = ["team", "budget_gpu_hours", "consumed_gpu_hours", "committed_gpu_hours", "days_left",
+                 "p50_month_end_gpu_hours", "p90_month_end_gpu_hours", "exhausts_p50", "exhausts_p90"]
+    return {"as_of": result["as_of"], "method": result["method"],
+            "weeks": pd.DataFrame(weeks, columns=["team", "week_start", "horizon", "p50_gpu_hours", "p90_gpu_hours",
+                                                  "quota_gpu_hours_per_week", "quota_for_p90_gpus"]),
+            "history": history, "burn": pd.DataFrame(burn, columns=burn_cols),
+            "burn_path": pd.DataFrame(path, columns=["team", "day", "p50_gpu_hours", "p90_gpu_hours"])}
