@@ -275,18 +275,22 @@ def _waiting_requests(con, f: Filters) -> pd.DataFrame:
     """Requests waiting now, whatever their date: the latest decision of the run ID is a deferral and
     no run under that ID holds a reservation (admitted since). Team, kind and capacity filters apply
     to that latest request; first_deferred_at is the run ID's first deferral."""
-    dwhere, dp = f.where("d")
+    dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
+    # run IDs deferred and never booked first (few), then their latest decision by its ID
     return _q(con, f"""
-      WITH deferred AS (SELECT run_id, min(decided_at) AS first_deferred_at FROM decisions
-                        WHERE state = 'defer' AND run_id IS NOT NULL GROUP BY run_id),
-      d AS (SELECT x.run_id, x.team, x.kind, coalesce(x.request_json->>'capacity', 'stable') AS capacity,
-                   TRY_CAST(x.request_json->>'gpus' AS INTEGER) AS gpus, x.reason_codes, x.state
-            FROM decisions x SEMI JOIN deferred ON x.run_id = deferred.run_id
-            QUALIFY row_number() OVER (PARTITION BY x.run_id ORDER BY x.decided_at DESC, x.decision_id DESC) = 1)
-      SELECT d.run_id, d.team, d.kind, d.capacity, d.gpus, d.reason_codes, deferred.first_deferred_at
-      FROM d JOIN deferred ON d.run_id = deferred.run_id
-      WHERE d.state = 'defer' AND {dwhere}
-        AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.reserved_gpu_hours IS NOT NULL)""", dp)
+      WITH waiting AS (
+        SELECT x.run_id, min(x.decided_at) AS first_deferred_at FROM decisions x
+        WHERE x.state = 'defer' AND x.run_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = x.run_id AND r.reserved_gpu_hours IS NOT NULL)
+        GROUP BY x.run_id),
+      latest AS (
+        SELECT max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
+        FROM decisions x SEMI JOIN waiting w ON x.run_id = w.run_id GROUP BY x.run_id)
+      SELECT d.run_id, d.team, d.kind, coalesce(d.request_json->>'capacity', 'stable') AS capacity,
+             TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus,
+             array_to_string(d.reason_codes, ', ') AS reason_codes, w.first_deferred_at
+      FROM latest l JOIN decisions d ON d.decision_id = l.decision_id JOIN waiting w ON w.run_id = d.run_id
+      WHERE d.state = 'defer' AND {dwhere}""", dp)
 
 
 def request_queue(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
@@ -344,33 +348,28 @@ def capacity_calendar(held: list[Reservation], quotas: pd.DataFrame, now: dt.dat
 
 def earliest_fits(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
                   now: dt.datetime) -> pd.DataFrame:
-    """Add `earliest_fit` and `fit_note` to deferred requests: lib.gate.capacity.fit_for_reasons over
-    the reservations that count against quotas (`held`, lib.ledger.service.held_reservations), the
-    same rule as the fix of the gate's capacity reasons. Computed once per (team, kind, GPUs, reasons)."""
-    out = waiting.copy()
+    """Add `earliest_fit` and `fit_note` to deferred requests (team, kind, gpus, reason_codes as
+    "code, code"): lib.gate.capacity.fit_for_reasons over the reservations that count against quotas
+    (`held`, lib.ledger.service.held_reservations), the same rule as the fix of the gate's capacity
+    reasons. Computed once per distinct (team, kind, GPUs, reasons)."""
     q = {row.team: (int(row.reserved_gpus), int(row.retraining_reserved_gpus)) for row in quotas.itertuples()}
     by_team: dict[str, list[Reservation]] = {}
     for r in held:
         by_team.setdefault(r["team"], []).append(r)
-    known: dict[tuple, tuple] = {}
+    keys = ["team", "kind", "gpus", "reason_codes"]
+    distinct = waiting[keys].drop_duplicates()
     fits, notes = [], []
-    for row in out.itertuples():
-        codes = tuple(sorted(row.reason_codes)) if row.reason_codes is not None else ()
-        key = (row.team, row.kind, None if pd.isna(row.gpus) else int(row.gpus), codes)
-        if key not in known:
-            if row.team not in q or key[2] is None:
-                known[key] = (None, "unknown team or GPU count")
-            else:
-                reserved, protected = q[row.team]
-                known[key] = fit_for_reasons(now, codes, row.kind, reserved, protected,
-                                             by_team.get(row.team, []), key[2])
-        fits.append(known[key][0])
-        notes.append(known[key][1])
-    out["earliest_fit"] = pd.to_datetime(pd.Series(fits, index=out.index, dtype="object"))
-    out["fit_note"] = pd.Series(notes, index=out.index, dtype="object")
-    if "reason_codes" in out:
-        out["reason_codes"] = out["reason_codes"].map(lambda c: ", ".join(c) if c is not None else "")
-    return out
+    for team, kind, gpus, codes in distinct.itertuples(index=False):
+        if team not in q or pd.isna(gpus):
+            at, note = None, "unknown team or GPU count"
+        else:
+            at, note = fit_for_reasons(now, codes.split(", ") if codes else [], kind, *q[team],
+                                       by_team.get(team, []), int(gpus))
+        fits.append(at)
+        notes.append(note)
+    distinct = distinct.assign(earliest_fit=pd.to_datetime(pd.Series(fits, index=distinct.index, dtype="object")),
+                               fit_note=pd.Series(notes, index=distinct.index, dtype="object"))
+    return waiting.merge(distinct, on=keys, how="left")
 
 
 # ------------------------------------------------------------------------------ idle capacity
