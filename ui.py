@@ -251,9 +251,11 @@ def _filters_to_url(view: View, default: Filters) -> None:
     the link that opened the session while its filters are unchanged."""
     want = query_from_filters(view, default)
     have = {k: st.query_params.get_all(k) for k in QUERY_KEYS if k in st.query_params}
-    if want != have:
-        others = {k: st.query_params.get_all(k) for k in st.query_params if k not in QUERY_KEYS}
-        st.query_params.from_dict({**others, **want})
+    if want != have:   # only these keys: another parameter may be bound to a widget, and stays as it is
+        for key in have.keys() - want.keys():
+            del st.query_params[key]
+        if want:
+            st.query_params.update(want)
     opened = st.session_state.get(_URL_NOTES)
     if opened is not None and opened.notes and opened == view:
         st.warning("  \n".join(["Part of this link's filters could not be used:",
