@@ -13,7 +13,7 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.service import check_request
 from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, page_script, run_count
 
-PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "upload",
+PAGES = ["overview", "reservations", "idle_capacity", "forecast", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
 TIMEOUT_S = 60
 

@@ -22,6 +22,7 @@ PAGES = {  # navigation title -> (a heading it shows, charts it draws at least)
     "Overview": ("Overview", 2),
     "Reservations": ("Reservations", 3),
     "Idle reserved capacity": ("Idle reserved capacity", 3),
+    "Forecast": ("Forecast", 2),
     "Estimate accuracy": ("Estimate accuracy", 4),
     "What-if": ("What-if", 0),
     "Upload": ("Upload run history", 0),

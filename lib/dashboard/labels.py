@@ -105,6 +105,14 @@ COLUMNS: dict[str, ColumnSpec] = {
     "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
     "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
+    # forecast
+    "week_start": _spec("Week starting (UTC)", "date"), "horizon": _spec("Weeks ahead", "integer"),
+    "p50_gpu_hours": _spec("P50 (GPU-h)", "number"), "p90_gpu_hours": _spec("P90 (GPU-h)", "number"),
+    "quota_gpu_hours_per_week": _spec("Quota gives (GPU-h per week)", "number", 0),
+    "quota_for_p90_gpus": _spec("Quota for P90 (GPUs)", "integer"), "days_left": _spec("Days left", "integer"),
+    "p50_month_end_gpu_hours": _spec("Month end, P50 (GPU-h)", "number"),
+    "p90_month_end_gpu_hours": _spec("Month end, P90 (GPU-h)", "number"),
+    "exhausts_p50": _spec("Budget used up, P50", "date"), "exhausts_p90": _spec("Budget used up, P90", "date"),
     # recovery planner
     "quantity": _spec("Quantity"), "stable": _spec("Stable", "number", 3), "preemptible": _spec("Preemptible", "number", 3),
     "option": _spec("Choice"), "available": _spec("Available", "bool"), "fits_budget": _spec("Fits the budget", "bool"),

@@ -1,0 +1,47 @@
+"""The Forecast page under AppTest: teams projected to use up their budget are named, with the day;
+a team with room is not."""
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lib.ledger.connection import open_ledger
+from tests.fixtures_app import ROOT, page_script
+
+pytestmark = pytest.mark.usefixtures("fresh_caches")
+
+
+def forecast_page() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(page_script("forecast")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def set_budget(path, team: str, gpu_hours: float) -> None:
+    with open_ledger(path) as con:
+        con.execute("UPDATE teams SET monthly_budget_gpu_hours = ? WHERE team = ?", [gpu_hours, team])
+
+
+def test_a_team_projected_to_run_out_is_named_with_the_day(page_ledger):
+    path, _ = page_ledger
+    set_budget(path, "vision", 1.0)
+    for team in ("nlp-research", "safety", "speech"):
+        set_budget(path, team, 1e9)
+    at = forecast_page()
+    warning = " ".join(w.value for w in at.warning)
+    assert "vision on" in warning and "safety" not in warning
+    burn = at.dataframe[0].value
+    assert set(burn["team"]) >= {"vision", "safety"}
+    assert burn.set_index("team").loc["vision", "exhausts_p50"] is not None
+
+
+def test_no_team_at_risk_says_so(page_ledger):
+    path, _ = page_ledger
+    for team in ("nlp-research", "vision", "safety", "speech"):
+        set_budget(path, team, 1e9)
+    at = forecast_page()
+    assert not at.warning
+    assert any("No team is projected" in s.value for s in at.success)
+    assert len(at.get("plotly_chart")) == 2
