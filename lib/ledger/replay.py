@@ -1,0 +1,242 @@
+"""Policy replay over the ledger: read a window's recorded requests and the history they need, then
+decide them again under proposed team policies (lib.planning.replay). Opens the ledger read-only and
+never writes.
+
+Also the proposed policy as a teams file: `policy_to_toml` writes team policies (and snapshots,
+prices) as data/teams.toml text that lib.ledger.teams_file.parse_teams reads back unchanged, and
+`propose` applies a planner's edits to the ledger's policies, validated by the teams-file rules.
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
+from lib.gate.contracts import Policy
+from lib.gate.terms import month_start, naive_utc, utcnow
+from lib.ledger.connection import open_ledger
+from lib.ledger.service import CALIBRATION_ROWS_SQL, calibration_params, team_policy
+from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
+from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
+
+DEFAULT_WINDOW = timedelta(weeks=4)
+_US = timedelta(microseconds=1)
+_FAR_PAST, _FAR_FUTURE = datetime(1970, 1, 1), datetime(9999, 1, 1)
+
+# the run IDs the window's requests control: named by a request in the window and admitted inside
+# it (or never admitted); every other run is background, as recorded
+_CONTROLLED = """
+WITH win AS (SELECT DISTINCT run_id FROM decisions
+             WHERE decided_at >= $start AND decided_at < $end AND run_id IS NOT NULL),
+adm AS (SELECT run_id, max(decided_at) AS admitted_at FROM decisions
+        WHERE state = 'admit' AND run_id IN (SELECT run_id FROM win) GROUP BY run_id),
+named AS (SELECT r.*, coalesce(a.admitted_at, r.reserved_from) AS admitted_at,
+                 (r.reserved_gpu_hours IS NULL OR coalesce(a.admitted_at, r.reserved_from) IS NULL
+                  OR coalesce(a.admitted_at, r.reserved_from) >= $start) AS controlled
+          FROM runs r JOIN win USING (run_id) LEFT JOIN adm a USING (run_id)),
+controlled AS (SELECT run_id FROM named WHERE controlled)
+"""
+
+
+def window_bounds(start=None, end=None, now=None) -> tuple[datetime, datetime]:
+    """[start, end) of a replay window (naive UTC): end defaults to now, start to 4 weeks before end."""
+    end = naive_utc(end) or naive_utc(now) or utcnow()
+    start = naive_utc(start) or end - DEFAULT_WINDOW
+    if start >= end:
+        raise ValueError(f"the window starts ({start.isoformat()}) at or after it ends ({end.isoformat()})")
+    return start, end
+
+
+def ledger_policies(con) -> dict[str, Policy]:
+    """Every team's policy in the ledger, team -> Policy."""
+    return {t: team_policy(con, t) for (t,) in con.execute("SELECT team FROM teams ORDER BY team").fetchall()}
+
+
+def _calibration_flag_sql(name: str) -> str:
+    """CALIBRATION_ROWS_SQL (the gate's rule for which finished runs calibrate) as a CTE `name`."""
+    return f"{name} AS ({CALIBRATION_ROWS_SQL})"
+
+
+def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
+               window_days: int = DEFAULT_WINDOW_DAYS) -> tuple[list[RecordedRequest], World]:
+    """(requests, world) for a replay of [start, end): the window's decisions in time order, the runs
+    they name, the background reservations and run ends the replay world keeps, and the snapshots.
+
+    Background ends before `start` are only those the replay can still need: the runs that ended in
+    start's month (period spend) and, of the calibration rows in the 365 days before, the
+    `max_runs` most recent of each scope (older ones are never among the most recent again)."""
+    p = {"start": start, "end": end}
+    requests: list[RecordedRequest] = [
+        {"decision_id": r[0], "decided_at": r[1], "run_id": r[2], "team": r[3], "kind": r[4],
+         "request_json": r[5], "state": r[6], "reason_codes": list(r[7] or []), "reserved_gpu_hours": r[8]}
+        for r in con.execute(
+            "SELECT decision_id, decided_at, run_id, team, kind, request_json, state, reason_codes, "
+            "reserved_gpu_hours FROM decisions WHERE decided_at >= $start AND decided_at < $end "
+            "ORDER BY decided_at, decision_id", p).fetchall()]
+
+    cal_all = calibration_params(_FAR_FUTURE)
+    cal_all["since"] = _FAR_PAST
+    runs: dict[str, RunRecord] = {}
+    for r in con.execute(
+            f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
+            "SELECT n.run_id, n.team, n.kind, n.gpus, n.reserved_until, n.reserved_gpu_hours, n.started_at, "
+            "n.ended_at, n.actual_gpu_hours, n.admitted_at, n.controlled, c.estimated_gpu_hours, c.censored "
+            "FROM named n LEFT JOIN cal c USING (run_id)", {**p, **cal_all}).fetchall():
+        runs[r[0]] = {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": r[3], "reserved_until": r[4],
+                      "reserved_gpu_hours": r[5], "started_at": r[6], "ended_at": r[7],
+                      "actual_gpu_hours": r[8], "admitted_at": r[9], "controlled": bool(r[10]),
+                      "booked_at": None if r[10] else (r[9] or r[6] or r[7] or _FAR_PAST),
+                      "calibration": (r[11], bool(r[12])) if r[11] is not None else None}
+
+    first_month = month_start(start)
+    # calibration rows that ended in the 365 days before start and before its month: each scope's most recent
+    pre = calibration_params(start - _US, window_days)
+    pre_rows = con.execute(
+        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
+        "SELECT ended_at, team, kind, actual_gpu_hours, estimated_gpu_hours, censored, run_id FROM cal "
+        "WHERE run_id NOT IN (SELECT run_id FROM controlled) "
+        "QUALIFY (row_number() OVER (PARTITION BY team, kind ORDER BY ended_at DESC, run_id) <= $max_runs "
+        "OR row_number() OVER (PARTITION BY team ORDER BY ended_at DESC, run_id) <= $max_runs "
+        "OR row_number() OVER (ORDER BY ended_at DESC, run_id) <= $max_runs)",
+        {**p, **pre, "max_runs": max_runs}).fetchall()
+    pre_rows = [r for r in pre_rows if r[0] < first_month]
+    # every background run that ended from start's month on, flagged when it calibrates
+    since = calibration_params(end, window_days)
+    since["since"] = first_month - _US
+    later = con.execute(
+        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
+        "SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, c.estimated_gpu_hours, c.censored, r.run_id "
+        "FROM runs r LEFT JOIN cal c USING (run_id) "
+        "WHERE r.ended_at >= $month AND r.ended_at <= $end AND r.run_id NOT IN (SELECT run_id FROM controlled)",
+        {**p, **since, "month": first_month}).fetchall()
+    rows = pre_rows + later
+    # end order; ties newest-run-ID-first so each scope's last rows are the SQL's first (ended_at DESC, run_id)
+    rows.sort(key=lambda r: r[6], reverse=True)
+    rows.sort(key=lambda r: r[0])
+    ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None) for r in rows]
+
+    holds: list[Hold] = [
+        {"start": r[5] or _FAR_PAST, "release": r[7],
+         "reservation": {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
+                         "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6]}}
+        for r in con.execute(
+            f"{_CONTROLLED} SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
+            "least(ended_at, reserved_until) AS release FROM runs "
+            "WHERE reserved_gpu_hours IS NOT NULL AND run_id NOT IN (SELECT run_id FROM controlled) "
+            "AND (least(ended_at, reserved_until) IS NULL OR least(ended_at, reserved_until) > $start) "
+            "AND (reserved_from IS NULL OR reserved_from < $end) "
+            "ORDER BY reserved_from NULLS FIRST, run_id", p).fetchall()]
+    snapshots: dict = {}
+    for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
+        snapshots.setdefault(team, set()).add(snap)
+    return requests, {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots}
+
+
+def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,
+                  levels: dict[str, float] | None = None, refresh="auto", progress=None,
+                  timeout_s: float = 10.0) -> ReplayResult:
+    """Replay the ledger's recorded requests of [start, end) (default: the 4 weeks up to now) under
+    the `proposed` team policies (teams-file dicts; every other team keeps its ledger policy), with
+    calibration `levels` per team. Opens the ledger read-only; writes nothing."""
+    say = progress or (lambda fraction, message: None)
+    start, end = window_bounds(start, end, now)
+    say(0.0, "reading the ledger")
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        policies = ledger_policies(con)
+        requests, world = read_world(con, start, end)
+    for t in proposed or ():
+        policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
+    say(0.05, f"replaying {len(requests):,} requests")
+    return replay(requests, policies, world, levels=levels, refresh=refresh,
+                  window={"from": start, "to": end}, progress=say)
+
+
+# ------------------------------------------------------------------------------ teams file
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string (quotes, backslashes and control characters escaped)."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite number: {value!r}")
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def policy_to_toml(teams: list[dict], snapshots=(), prices: dict | None = None) -> str:
+    """data/teams.toml text for these team policies (every policy field written out, and a team's
+    colour when it has one), snapshots and prices; lib.ledger.teams_file.parse_teams reads it back
+    as the same policies and versions."""
+    lines = ["# Team policy for Training Gate (python -m lib teams --file THIS_FILE).", ""]
+    for t in teams:
+        lines.append(f"[teams.{_toml_string(t['team'])}]")
+        for key in POLICY_FIELDS:
+            lines.append(f"{key} = {_toml_value(t[key])}")
+        if t.get(COLOUR_KEY):
+            lines.append(f"{COLOUR_KEY} = {_toml_value(t[COLOUR_KEY])}")
+        lines.append("")
+    for s in snapshots:
+        lines.append("[[snapshots]]")
+        lines.append(f"snapshot = {_toml_string(s['snapshot'])}")
+        if s.get("team") is not None:
+            lines.append(f"team = {_toml_string(s['team'])}")
+        if s.get("created_at") is not None:
+            lines.append(f"created_at = {_toml_value(s['created_at'])}")
+        lines.append("")
+    if prices and prices.get("per_gpu_hour"):
+        lines.append("[prices]")
+        lines.append(f"currency = {_toml_string(prices['currency'])}")
+        for capacity, price in sorted(prices["per_gpu_hour"].items()):
+            lines.append(f"{capacity} = {_toml_value(float(price))}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def propose(policies: dict[str, dict], edits: dict[str, dict]) -> list[dict]:
+    """The ledger's team `policies` with a planner's `edits` (team -> {policy field: value}) applied,
+    validated by the teams-file rules (raises TeamsFileError listing every problem), with their new
+    policy versions. Every team is returned, edited or not."""
+    merged = []
+    for team, policy in sorted(policies.items()):
+        p = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
+        p.update(edits.get(team, {}))
+        merged.append(p)
+    return parse_teams_file(policy_to_toml(merged), "proposed policy")["teams"]
+
+
+def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, dict], list[dict], dict]:
+    """(policies, snapshots, prices) as the ledger holds them, for a downloadable teams.toml."""
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        policies = ledger_policies(con)
+        colours = dict(con.execute(f"SELECT team, {COLOUR_KEY} FROM teams").fetchall())
+        snaps = [{"snapshot": s, "team": t, "created_at": c} for s, t, c in con.execute(
+            "SELECT snapshot, team, created_at FROM snapshots ORDER BY snapshot").fetchall()]
+        price_rows = con.execute("SELECT capacity, price_per_gpu_hour, currency FROM prices").fetchall()
+    for team, colour in colours.items():
+        if team in policies:
+            policies[team][COLOUR_KEY] = colour
+    prices = {"currency": price_rows[0][2] if price_rows else None,
+              "per_gpu_hour": {c: p for c, p, _ in price_rows}}
+    return policies, snaps, prices
