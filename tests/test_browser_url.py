@@ -20,11 +20,15 @@ SIDEBAR = '[data-testid="stSidebar"]'
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("browser_url")
-    db = tmp / "gate.duckdb"
+def ledger(tmp_path_factory):
+    db = tmp_path_factory.mktemp("browser_url") / "gate.duckdb"
     fill_ledger(db, n_runs=300)
-    with serve_app(db, tmp / "streamlit.log") as url:
+    return db
+
+
+@pytest.fixture(scope="module")
+def served(ledger):
+    with serve_app(ledger, ledger.with_name("streamlit.log")) as url:
         yield url
 
 
@@ -124,7 +128,20 @@ def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
         ctx2.close()
 
 
-def test_a_page_url_with_a_query_string_opens_filtered(browser, served):
+@pytest.mark.parametrize("server", ["fresh", "navigating"])
+def test_a_page_url_with_a_query_string_opens_filtered(browser, served, ledger, server):
+    """On a fresh server the first request runs the page script alone (Streamlit's classic multipage
+    mode); once `/` has been served, st.navigation runs it: the link works either way."""
+    if server == "fresh":
+        with serve_app(ledger, ledger.with_name("fresh.log")) as url:
+            opens_filtered(browser, url)
+    else:
+        ctx, _ = open_url(browser, served, "Overview")   # `/` switches the process to st.navigation
+        ctx.close()
+        opens_filtered(browser, served)
+
+
+def opens_filtered(browser, served: str) -> None:
     _, title, url_path = PAGES["reservations"]
     ctx, pg = open_url(browser, f"{served}/{url_path}?teams=vision&capacity=preemptible&range=this-month",
                        title)
