@@ -6,6 +6,9 @@
 - `import_ledger`: teams vision and nlp only, for the import tests.
 - `page_ledger`: a 300-run ledger shaped for the dashboard pages, read by the app through $GATE_DB:
   `(path, now)`.
+- `submitted_ledger`: a private copy of a history made only by `submit` and `finish` calls (three teams,
+  deferrals for capacity and budget, a month boundary), built once per session: `(path, first, last)`
+  decision times; for the policy-replay tests.
 - `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
 
@@ -22,6 +25,7 @@ from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
 from tests.fixtures_gate import NOW
 from tests.fixtures_imports import make_import_ledger
 from tests.fixtures_ledger import DEMO_RUNS, TINY_TEAMS
+from tests.fixtures_replay import build_submitted_ledger
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +42,20 @@ def demo_ledger(demo_template, tmp_path) -> Path:
     path = tmp_path / "gate.duckdb"
     shutil.copyfile(demo_template, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def submitted_template(tmp_path_factory):
+    return build_submitted_ledger(tmp_path_factory.mktemp("submitted-template"))
+
+
+@pytest.fixture
+def submitted_ledger(submitted_template, tmp_path):
+    """A private copy of the submit-and-finish history: (path, first decision, last decision)."""
+    path, first, last = submitted_template
+    copy = tmp_path / "submitted.duckdb"
+    shutil.copyfile(path, copy)
+    return copy, first, last
 
 
 @pytest.fixture
