@@ -263,6 +263,35 @@ def cmd_forecast(args) -> int:
     return 0
 
 
+def cmd_replay(args) -> int:
+    """The window's recorded requests decided again under the proposed policy file, as JSON: counts
+    recorded vs proposed, agreement, excluded requests and why, per-team results. Reads only."""
+    from lib.ledger.replay import replay_ledger
+    from lib.ledger.teams_file import load_teams_file
+    proposed = load_teams_file(args.policy)["teams"]
+    levels = {t["team"]: args.calibration_level for t in proposed} if args.calibration_level else None
+    result = replay_ledger(args.db, proposed, start=args.start, end=args.end, levels=levels,
+                           refresh=args.calibration_refresh, progress=_progress(args), timeout_s=args.timeout)
+    print(dump_json(result))
+    say(f"replay: {result['requests']:,} requests, {result['excluded']['count']:,} excluded, agreement "
+        f"{result['agreement']} (recorded {result['recorded']}, proposed {result['proposed']}); nothing written")
+    return EXIT_OK
+
+
+def _window_end(text):
+    """--to: an ISO time, or a date meaning the end of that day (UTC)."""
+    from datetime import timedelta
+    t = _timestamp(text)
+    return t + timedelta(days=1) if len(text.strip()) == 10 else t
+
+
+def _level(text):
+    v = _nonneg_float(text)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text!r}")
+    return v
+
+
 def _nonneg_float(text):
     try:
         v = float(text)
@@ -366,13 +395,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--as-of", type=_timestamp, default=None,
                    help="forecast from the ledger's data up to this ISO-8601 time (UTC) only")
 
+    s = sub.add_parser("replay", parents=[common],
+                       help="replay a window's recorded requests under a proposed teams file, as JSON")
+    s.add_argument("--policy", required=True, help="the proposed policy, in the teams.toml format")
+    s.add_argument("--from", dest="start", type=_timestamp, default=None,
+                   help="window start, ISO-8601 date or time, UTC (default: 4 weeks before --to)")
+    s.add_argument("--to", dest="end", type=_window_end, default=None,
+                   help="window end, ISO-8601 time, or a date (through its end), UTC (default: now)")
+    s.add_argument("--calibration-level", type=_level, default=None,
+                   help="calibration level of the proposed teams' bounds (default 0.9)")
+    s.add_argument("--calibration-refresh", choices=("auto", "exact", "daily"), default="auto",
+                   help="recompute calibration whenever its runs change, or once a day (auto: exact up "
+                        "to 20,000 requests)")
+
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file (default data/teams.toml)")
     return p
 
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, "finish": cmd_finish,
-            "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast}
+            "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
+            "replay": cmd_replay}
 
 
 def main(argv=None) -> int:

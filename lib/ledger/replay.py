@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
-from lib.gate.terms import month_start, naive_utc, utcnow
+from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import CALIBRATION_ROWS_SQL, calibration_params, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
@@ -43,7 +43,7 @@ def window_bounds(start=None, end=None, now=None) -> tuple[datetime, datetime]:
     end = naive_utc(end) or naive_utc(now) or utcnow()
     start = naive_utc(start) or end - DEFAULT_WINDOW
     if start >= end:
-        raise ValueError(f"the window starts ({start.isoformat()}) at or after it ends ({end.isoformat()})")
+        raise InputError(f"the window starts ({start.isoformat()}) at or after it ends ({end.isoformat()})")
     return start, end
 
 
