@@ -356,6 +356,8 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         request = _parse(req["request_json"])
         why = _exclusion(req, request, policies) if req["decision_id"] not in skip else "excluded"
         if why is not None:
+            _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+            seq += 1
             outcomes.append((req, None, why, None))
             continue
         team = request.get("team")
@@ -385,6 +387,8 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
+                _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+                seq += 1
                 outcomes.append((req, None, "the recorded request is not a complete request: "
                                  + "; ".join(f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300],
                                  None))
@@ -400,6 +404,24 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
                reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
+
+
+def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
+    """An excluded request keeps its recorded effect on the replay world: an admit whose run the
+    ledger knows holds its accelerators and spends as recorded (the replay cannot decide it again)."""
+    if req["state"] != "admit" or run is None or not run["controlled"]:
+        return
+    holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
+                           "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
+                           "reserved_from": req["decided_at"].replace(microsecond=0),
+                           "reserved_until": run["reserved_until"]}
+    end, until = run["ended_at"], run["reserved_until"]
+    if end is not None:
+        heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
+                                            run["calibration"])))
+    release = min(end, until) if end is not None and until is not None else (end or until)
+    active.setdefault(run["team"], []).append((release, holder))
+    booked.setdefault(run["run_id"], req["decided_at"])
 
 
 def _admit(req, request, run, decision, now, proposed, active, booked, dynamic, seq) -> float | None:

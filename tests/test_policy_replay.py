@@ -1,0 +1,175 @@
+"""Policy replay over a ledger (lib.ledger.replay, `python -m lib replay`, the Policy replay page).
+
+The ledger is made by real `submit` and `finish` calls (fixture `submitted_ledger`): replaying it
+under the policy it was decided under must give back every recorded decision, state and reasons.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from lib.ledger.replay import ledger_teams_file, policy_to_toml, propose, replay_ledger
+from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
+from tests.fixtures_app import fill_ledger
+from tests.fixtures_ledger import query, run_cli
+from tests.fixtures_replay import REPLAY_TEAMS
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def window(first, last) -> dict:
+    return {"start": first - timedelta(hours=1), "end": last + timedelta(hours=1)}
+
+
+def test_replaying_under_the_recorded_policy_reproduces_every_recorded_decision(submitted_ledger):
+    db, first, last = submitted_ledger
+    recorded = query(db, "SELECT count(*), list(DISTINCT code) FROM decisions, unnest(reason_codes) AS u(code)")
+    result = replay_ledger(db, **window(first, last))
+    assert result["requests"] == query(db, "SELECT count(*) FROM decisions")[0][0] > 50
+    assert result["excluded"]["count"] == 0
+    assert result["changed_requests"] == [] and result["changed"] == {}
+    assert result["agreement"] == 1.0 and result["reason_agreement"] == 1.0
+    assert result["proposed"] == result["recorded"]
+    # the history is not trivial: deferrals for capacity and both budgets, and finished runs between
+    assert {"capacity", "budget", "period-budget", "retraining-protection"} <= set(recorded[0][1])
+    assert query(db, "SELECT count(*) FROM runs WHERE ended_at IS NOT NULL")[0][0] >= 15
+    for team in result["teams"]:
+        assert team["proposed"] == team["recorded"]
+
+
+def test_a_smaller_quota_changes_decisions_and_says_which(submitted_ledger):
+    db, first, last = submitted_ledger
+    teams, _ = parse_teams(REPLAY_TEAMS)
+    alpha = next(t for t in teams if t["team"] == "alpha")
+    alpha["reserved_gpus"] = 2
+    result = replay_ledger(db, [alpha], **window(first, last))
+    assert result["agreement"] < 1.0
+    assert any(c["team"] == "alpha" for c in result["changed_requests"])
+    by_team = {t["team"]: t for t in result["teams"]}
+    assert by_team["alpha"]["proposed"]["deferrals_by_reason"].get("capacity", 0) > \
+        by_team["alpha"]["recorded"]["deferrals_by_reason"].get("capacity", 0)
+    assert by_team["alpha"]["proposed"]["admit"] < by_team["alpha"]["recorded"]["admit"]
+
+
+def test_daily_calibration_computes_less_and_says_so(submitted_ledger):
+    db, first, last = submitted_ledger
+    exact = replay_ledger(db, refresh="exact", **window(first, last))
+    daily = replay_ledger(db, refresh="daily", **window(first, last))
+    assert (exact["calibration_refresh"], daily["calibration_refresh"]) == ("exact", "daily")
+    assert daily["calibrations_computed"] < exact["calibrations_computed"]
+
+
+def test_the_calibration_level_is_a_proposable_setting(submitted_ledger):
+    """A 0.97 bound needs 33 runs instead of 9, so production runs are judged at the median for
+    longer: decisions change (in either direction), and the level is reported."""
+    db, first, last = submitted_ledger
+    teams, _ = parse_teams(REPLAY_TEAMS)
+    high = replay_ledger(db, teams, levels={t["team"]: 0.97 for t in teams}, **window(first, last))
+    assert high["calibration_level"] == {"alpha": 0.97, "beta": 0.97, "gamma": 0.97}
+    assert high["changed_requests"] and high["agreement"] < 1.0
+
+
+def test_replay_never_writes_the_ledger(submitted_ledger, tmp_path):
+    db, first, last = submitted_ledger
+    policy = tmp_path / "proposed.toml"
+    policy.write_text(REPLAY_TEAMS, encoding="utf-8")
+    before = digest(db)
+    files = sorted(p.name for p in db.parent.iterdir())
+    replay_ledger(db, **window(first, last))
+    assert run_cli("replay", "--policy", policy, db=db).returncode == 0
+    assert digest(db) == before
+    assert sorted(p.name for p in db.parent.iterdir()) == files
+
+
+def test_requests_replay_cannot_know_are_excluded_with_the_reason(submitted_ledger):
+    db, first, last = submitted_ledger
+    con = duckdb.connect(str(db))
+    try:
+        ids = [r[0] for r in con.execute("SELECT decision_id FROM decisions ORDER BY decision_id LIMIT 3").fetchall()]
+        con.execute("UPDATE decisions SET request_json = '' WHERE decision_id = ?", [ids[0]])
+        con.execute("UPDATE decisions SET request_json = '[1, 2]' WHERE decision_id = ?", [ids[1]])
+        con.execute("""UPDATE decisions SET request_json = json_object('team', team, 'kind', kind)::VARCHAR
+                       WHERE decision_id = ?""", [ids[2]])
+        gamma = con.execute("SELECT count(*) FROM decisions WHERE team = 'gamma'").fetchone()[0]
+        con.execute("DELETE FROM teams WHERE team = 'gamma'")
+    finally:
+        con.close()
+    result = replay_ledger(db, **window(first, last))
+    why = {e["decision_id"]: e["why"] for e in result["excluded"]["requests"]}
+    assert why[ids[0]] == "no request JSON recorded"
+    assert why[ids[1]] == "the recorded request JSON is not a JSON object"
+    assert why[ids[2]].startswith("the recorded request is not a complete request")
+    assert "run_id" in why[ids[2]] and "gpus" in why[ids[2]]
+    no_policy = [w for w in why.values() if w.startswith("team 'gamma' has no policy")]
+    assert len(no_policy) >= gamma - 3 > 0
+    assert result["excluded"]["count"] == len(why) == result["requests"] - result["replayable"]
+    assert sum(result["recorded"].values()) == result["replayable"]
+    assert result["agreement"] == 1.0   # the rest still reproduces: exclusions are never counted
+
+
+def test_a_ledger_of_incomplete_requests_is_all_excluded_and_has_no_agreement(tmp_path):
+    db = tmp_path / "filled.duckdb"
+    now = fill_ledger(db, n_runs=60)
+    result = replay_ledger(db, start=now - timedelta(days=200), end=now + timedelta(hours=1))
+    assert result["requests"] > 0 and result["replayable"] == 0
+    assert result["agreement"] is None and result["excluded"]["count"] == result["requests"]
+
+
+def test_the_command_line_prints_the_replay_as_json(submitted_ledger, tmp_path):
+    db, first, last = submitted_ledger
+    policy = tmp_path / "proposed.toml"
+    policy.write_text(REPLAY_TEAMS.replace("reserved_gpus = 8", "reserved_gpus = 3"), encoding="utf-8")
+    out = run_cli("replay", "--policy", policy, "--from", first.date().isoformat(), "--to",
+                  last.date().isoformat(), db=db)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    for key in ("requests", "recorded", "proposed", "agreement", "excluded", "teams"):
+        assert key in result
+    assert set(result["recorded"]) >= {"admit", "defer"} and set(result["proposed"]) >= {"admit", "defer"}
+    assert result["requests"] == query(db, "SELECT count(*) FROM decisions")[0][0]
+    assert 0 < result["agreement"] < 1
+    assert "replay:" in out.stderr and "nothing written" in out.stderr
+
+
+def test_the_command_line_refuses_a_bad_policy_file_listing_every_problem(submitted_ledger, tmp_path):
+    db, _, _ = submitted_ledger
+    policy = tmp_path / "bad.toml"
+    policy.write_text('[teams.alpha]\nreserved_gpus = -1\nmax_gpus_per_job = "x"\nbogus = 1\n'
+                      '[teams."no good"]\nreserved_gpus = 2\n', encoding="utf-8")
+    out = run_cli("replay", "--policy", policy, db=db)
+    assert out.returncode == 2 and out.stdout == ""
+    for problem in ("reserved_gpus: must be ≥ 0", "max_gpus_per_job: must be a number", "bogus: unknown key",
+                    "max_runtime_hours: required", "team name 'no good' is not valid"):
+        assert problem in out.stderr, out.stderr
+    for args in (["--policy", tmp_path / "missing.toml"], ["--policy", policy, "--calibration-level", "1.5"],
+                 ["--policy", tmp_path / "missing.toml", "--from", "2026-11-02", "--to", "2026-11-01"]):
+        assert run_cli("replay", *args, db=db).returncode == 2
+
+
+def test_the_proposed_policy_file_round_trips_through_the_teams_file_parser():
+    parsed = parse_teams_file(DEFAULT_TEAMS_FILE.read_text(encoding="utf-8"))
+    text = policy_to_toml(parsed["teams"], parsed["snapshots"], parsed["prices"])
+    assert parse_teams_file(text) == parsed
+    odd = {**parsed["teams"][0], "team": "a.b_c-9", "preemptible_partitions": ["spot \"x\"", "back\\slash", "tab\t"]}
+    (got,), _ = parse_teams(policy_to_toml([odd]))
+    assert {k: got[k] for k in ("team", *POLICY_FIELDS)} == {
+        **{k: odd[k] for k in ("team", *POLICY_FIELDS)}, "preemptible_partitions": sorted(odd["preemptible_partitions"])}
+
+
+def test_propose_applies_edits_with_new_versions_and_lists_every_problem(submitted_ledger):
+    db, _, _ = submitted_ledger
+    policies, _, _ = ledger_teams_file(db)
+    proposed = {t["team"]: t for t in propose(policies, {"alpha": {"reserved_gpus": 12}})}
+    assert proposed["alpha"]["reserved_gpus"] == 12
+    assert proposed["alpha"]["policy_version"] != policies["alpha"]["policy_version"]
+    assert proposed["beta"]["policy_version"] == policies["beta"]["policy_version"]
+    with pytest.raises(TeamsFileError) as info:
+        propose(policies, {"beta": {"retraining_reserved_gpus": 9}, "gamma": {"max_runtime_hours": -2.0}})
+    assert len(info.value.problems) == 2
