@@ -22,7 +22,8 @@ recorded world with the replayed requests' outcomes swapped in:
 
 A request the replay cannot decide as it was decided (no request JSON, one that is not a complete
 request although it was not rejected, a team without a policy) is *excluded* with its reason, and
-left out of `agreement`. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
+recorded), since the replay cannot say what else would have happened. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 """
 from __future__ import annotations
 
