@@ -6,6 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import SCHEMA_VERSION, LedgerError, open_ledger, upgrade_ledger
+from lib.ledger.teams_file import load_teams_file
 from tests.fixtures_app import ROOT, fill_ledger, page_script
 from tests.fixtures_ledger import query, run_cli
 
@@ -60,7 +61,8 @@ def test_the_teams_command_upgrades_a_version_1_ledger_and_stores_colours_and_pr
     runs = query(v1_ledger, "SELECT count(*) FROM runs")
     p = run_cli("teams", db=v1_ledger)
     assert p.returncode == 0, p.stderr
-    assert query(v1_ledger, "SELECT colour FROM teams WHERE team = 'vision'") == [("#e69f00",)]
+    shipped = {t["team"]: t["colour"] for t in load_teams_file()["teams"]}
+    assert dict(query(v1_ledger, "SELECT team, colour FROM teams")) == shipped
     assert query(v1_ledger, "SELECT capacity, price_per_gpu_hour, currency FROM prices ORDER BY 1") == \
         [("preemptible", 0.9, "USD"), ("stable", 2.5, "USD")]
     assert query(v1_ledger, "SELECT count(*) FROM runs") == runs

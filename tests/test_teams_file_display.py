@@ -2,6 +2,7 @@
 with every problem named, synced into the ledger, and the colours used by the dashboard's figures."""
 from __future__ import annotations
 
+import colorsys
 import re
 from pathlib import Path
 
@@ -91,6 +92,9 @@ def test_the_shipped_file_gives_every_team_a_distinct_colour_and_example_prices(
     colours = [t["colour"] for t in parsed["teams"]]
     assert all(c and re.fullmatch(r"#[0-9a-f]{6}", c) for c in colours)
     assert len(set(colours)) == len(colours) == 8
+    for c in colours:   # none black or grey: the charts draw totals and reference lines in those
+        _, _, saturation = colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+        assert saturation > 0.3, c
     assert parsed["prices"] == {"currency": "USD", "per_gpu_hour": {"stable": 2.5, "preemptible": 0.9}}
     assert "EXAMPLE" in SHIPPED   # the prices say they are examples to edit
 
@@ -169,7 +173,8 @@ def test_the_dashboard_draws_each_team_in_its_toml_colour_and_follows_a_recolour
     assert set(drawn) == {"nlp-research", "safety", "speech", "vision"}
     assert drawn == {**{t: toml[t] for t in drawn}, "speech": figures.hashed_colour("speech")}
     recoloured = tmp_path / "recoloured.toml"
-    recoloured.write_text(SHIPPED.replace('colour = "#E69F00"', 'colour = "#123456"'), encoding="utf-8")
+    recoloured.write_text(re.sub(r'(\[teams\.vision\]\n)colour = "[^"]*"', r'\1colour = "#123456"', SHIPPED),
+                          encoding="utf-8")
     with open_ledger(path) as con:
         sync_teams(con, recoloured)
     at.run()
