@@ -59,6 +59,9 @@ def test_upgrade_leaves_a_missing_file_alone(tmp_path):
 
 def test_the_teams_command_upgrades_a_version_1_ledger_and_stores_colours_and_prices(v1_ledger):
     runs = query(v1_ledger, "SELECT count(*) FROM runs")
+    p = run_cli("export", db=v1_ledger)                 # a reading command refuses it, saying what to do
+    assert p.returncode == 3 and "needs migrating from schema version 1" in p.stderr
+    assert "python -m lib teams" in p.stderr
     p = run_cli("teams", db=v1_ledger)
     assert p.returncode == 0, p.stderr
     shipped = {t["team"]: t["colour"] for t in load_teams_file()["teams"]}

@@ -256,7 +256,9 @@ def _check_version_read_only(con, p: Path) -> None:
             f"ledger {p} has schema version {version}, newer than this program's {SCHEMA_VERSION}"
         )
     if version < SCHEMA_VERSION:
-        raise LedgerError(f"ledger {p} needs migrating to version {SCHEMA_VERSION}: open it for writing once")
+        raise LedgerError(f"ledger {p} needs migrating from schema version {version} to {SCHEMA_VERSION}: "
+                          "open it for writing once (start the app, or run a command that writes, such as "
+                          "`python -m lib teams`)")
 
 
 def upgrade_ledger(path=None, *, timeout_s: float | None = None) -> bool:
