@@ -2,8 +2,8 @@
 the sidebar filters travel in the URL, a copied URL opens the same view in a new browser context, a page
 URL with a query string opens filtered, and no request leaves the machine.
 
-One server (free port, GATE_DB at a temp ledger) and one browser serve the module; each test opens its
-own browser context. Skips, saying why, when /usr/bin/chromium is absent."""
+One server (free port, GATE_DB at a temp ledger) and one browser serve the module (one case starts a
+second, fresh server); each test opens its own browser context. Skips, saying why, when /usr/bin/chromium is absent."""
 from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
@@ -12,10 +12,10 @@ import pytest
 
 from ui import WORD_JOINER
 from tests.fixtures_app import BROWSER_TESTS, IDLE, PAGES, TIMEOUT_MS, fill_ledger, serve_app
+from tests.test_pages_first_request import HEADINGS, open_page   # a new context (no session) on a URL
 
 pytestmark = BROWSER_TESTS
 
-HEADINGS = {"upload": "Upload run history"}   # a page's title where it is not its navigation title
 SIDEBAR = '[data-testid="stSidebar"]'
 
 
@@ -30,17 +30,6 @@ def ledger(tmp_path_factory):
 def served(ledger):
     with serve_app(ledger, ledger.with_name("streamlit.log")) as url:
         yield url
-
-
-def open_url(browser, url: str, heading: str):
-    """A new browser context (nothing shared with another: no cookies, no session) showing `url`."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT_MS)
-    pg.goto(url)
-    pg.get_by_role("heading", name=heading).first.wait_for()
-    pg.wait_for_selector(IDLE)
-    return ctx, pg
 
 
 def query(pg) -> dict[str, list[str]]:
@@ -92,7 +81,7 @@ def go(pg, name: str) -> None:
 
 
 def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
-    ctx, pg = open_url(browser, served, "Overview")
+    ctx, pg = open_page(browser, served, "Overview")
     try:
         assert query(pg) == {}                              # the default view adds nothing
         pick(pg, "f_teams", "speech")
@@ -118,7 +107,7 @@ def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
         assert query(pg) == {"teams": ["speech"], "kinds": ["production"], "range": ["last-30-days"]}
     finally:
         ctx.close()
-    ctx2, other = open_url(browser, link, "Overview")
+    ctx2, other = open_page(browser, link, "Overview")
     try:
         other.locator('[data-testid="stMetric"]').first.wait_for()
         assert shown_filters(other) == before
@@ -136,14 +125,14 @@ def test_a_page_url_with_a_query_string_opens_filtered(browser, served, ledger, 
         with serve_app(ledger, ledger.with_name("fresh.log")) as url:
             opens_filtered(browser, url)
     else:
-        ctx, _ = open_url(browser, served, "Overview")   # `/` switches the process to st.navigation
+        ctx, _ = open_page(browser, served, "Overview")   # `/` switches the process to st.navigation
         ctx.close()
         opens_filtered(browser, served)
 
 
 def opens_filtered(browser, served: str) -> None:
     _, title, url_path = PAGES["reservations"]
-    ctx, pg = open_url(browser, f"{served}/{url_path}?teams=vision&capacity=preemptible&range=this-month",
+    ctx, pg = open_page(browser, f"{served}/{url_path}?teams=vision&capacity=preemptible&range=this-month",
                        title)
     try:
         shown = shown_filters(pg)
@@ -159,7 +148,7 @@ def opens_filtered(browser, served: str) -> None:
 
 
 def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, served):
-    ctx, pg = open_url(browser, f"{served}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
+    ctx, pg = open_page(browser, f"{served}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
                        "Overview")
     try:
         warning = pg.locator('[data-testid="stAlert"]', has_text="could not be used")
