@@ -27,8 +27,10 @@ recorded), since the replay cannot say what else would have happened. Units: GPU
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
+import operator
 import statistics
 from collections import Counter, deque
 from datetime import datetime, timedelta
@@ -45,6 +47,7 @@ Refresh = Literal["exact", "daily"]
 EXCLUDED_LISTED = 1000      # excluded requests listed one by one (all are counted)
 CHANGED_LISTED = 500        # changed decisions listed one by one (all are counted)
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
+_RUN_ID = operator.itemgetter(0)
 
 
 class RecordedRequest(TypedDict):
@@ -204,6 +207,14 @@ def _tally() -> dict:
             "budget_breaches": 0, "waits_hours": [], "never_fits_by_waiting": 0}
 
 
+def _team_tally(tallies: dict, team) -> dict:
+    key = team if isinstance(team, str) else str(team)
+    t = tallies.get(key)
+    if t is None:
+        t = tallies[key] = _tally()
+    return t
+
+
 def _count(t: dict, state: str, codes: list[str], reserved: float | None, actual: float | None) -> None:
     """Add one decision to a tally: its state, its deferral reasons, and for an admit the GPU-hours
     reserved, used (the run's actual; 0 if it never ran), left idle (reserved - used, at least 0),
@@ -249,11 +260,17 @@ def _parse(request_json: str | None):
     return obj if isinstance(obj, dict) else None
 
 
+def _hold(active: dict, team: str, release: datetime | None, reservation: Reservation) -> None:
+    """Add a holder of `team`'s accelerators until `release` (None: never), kept in run-ID order."""
+    bisect.insort(active.setdefault(team, []), (reservation.get("run_id") or "", release, reservation),
+                  key=_RUN_ID)
+
+
 def _held(active: dict, team: str, now: datetime) -> list[Reservation]:
     """The team's holders at `now` (dropping released ones), ordered by run ID as the ledger gives them."""
-    live = [h for h in active.get(team, ()) if h[0] is None or h[0] > now]
+    live = [h for h in active.get(team, ()) if h[1] is None or h[1] > now]
     active[team] = live
-    return sorted((h[1] for h in live), key=lambda r: r.get("run_id") or "")
+    return [h[2] for h in live]
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally) -> None:
@@ -351,11 +368,15 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
                 break
         while hi < len(holds) and holds[hi]["start"] <= now:
             h = holds[hi]
-            active.setdefault(h["reservation"]["team"], []).append((h["release"], h["reservation"]))
+            _hold(active, h["reservation"]["team"], h["release"], h["reservation"])
             hi += 1
 
+        if not proposed:
+            _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip)
+            seq += 1
+            continue
         request = _parse(req["request_json"])
-        why = _exclusion(req, request, policies) if req["decision_id"] not in skip else "excluded"
+        why = _exclusion(req, request, policies)
         if why is not None:
             _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
             seq += 1
@@ -368,11 +389,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         run = runs.get(run_id) if isinstance(run_id, str) else None
         holders = _held(active, team, now) if policy is not None else []
 
-        if not proposed:
-            state, codes = req["state"], list(req["reason_codes"] or [])
-            reserved = req["reserved_gpu_hours"]
-            decision = None
-        elif isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
+        if isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
             decision = reject(request, [reason(
                 "invalid-request", f"run_id {run_id!r} already holds a reservation or has run",
                 fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now)
@@ -397,14 +414,36 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
 
         actual = None
         if state == "admit":
-            actual = _admit(req, request, run, decision, now, proposed, active, booked, dynamic, seq)
+            actual = _admit(request, run, decision, now, active, booked, dynamic, seq)
             seq += 1
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
-            _fit_wait(codes, now, kind, policy, holders, request["gpus"], tallies.setdefault(team, _tally()))
-        _count(tallies.setdefault(team if isinstance(team, str) else str(team), _tally()), state, codes,
-               reserved, actual)
+            _fit_wait(codes, now, kind, policy, holders, request["gpus"], _team_tally(tallies, team))
+        _count(_team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
+
+
+def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip) -> None:
+    """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
+    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
+    if req["decision_id"] in skip:
+        _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+        outcomes.append((req, None, "excluded", None))
+        return
+    state, codes, reserved = req["state"], list(req["reason_codes"] or []), req["reserved_gpu_hours"]
+    team = req["team"]
+    tally = _team_tally(tallies, team)
+    run = runs.get(req["run_id"])
+    actual = None
+    if state == "admit" and run is not None:
+        _keep_recorded(req, run, active, booked, dynamic, seq)
+        actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
+    elif state == "defer" and team in policies:
+        request = _parse(req["request_json"]) or {}
+        if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
+            _fit_wait(codes, now, request["kind"], policies[team], _held(active, team, now), request["gpus"], tally)
+    _count(tally, state, codes, reserved, actual)
+    outcomes.append((req, state, codes, reserved))
 
 
 def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
@@ -421,33 +460,26 @@ def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
         heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
                                             run["calibration"])))
     release = min(end, until) if end is not None and until is not None else (end or until)
-    active.setdefault(run["team"], []).append((release, holder))
+    _hold(active, run["team"], release, holder)
     booked.setdefault(run["run_id"], req["decided_at"])
 
 
-def _admit(req, request, run, decision, now, proposed, active, booked, dynamic, seq) -> float | None:
-    """Book an admitted request in the replay world; returns its run's actual GPU-hours (None: it
-    never ran, or has not ended)."""
+def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float | None:
+    """Book a request the replay admits: it holds its accelerators from `now` until its recorded run's
+    end shifted to this admission, or its reserved window's end (now + the decision's wall hours) when
+    that comes first or the run never ended; the run spends its actual at that shifted end. Returns
+    the run's actual GPU-hours (None: it never ran, or has not ended)."""
     team, run_id = request["team"], request.get("run_id")
-    if proposed:
-        wall_h = decision["estimate"]["wall_hours"]
-        reserved = decision["reserved_gpu_hours"]
-        until = now + timedelta(hours=wall_h)
-    else:
-        reserved = req["reserved_gpu_hours"]
-        until = run["reserved_until"] if run else None
-    end = None
+    until = now + timedelta(hours=decision["estimate"]["wall_hours"])
+    release = until
     if run is not None and run["ended_at"] is not None:
-        anchor = run["admitted_at"] or now
-        end = now + (run["ended_at"] - anchor) if proposed else run["ended_at"]
-        if proposed:
-            heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"],
-                                                run["calibration"])))
-    release = min(end, until) if end is not None and until is not None else (end or until)
+        end = now + (run["ended_at"] - (run["admitted_at"] or now))
+        heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"], run["calibration"])))
+        release = min(end, until)
     holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
-                           "reserved_gpu_hours": float(reserved or 0.0), "reserved_from": now.replace(microsecond=0),
-                           "reserved_until": until}
-    active.setdefault(team, []).append((release, holder))
+                           "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
+                           "reserved_from": now.replace(microsecond=0), "reserved_until": until}
+    _hold(active, team, release, holder)
     if isinstance(run_id, str):
         booked.setdefault(run_id, now)
     return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None

@@ -1,0 +1,101 @@
+"""Policy replay speed: 100,000 recorded requests of a 1,000,000-run demo ledger, and a 4-week window of
+the default 10,000-run demo, each replayed under the ledger's own policy.
+
+    python -m bench.bench_replay [--out bench/out] [--requests 100000]
+
+The ledgers are built once into --out with lib.ledger.demo.build_demo (replay_demo_10k.duckdb,
+replay_demo_1m.duckdb) when missing. Each case runs in its own process, so its peak memory (the
+process's peak resident set, VmHWM in /proc/self/status: Python and DuckDB together) is its own
+(resource.getrusage's ru_maxrss would carry the builder's peak across exec). Times are
+wall-clock seconds from opening the ledger to the finished result (lib.ledger.replay.replay_ledger),
+and the CPU seconds of that process (on a shared machine the wall clock also counts other work).
+Calibration: refresh "auto" = exact (recomputed whenever a scope it read changed) up to 20,000
+requests, else once per (team, kind, day). Targets: 100,000 requests < 30 s and < 1 GB; 4 weeks < 3 s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"1m": (30.0, 1024.0), "10k": (3.0, None)}
+
+
+def ledger_for(runs: int, out: Path) -> Path:
+    from lib.ledger.demo import build_demo
+    path = out / ("replay_demo_1m.duckdb" if runs >= 1_000_000 else f"replay_demo_{runs // 1000}k.duckdb")
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        print(f"building {runs:,}-run demo ledger at {path} ...", flush=True)
+        build_demo(path, runs=runs)
+        print(f"  built in {time.perf_counter() - t:.1f} s", flush=True)
+    return path
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (VmHWM), else ru_maxrss where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_case(path: Path, requests: int | None) -> dict:
+    """Replay the last `requests` decisions (None: the 4 weeks up to the last decision); in this process."""
+    from lib.ledger.connection import open_ledger
+    from lib.ledger.replay import DEFAULT_WINDOW, replay_ledger
+    t, cpu = time.perf_counter(), time.process_time()
+    with open_ledger(path, read_only=True, create=False) as con:
+        end = con.execute("SELECT max(decided_at) FROM decisions").fetchone()[0] + timedelta(seconds=1)
+        if requests:
+            start = con.execute("SELECT decided_at FROM decisions ORDER BY decided_at DESC LIMIT 1 OFFSET ?",
+                                [requests - 1]).fetchone()[0]
+        else:
+            start = end - DEFAULT_WINDOW
+    result = replay_ledger(path, start=start, end=end)
+    seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+    return {"requests": result["requests"], "replayable": result["replayable"], "seconds": seconds, "cpu": cpu,
+            "peak_mb": peak_rss_mb(),
+            "refresh": result["calibration_refresh"], "calibrations": result["calibrations_computed"],
+            "agreement": result["agreement"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--one", nargs=2, metavar=("LEDGER", "REQUESTS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one_case(Path(args.one[0]), int(args.one[1]) or None)))
+        return
+    cases = [("1m", ledger_for(1_000_000, args.out), args.requests),
+             ("10k", ledger_for(10_000, args.out), 0)]
+    print(f"{'ledger':<9}{'window':<18}{'requests':>10}{'seconds':>9}{'CPU s':>7}{'peak MB':>9}  calibration"
+          f"{'':<14}{'target':>20}")
+    for name, path, n in cases:
+        out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--one", str(path), str(n)],
+                             cwd=ROOT, capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        limit_s, limit_mb = TARGETS[name]
+        met = r["seconds"] < limit_s and (limit_mb is None or r["peak_mb"] < limit_mb)
+        target = f"< {limit_s:g} s" + (f", < {limit_mb:g} MB" if limit_mb else "") + (": met" if met else ": MISSED")
+        window = f"last {n:,}" if n else "4 weeks"
+        print(f"{name + ' runs':<9}{window:<18}{r['requests']:>10,}{r['seconds']:>9.2f}{r['cpu']:>7.1f}{r['peak_mb']:>9.0f}  "
+              f"{r['refresh']} ({r['calibrations']:,} fits){'':<4}{target:>20}")
+
+
+if __name__ == "__main__":
+    main()
