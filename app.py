@@ -17,6 +17,7 @@ PAGES = [  # (script, title, icon): the classic-mode label of pages/<n>_<Title>.
     ("pages/0_Overview.py", "Overview", "📊"),
     ("pages/1_Reservations.py", "Reservations", "📅"),
     ("pages/2_Idle_reserved_capacity.py", "Idle reserved capacity", "⏳"),
+    ("pages/8_Policy_replay.py", "Policy replay", "⏪"),
     ("pages/9_Forecast.py", "Forecast", "🔮"),
     ("pages/3_Estimate_accuracy.py", "Estimate accuracy", "🎯"),
     ("pages/4_What-if.py", "What-if", "🧪"),
