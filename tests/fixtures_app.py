@@ -30,6 +30,7 @@ PAGES = {
     "overview": ("pages/0_Overview.py", "Overview", "Overview"),
     "reservations": ("pages/1_Reservations.py", "Reservations", "Reservations"),
     "idle_capacity": ("pages/2_Idle_reserved_capacity.py", "Idle reserved capacity", "Idle_reserved_capacity"),
+    "policy_replay": ("pages/8_Policy_replay.py", "Policy replay", "Policy_replay"),
     "forecast": ("pages/9_Forecast.py", "Forecast", "Forecast"),
     "estimate_accuracy": ("pages/3_Estimate_accuracy.py", "Estimate accuracy", "Estimate_accuracy"),
     "what_if": ("pages/4_What-if.py", "What-if", "What-if"),
