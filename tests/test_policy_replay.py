@@ -173,3 +173,49 @@ def test_propose_applies_edits_with_new_versions_and_lists_every_problem(submitt
     with pytest.raises(TeamsFileError) as info:
         propose(policies, {"beta": {"retraining_reserved_gpus": 9}, "gamma": {"max_runtime_hours": -2.0}})
     assert len(info.value.problems) == 2
+
+
+def open_replay_page(db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.fixtures_app import ROOT, page_script
+    monkeypatch.setenv("GATE_DB", str(db))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(page_script("policy_replay")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_page_replays_an_edited_policy_and_offers_it_as_teams_toml(submitted_ledger, monkeypatch, fresh_caches):
+    db, first, last = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    assert at.title[0].value == "Policy replay" and not at.metric   # nothing replayed before the button
+    at.multiselect(key="pr_teams").set_value(["alpha"]).run()
+    at.date_input(key="pr_window").set_value((first.date(), last.date())).run()
+    at.number_input(key="pr_reserved_gpus|alpha").set_value(2)   # in the form: sent with its button
+    next(b for b in at.button if b.label == "Replay").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Requests in the window"] == str(query(db, "SELECT count(*) FROM decisions")[0][0])
+    assert metrics["Excluded"] == "0" and metrics["Same decision as recorded"] != "100.0%"
+    tables = [df.value for df in at.dataframe]
+    per_team = tables[0]
+    assert set(per_team["team"]) == {"alpha", "beta", "gamma"} and "deferred for capacity" in set(per_team["measure"])
+    assert len(tables[1]) > 0 and set(tables[1]["team"]) >= {"alpha"}        # the decisions that change
+    toml = at.session_state["pr_toml"]
+    proposed = {t["team"]: t for t in parse_teams(toml)[0]}
+    assert proposed["alpha"]["reserved_gpus"] == 2 and proposed["beta"]["reserved_gpus"] == 6
+
+
+def test_the_page_lists_every_problem_of_an_invalid_proposal(submitted_ledger, monkeypatch, fresh_caches):
+    db, _, _ = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    at.multiselect(key="pr_teams").set_value(["beta"]).run()
+    at.number_input(key="pr_retraining_reserved_gpus|beta").set_value(9)
+    next(b for b in at.button if b.label == "Replay").click().run()
+    assert not at.exception
+    shown = at.error[0].value.replace("\\", "").replace("\u2060", "")
+    assert "[teams.beta] retraining_reserved_gpus: 9 is more than reserved_gpus 6" in shown
+    assert not at.metric
