@@ -7,12 +7,7 @@ from lib.dashboard import figures, queries
 
 f = ui.frame()
 
-months = queries.budget_months(ui.sidebar_options()["first_day"], ui.now_minute())
-MONTH_KEY = "res_budget_month"
-month = st.session_state.get(MONTH_KEY)   # the picker below sets it; read first, the query needs it
-if month not in months:
-    month = months[0]
-data = ui.PageData(queries.reservations_in(month), f)
+data = ui.PageData(queries.reservations, f)
 
 st.title("Reservations")
 ui.caption(f.describe())
@@ -45,14 +40,17 @@ ui.table(data["waiting"], "request_queue", "dl_res_queue",
          caption=f"{total:,} waiting request{'' if total == 1 else 's'}"
                  + (f"; the first {shown:,} shown (and in the CSV)." if shown < total else "."))
 
-st.subheader(f"Monthly budget ({data['month']:%B %Y})")
-st.selectbox("Month", months, key=MONTH_KEY, format_func=lambda m: f"{m:%B %Y}")
-st.caption("Budgets are per team: the dates, kinds and capacity type do not apply here. Consumed = GPU-hours "
-           "of runs that ended in the month. "
-           + ("Committed = reservations admitted and not finished (this month only)." if data["current_month"]
+st.subheader("Monthly budget")
+months = queries.budget_months(ui.sidebar_options()["first_day"], ui.now_minute())
+month = st.selectbox("Month", months, key="res_budget_month", format_func=lambda m: f"{m:%B %Y}")
+# this month's budget comes with the page's data; another month is its own cached query
+budget = data if month == data["month"] else ui.PageData(queries.monthly_budget_in(month), f)
+st.caption(f"{budget['month']:%B %Y}. Budgets are per team: the dates, kinds and capacity type do not apply "
+           "here. Consumed = GPU-hours of runs that ended in the month. "
+           + ("Committed = reservations admitted and not finished." if budget["current_month"]
               else "A past month shows consumed against the budget; committed applies to the current month only."))
-data.chart(figures.budget_bars, "budget", month_label=f"{data['month']:%B %Y}")
-ui.table(data["budget"], "monthly_budget", "dl_res_budget",
+budget.chart(figures.budget_bars, "budget", month_label=f"{budget['month']:%B %Y}")
+ui.table(budget["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
 
 st.subheader("Current reservations")

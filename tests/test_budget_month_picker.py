@@ -39,17 +39,18 @@ def speech(out) -> dict:
 
 def test_a_past_month_shows_consumed_against_budget_and_the_current_month_adds_committed(months_ledger):
     period = Filters(dt.date(2025, 1, 1), dt.date(2025, 1, 31))       # the dates play no part
-    past = queries.reservations(period, months_ledger, NOW, month=NOVEMBER)
+    past = queries.monthly_budget(period, months_ledger, NOW, month=dt.date(2026, 11, 30))   # any day names it
     assert past["month"] == NOVEMBER and not past["current_month"]
     assert speech(past) == {"monthly_budget_gpu_hours": 9000.0, "consumed_gpu_hours": 30.0,
                             "committed_gpu_hours": 0.0, "remaining_gpu_hours": 9000.0 - 30.0}
-    now_month = queries.reservations(period, months_ledger, NOW)
+    now_month = queries.monthly_budget(period, months_ledger, NOW)
     assert now_month["month"] == DECEMBER and now_month["current_month"]
     assert speech(now_month) == {"monthly_budget_gpu_hours": 9000.0, "consumed_gpu_hours": 12.0,
                                  "committed_gpu_hours": 48.0, "remaining_gpu_hours": 9000.0 - 12.0 - 48.0}
-    # any day of a month names it; reservations_in is the page's cached query for one month
-    assert speech(queries.reservations_in(dt.date(2026, 11, 30))(period, months_ledger, NOW)) == speech(past)
-    assert queries.reservations_in(NOVEMBER).__qualname__ != queries.reservations_in(DECEMBER).__qualname__
+    # the Reservations page's data carries this month's; monthly_budget_in is the page's query for another
+    assert speech(queries.reservations(period, months_ledger, NOW)) == speech(now_month)
+    assert speech(queries.monthly_budget_in(NOVEMBER)(period, months_ledger, NOW)) == speech(past)
+    assert queries.monthly_budget_in(NOVEMBER).__qualname__ != queries.monthly_budget_in(DECEMBER).__qualname__
 
 
 def test_the_picker_offers_the_months_with_data_newest_first():
@@ -71,9 +72,9 @@ def test_picking_last_month_on_the_page_shows_its_consumed_and_no_committed(page
 
     picker.set_value(last_month).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert f"Monthly budget ({last_month:%B %Y})" in [h.value for h in at.subheader]
+    assert any(c.value.startswith(f"{last_month:%B %Y}. ") and "past month" in c.value for c in at.caption)
     (shown,) = [d.value for d in at.dataframe if "consumed_gpu_hours" in d.value.columns]
-    expected = queries.reservations(Filters(now.date(), now.date()), path, now, month=last_month)["budget"]
+    expected = queries.monthly_budget(Filters(now.date(), now.date()), path, now, month=last_month)["budget"]
     assert list(shown["consumed_gpu_hours"]) == pytest.approx(list(expected["consumed_gpu_hours"]))
     assert shown["consumed_gpu_hours"].sum() > 0
     assert (shown["committed_gpu_hours"] == 0).all()

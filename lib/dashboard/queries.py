@@ -174,26 +174,19 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
 
 # -------------------------------------------------------------------------------- reservations
 
-def reservations(f: Filters, db=None, now: dt.datetime | None = None, *, month: dt.date | None = None) -> dict:
-    """Per team: average reserved GPUs per day against its quota; the monthly budget of `month` (any
-    day of it; default now's month): consumed, and for the current month committed; current and
-    upcoming reservations; overruns; the capacity calendar (`capacity_calendar`); and the queue of
-    waiting requests with the earliest time each would fit (`waiting`, at most ROW_LIMIT rows of
-    `queue_count`).
+def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Per team: average reserved GPUs per day against its quota; this month's budget (see
+    `monthly_budget`); current and upcoming reservations; overruns; the capacity calendar
+    (`capacity_calendar`); and the queue of waiting requests with the earliest time each would fit
+    (`waiting`, at most ROW_LIMIT rows of `queue_count`).
 
-    The date filter applies to the charts and tables of the period only: the budget follows `month`,
+    The date filter applies to the charts and tables of the period only: the budget is this month's,
     and the calendar and the queue are "now". The calendar ignores the kind and capacity filters
     (the gate counts every kind against the quota); the queue applies them."""
     now = now or utcnow()
     where, p = f.where("r")
     p.update(_period(f), now=now)
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
-    this_month = month_start_of(now)
-    month_start = month_start_of(dt.datetime.combine(month, dt.time())) if month else this_month
-    is_current = month_start == this_month
-    tp.update(now=now, month_start=month_start, next_month=next_month_start(month_start))
-    committed = (f"""coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
-                           AND {held_condition("r", "$now")}), 0)""" if is_current else "0.0")
     with _reader(db) as con:
         over_time = _q(con, f"""
           WITH days AS (SELECT d::TIMESTAMP AS day FROM range($start::TIMESTAMP, $end::TIMESTAMP, INTERVAL 1 DAY) t(d)),
@@ -207,14 +200,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None, *, month: 
           GROUP BY ALL ORDER BY day, team""", p)
         quotas = _q(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
                          f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
-        budget = _q(con, f"""
-          SELECT t.team, t.monthly_budget_gpu_hours,
-                 coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
-                           AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
-                 {committed} AS committed_gpu_hours
-          FROM teams t WHERE {twhere} ORDER BY t.team""", tp)
-        budget["remaining_gpu_hours"] = (budget["monthly_budget_gpu_hours"] - budget["consumed_gpu_hours"]
-                                         - budget["committed_gpu_hours"])
+        budget = _monthly_budget(con, f, now, now.date())
         cols = ("r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, "
                 "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
                 f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
@@ -241,21 +227,49 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None, *, month: 
         all_quotas = _q(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
     queue = request_queue(waiting, held, all_quotas, now)
     calendar = capacity_calendar(held, quotas, now)
-    return {"over_time": over_time, "quotas": quotas, "budget": budget, "month": month_start.date(),
-            "current_month": is_current, "current": current, "upcoming": upcoming,
+    return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
             "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
             "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)
                                                             & (calendar["team"] != ALL_TEAMS), "team"])),
             "waiting": queue.head(ROW_LIMIT).reset_index(drop=True), "queue_count": len(queue)}
 
 
-def reservations_in(month: dt.date):
-    """`reservations` with the monthly budget of `month`, as a page query (filters, db, now): its
-    qualified name carries the month, so the page cache (ui.PageData, keyed by that name) keeps one
-    result per month."""
+def _monthly_budget(con, f: Filters, now: dt.datetime, month: dt.date) -> dict:
+    """{"budget": per team (team filter only): monthly_budget_gpu_hours, consumed_gpu_hours (actual
+    GPU-hours of runs that ended in `month`, any day of it), committed_gpu_hours (the current month:
+    held reservations' reserved GPU-hours, as the gate counts them; a past month: 0),
+    remaining_gpu_hours = budget - consumed - committed; "month": its first day; "current_month"}."""
+    twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
+    start = month_start_of(dt.datetime.combine(month, dt.time()))
+    current = start == month_start_of(now)
+    tp.update(now=now, month_start=start, next_month=next_month_start(start))
+    committed = (f"""coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
+                               AND {held_condition("r", "$now")}), 0)""" if current else "0.0")
+    budget = _q(con, f"""
+      SELECT t.team, t.monthly_budget_gpu_hours,
+             coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
+                       AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
+             {committed} AS committed_gpu_hours
+      FROM teams t WHERE {twhere} ORDER BY t.team""", tp)
+    budget["remaining_gpu_hours"] = (budget["monthly_budget_gpu_hours"] - budget["consumed_gpu_hours"]
+                                     - budget["committed_gpu_hours"])
+    return {"budget": budget, "month": start.date(), "current_month": current}
+
+
+def monthly_budget(f: Filters, db=None, now: dt.datetime | None = None, *, month: dt.date | None = None) -> dict:
+    """The monthly budget of `month` (any day of it; default now's month) per team: see
+    `_monthly_budget`. Only the team filter applies."""
+    now = now or utcnow()
+    with _reader(db) as con:
+        return _monthly_budget(con, f, now, month or now.date())
+
+
+def monthly_budget_in(month: dt.date):
+    """`monthly_budget` of `month` as a page query (filters, db, now): its qualified name carries the
+    month, so the page cache (ui.PageData, keyed by that name) keeps one result per month."""
     def query(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-        return reservations(f, db, now, month=month)
-    query.__qualname__ = f"reservations_in({month.isoformat()})"
+        return monthly_budget(f, db, now, month=month)
+    query.__qualname__ = f"monthly_budget_in({month.isoformat()})"
     return query
 
 
