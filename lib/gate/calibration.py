@@ -14,9 +14,22 @@ Methods, and which one `calibrate` reports:
   unknown, never invented.
 Scope falls back from team × kind to team to everyone until a scope has enough runs for a bound.
 The rolling window is the last 365 days and at most the 1,000 most recent runs of a scope.
+
+Following a change (rows carry ended_at; team × kind and team scopes): a scope's log ratios, in end-time order, are searched for
+the latest change in level — the split whose two sides' means differ by at least CHANGE_Z standard
+errors and by at least CHANGE_MIN_SHIFT, with CHANGE_MIN_RUNS runs after it; the search repeats on
+the runs after each change found. When one is found, only the runs since the change say where the
+ratio is now:
+- ``shifted``: fewer than SHIFT_UNTIL runs since the change: the bound is their median plus the
+  spread the scope showed before the change (the conformal quantile of the earlier runs' distances
+  from their own median, widened by √(1 + π / 2m) for a median of only m runs);
+- ``conformal`` (or ``tobit``) on the runs since the change alone, once there are SHIFT_UNTIL.
+The result then says since when it adapted (`adapted_since`, the first run after the change) and
+how many runs the window dropped (`runs_before_change`). Without a change the bound is today's.
 """
 from __future__ import annotations
 
+import functools
 import math
 from datetime import datetime, timedelta
 from statistics import NormalDist
@@ -27,6 +40,11 @@ from lib.gate.contracts import Calibration, CalibrationRow
 DEFAULT_LEVEL = 0.9
 DEFAULT_WINDOW_DAYS = 365
 MIN_UNCENSORED_FOR_TOBIT = 5
+CHANGE_Z = 4.0            # standard errors between the means of the two sides of a change
+CHANGE_MIN_SHIFT = 0.15   # log ratio (about 16 %): smaller level changes are left to the window
+CHANGE_MIN_RUNS = 3       # runs after a change before it can be called
+CHANGE_MIN_BEFORE = 9     # runs before a change (its spread carries the shifted bound)
+SHIFT_UNTIL = 40          # runs since a change before they carry a bound on their own
 _STD = NormalDist()
 
 
@@ -74,43 +92,172 @@ def _median(done: list[float], cens: list[float]) -> float | None:
     return (values[(n - 1) // 2] + values[n // 2]) / 2.0
 
 
-def tobit_fit(done: list[float], cens: list[float], iterations: int = 200) -> tuple[float, float]:
-    """Normal (μ, σ) of log ratios by maximum likelihood with right-censoring, via EM."""
-    values = done + cens
-    mu = sum(values) / len(values)
-    sigma = max(math.sqrt(sum((v - mu) ** 2 for v in values) / len(values)), 1e-3)
-    n = len(values)
+def tobit_fit(done, cens, iterations: int = 200, *, start: tuple[float, float] | None = None,
+              tol: float = 1e-9) -> tuple[float, float]:
+    """Normal (μ, σ) of log ratios by maximum likelihood with right-censoring, via EM.
+
+    start: a (μ, σ) to begin from (a fit of nearly the same runs converges in a few steps)."""
+    import numpy as np
+
+    d = np.asarray(done, dtype=float)
+    c = np.asarray(cens, dtype=float)
+    n = len(d) + len(c)
+    if start is None:
+        values = np.concatenate([d, c])
+        mu = float(values.mean())
+        sigma = max(float(values.std()), 1e-3)
+    else:
+        mu, sigma = start
+    s1_done, s2_done = float(d.sum()), float((d * d).sum())
     for _ in range(iterations):
-        s1 = sum(done)
-        s2 = sum(v * v for v in done)
-        for c in cens:
+        s1, s2 = s1_done, s2_done
+        if len(c):
             z = (c - mu) / sigma
-            surv = max(_STD.cdf(-z), 1e-300)  # 1 - Φ(z)
-            lam = _STD.pdf(z) / surv          # inverse Mills ratio
-            s1 += mu + sigma * lam
-            s2 += mu * mu + sigma * sigma + sigma * (c + mu) * lam
+            surv = np.maximum(0.5 * _erfc(z / math.sqrt(2.0)).astype(float), 1e-300)  # 1 - Φ(z)
+            lam = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / surv               # inverse Mills ratio
+            s1 += float((mu + sigma * lam).sum())
+            s2 += float((mu * mu + sigma * sigma + sigma * (c + mu) * lam).sum())
         new_mu = s1 / n
         new_sigma = math.sqrt(max(s2 / n - new_mu * new_mu, 1e-6))
-        if abs(new_mu - mu) < 1e-9 and abs(new_sigma - sigma) < 1e-9:
+        if abs(new_mu - mu) < tol and abs(new_sigma - sigma) < tol:
             mu, sigma = new_mu, new_sigma
             break
         mu, sigma = new_mu, new_sigma
     return mu, sigma
 
 
-def _fit(done, cens, level):
-    """(method, median r or None, upper q or None) for one scope's runs."""
-    q = conformal_quantile(done, len(cens), level)
+@functools.cache
+def _erfc_ufunc():
+    import numpy as np
+    return np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erfc(x):
+    """math.erfc over a numpy array (numpy has none; numpy is imported only when needed)."""
+    return _erfc_ufunc()(x)
+
+
+def change_point(r) -> int | None:
+    """Index of the first run after the latest change in level of log ratios `r` (end-time order).
+
+    A split counts when the means on its two sides differ by CHANGE_Z standard errors (pooled
+    within-side spread) and by CHANGE_MIN_SHIFT at least, with CHANGE_MIN_BEFORE runs before and
+    CHANGE_MIN_RUNS after it; the strongest split is taken and the search repeats on the runs after
+    it. A censored run counts at its stop value (a lower bound on its ratio). None: no change.
+    """
+    import numpy as np
+
+    x = np.asarray(r, dtype=float)
+    start, found = 0, None
+    while len(x) - start >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
+        seg = x[start:]
+        n = len(seg)
+        s1 = np.concatenate([[0.0], np.cumsum(seg)])
+        s2 = np.concatenate([[0.0], np.cumsum(seg * seg)])
+        k = np.arange(CHANGE_MIN_BEFORE, n - CHANGE_MIN_RUNS + 1)
+        mean_a, mean_b = s1[k] / k, (s1[n] - s1[k]) / (n - k)
+        within = (s2[k] - k * mean_a ** 2) + (s2[n] - s2[k] - (n - k) * mean_b ** 2)
+        sd = np.sqrt(np.maximum(within, 0.0) / max(n - 2, 1)) + 1e-9
+        shift = mean_b - mean_a
+        z = np.abs(shift) / (sd * np.sqrt(1.0 / k + 1.0 / (n - k)))
+        z[np.abs(shift) < CHANGE_MIN_SHIFT] = 0.0
+        best = int(np.argmax(z))
+        if z[best] < CHANGE_Z:
+            break
+        start += int(k[best])
+        found = start
+    return found
+
+
+def _kth(values, k: int) -> float:
+    """The k-th smallest (0-based) of a numpy array."""
+    import numpy as np
+    return float(np.partition(values, k)[k])
+
+
+def _quantile_np(done, n_censored: int, level: float) -> float | None:
+    """conformal_quantile on a numpy array."""
+    n = len(done) + n_censored
+    k = math.ceil((n + 1) * level - 1e-9)
+    if n == 0 or k > len(done):
+        return None
+    return _kth(done, k - 1)
+
+
+def _median_np(done, cens) -> float | None:
+    """_median on numpy arrays."""
+    import numpy as np
+    n = len(done) + len(cens)
+    if n == 0:
+        return None
+    lo, hi = (n - 1) // 2, n // 2
+    values = done if hi < len(done) else np.concatenate([done, cens])
+    return (_kth(values, lo) + _kth(values, hi)) / 2.0
+
+
+def _fit_np(done, cens, level, start=None):
+    """_fit on numpy arrays."""
+    q = _quantile_np(done, len(cens), level)
     if q is not None:
-        return "conformal", _median(done, cens), q
-    if cens and len(done) >= MIN_UNCENSORED_FOR_TOBIT and len(done) + len(cens) >= runs_needed(level):
-        mu, sigma = tobit_fit(done, cens)
-        return "tobit", mu, mu + _STD.inv_cdf(level) * sigma
-    return "none", _median(done, cens), None
+        return "conformal", _median_np(done, cens), q, None
+    if len(cens) and len(done) >= MIN_UNCENSORED_FOR_TOBIT and len(done) + len(cens) >= runs_needed(level):
+        mu, sigma = tobit_fit(done, cens, start=start, tol=1e-9 if start is None else 1e-6)
+        return "tobit", mu, mu + _STD.inv_cdf(level) * sigma, (mu, sigma)
+    return "none", _median_np(done, cens), None, None
+
+
+def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dict:
+    """One scope's bound from its log ratios `r` and censored flags in end-time order (oldest first).
+
+    Returns {"method", "median" (log ratio or None), "q" (log upper bound or None), "n", "n_censored",
+    "since" (index of the first run after a change, or None), "fit" (Tobit (μ, σ) or None)}.
+    start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster.
+    """
+    import numpy as np
+
+    r = np.asarray(r, dtype=float)
+    c = np.asarray(censored, dtype=bool)
+    since = change_point(r) if len(r) >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS else None
+    if since is not None:
+        ra, ca = r[since:], c[since:]
+        after_done, after_cens = ra[~ca], ra[ca]
+        m = len(ra)
+        if m >= SHIFT_UNTIL:
+            method, med, q, fit = _fit_np(after_done, after_cens, level, start)
+            if q is not None:
+                return {"method": method, "median": med, "q": q, "n": m, "n_censored": len(after_cens),
+                        "since": since, "fit": fit}
+        rb, cb = r[:since], c[:since]
+        before_done, before_cens = rb[~cb], rb[cb]
+        med_before = _median_np(before_done, before_cens)
+        med_after = _median_np(after_done, after_cens)
+        spread = _quantile_np(before_done - med_before, len(before_cens), level)
+        if spread is None and len(before_done) >= MIN_UNCENSORED_FOR_TOBIT:
+            mu, sigma = tobit_fit(before_done, before_cens)
+            spread = mu - med_before + _STD.inv_cdf(level) * sigma
+        if spread is not None and med_after is not None:
+            q = med_after + max(spread, 0.0) * math.sqrt(1.0 + math.pi / (2.0 * m))
+            return {"method": "shifted", "median": med_after, "q": q, "n": m, "n_censored": len(after_cens),
+                    "since": since, "fit": None}
+    method, med, q, fit = _fit_np(r[~c], r[c], level, start)
+    return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
+            "fit": fit}
 
 
 SCOPES = ("team×kind", "team", "all")
 DEFAULT_MAX_RUNS = 1000  # per scope: the most recent runs, so the calibration follows drift
+
+
+def _in_time_order(rows) -> tuple[list[float], list[bool], list]:
+    """(log ratios, censored flags, ended_at) of the usable rows, oldest first when every row has an
+    ended_at (else in the order given, and no change is searched for)."""
+    usable = [row for row in rows if row["estimated_gpu_hours"] and row["estimated_gpu_hours"] > 0
+              and row["actual_gpu_hours"] is not None and row["actual_gpu_hours"] > 0]
+    timed = all(row.get("ended_at") is not None for row in usable)
+    if timed:
+        usable.sort(key=lambda row: row["ended_at"])
+    r = [math.log(row["actual_gpu_hours"] / row["estimated_gpu_hours"]) for row in usable]
+    return r, [bool(row.get("censored")) for row in usable], [row.get("ended_at") for row in usable] if timed else None
 
 
 def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
@@ -118,36 +265,65 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
     """The correction from the first scope that yields a bound, trying scopes in order.
 
     scoped: iterable of (scope name, rows) in fallback order — team × kind, team, everyone — where
-    rows have estimated_gpu_hours, actual_gpu_hours, censored. It may be lazy (a generator that
-    queries the ledger scope by scope): later scopes are not read once one yields a bound.
+    rows have estimated_gpu_hours, actual_gpu_hours, censored and (to follow a change) ended_at. It
+    may be lazy (a generator that queries the ledger scope by scope): later scopes are not read once
+    one yields a bound.
     Returns {"scope", "method", "n", "n_censored", "level", "factor", "upper_factor",
-    "runs_needed", "note"}: factor multiplies the raw estimate to give the median estimate,
-    upper_factor (None when unknown) to give the upper bound.
+    "runs_needed", "note", "adapted_since", "runs_before_change"}: factor multiplies the raw estimate
+    to give the median estimate, upper_factor (None when unknown) to give the upper bound;
+    adapted_since (ISO time of the first run after a change in the scope's ratio, or None) and
+    runs_before_change (runs of the window the bound no longer rests on) say where it adapted.
     """
     need = runs_needed(level)
     fallback = None
     for scope, rows in scoped:
-        done, cens = log_ratios(rows)
-        if not done and not cens:
+        r, cens, ended = _in_time_order(rows)
+        if not r:
             continue
-        method, med, q = _fit(done, cens, level)
-        result = {"scope": scope, "method": method, "n": len(done) + len(cens),
-                  "n_censored": len(cens), "level": level,
-                  "factor": math.exp(med) if med is not None else 1.0,
-                  "upper_factor": math.exp(q) if q is not None else None,
-                  "runs_needed": need}
-        if q is not None:
-            result["note"] = (f"{method} bound from {result['n']} runs of scope {scope} "
-                              f"({len(cens)} censored)")
+        # a change is a team's (a new model family, new data); everyone's runs mix teams' levels
+        follow = ended is not None and scope != "all"
+        b = scope_bound(r, cens, level) if follow else window_bound(r, cens, level)
+        since = b["since"]
+        result = {"scope": scope, "method": b["method"], "n": b["n"], "n_censored": b["n_censored"],
+                  "level": level, "factor": math.exp(b["median"]) if b["median"] is not None else 1.0,
+                  "upper_factor": math.exp(b["q"]) if b["q"] is not None else None,
+                  "runs_needed": need,
+                  "adapted_since": _iso(ended[since]) if since is not None else None,
+                  "runs_before_change": since or 0}
+        if b["q"] is not None:
+            result["note"] = (f"{b['method']} bound from {result['n']} runs of scope {scope} "
+                              f"({b['n_censored']} censored)")
+            if since is not None:
+                result["note"] += (f", adapted to a change in the cost ratio since {result['adapted_since']} "
+                                   f"({since} earlier runs set aside)")
             return result
         fallback = fallback or result
     if fallback is None:
         return {"scope": None, "method": "none", "n": 0, "n_censored": 0, "level": level,
                 "factor": 1.0, "upper_factor": None, "runs_needed": need,
-                "note": f"no comparable history: bound unknown (needs {need} runs)"}
+                "note": f"no comparable history: bound unknown (needs {need} runs)",
+                "adapted_since": None, "runs_before_change": 0}
     fallback["note"] = (f"bound unknown: {fallback['n']} runs of scope {fallback['scope']} "
                         f"({fallback['n_censored']} censored), needs {need} with few enough censored")
     return fallback
+
+
+def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
+    """The whole window's bound, no change searched for (rows without end times; the method before
+    changes were followed). Keys as scope_bound's, without fit."""
+    import numpy as np
+    r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
+    method, med, q, _ = _fit_np(r[~c], r[c], level)
+    return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None}
+
+
+def _iso(t) -> str | None:
+    """ISO seconds of a datetime-like (the decision is JSON)."""
+    if t is None:
+        return None
+    if hasattr(t, "isoformat"):
+        return t.replace(microsecond=0).isoformat() if hasattr(t, "microsecond") else t.isoformat()
+    return str(t)
 
 
 def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level: float = DEFAULT_LEVEL,
@@ -156,12 +332,13 @@ def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level:
     """The correction the gate applies to a raw estimate of `team`'s `kind` run (see calibrate_scopes).
 
     history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,
-    ended_at (datetime). The rolling window keeps rows that ended within `window_days` before now,
-    and at most the `max_runs` most recent of each scope.
+    ended_at (datetime). The rolling window keeps rows that ended within `window_days` before now
+    (and not after now: only runs finished before a decision inform it), and at most the
+    `max_runs` most recent of each scope.
     """
     if now is not None:
         since = now - timedelta(days=window_days)
-        history = [h for h in history if h.get("ended_at") is None or h["ended_at"] >= since]
+        history = [h for h in history if h.get("ended_at") is None or since <= h["ended_at"] <= now]
     else:
         history = list(history)
 
@@ -211,3 +388,72 @@ def conformal_backtest(log_ratios_in_time_order, censored, *, level: float = DEF
         covered += bool(r[i] <= q)
     return {"checked": checked, "covered": covered, "unknown_bound": unknown, "level": level,
             "coverage": covered / checked if checked else None}
+
+
+BACKTEST_OUTCOMES = ("covered", "exceeded", "unknown", "no bound")
+
+
+def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL,
+             window: int = DEFAULT_MAX_RUNS, last: int = 100) -> dict:
+    """The coverage the gate's own bound (scope_bound: conformal, Tobit, or after a change shifted)
+    achieved on one scope's recent runs, each replayed from the up to `window` runs that ended before it.
+
+    A run is "covered" when its log ratio stayed at or under its bound, "exceeded" when it went over
+    (a censored run only when its stop value already exceeded the bound), "unknown" for a censored
+    run stopped under its bound (it might have needed more: never counted as covered), and "no
+    bound" when its bound was unknown. Returns {"outcomes" (one per replayed run, oldest first),
+    "checked" (covered + exceeded), "covered", "coverage" (None when nothing checked),
+    "unknown_bound" (no bound), "level"}.
+    """
+    import numpy as np
+
+    r = np.asarray(log_ratios_in_time_order, dtype=float)
+    c = np.asarray(censored, dtype=bool)
+    outcomes, fit = [], None
+    for i in range(max(0, len(r) - last), len(r)):
+        lo = max(0, i - window)
+        b = scope_bound(r[lo:i], c[lo:i], level, start=fit) if i > lo else {"q": None, "fit": None}
+        fit = b["fit"] or fit
+        q = b["q"]
+        if q is None or not math.isfinite(q):
+            outcomes.append("no bound")
+        elif r[i] > q:
+            outcomes.append("exceeded")   # a censored run stopped above the bound and needed more still
+        elif c[i]:
+            outcomes.append("unknown")
+        else:
+            outcomes.append("covered")
+    covered, exceeded = outcomes.count("covered"), outcomes.count("exceeded")
+    checked = covered + exceeded
+    return {"outcomes": outcomes, "checked": checked, "covered": covered, "level": level,
+            "unknown_bound": outcomes.count("no bound"),
+            "coverage": covered / checked if checked else None}
+
+
+ALARM_RUNS = 20        # the recent runs the drift alarm reads
+ALARM_P = 0.02         # how unlikely that many exceedances must be at the bound's own level
+
+
+def drift_alarm(outcomes, ended_at=None, *, level: float = DEFAULT_LEVEL, recent: int = ALARM_RUNS) -> dict:
+    """Whether a scope's last `recent` runs exceeded their bound more often than the level allows.
+
+    outcomes: backtest outcomes, oldest first; ended_at: their end times (same order), for since when.
+    It fires when, of the last `recent` runs whose outcome is known (covered or exceeded), so many
+    exceeded that a bound holding its level would do so with probability under ALARM_P (binomial).
+    Returns {"alarm" (bool), "checked", "exceeded", "expected" (runs expected over the bound),
+    "since" (end time of the first exceedance among them, or None), "message"}.
+    """
+    alpha = 1.0 - level
+    tail = list(outcomes)[-recent:]
+    times = list(ended_at)[-recent:] if ended_at is not None else [None] * len(tail)
+    known = [(o, t) for o, t in zip(tail, times) if o in ("covered", "exceeded")]
+    n = len(known)
+    k = sum(o == "exceeded" for o, _ in known)
+    p = sum(math.comb(n, j) * alpha ** j * (1 - alpha) ** (n - j) for j in range(k, n + 1)) if n else 1.0
+    alarm = n >= 10 and k > 0 and p < ALARM_P
+    since = next((t for o, t in known if o == "exceeded"), None)
+    expected = alpha * n
+    message = (f"{k} of the last {n} runs exceeded the {level * 100:.0f} % bound; expected about "
+               f"{expected:.0f}")
+    return {"alarm": alarm, "checked": n, "exceeded": k, "expected": expected, "since": since,
+            "message": message}

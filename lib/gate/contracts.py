@@ -118,9 +118,11 @@ class CalibrationRow(TypedDict):
 
 
 class Calibration(TypedDict):
-    """The correction of a raw estimate: median = raw × factor, upper = raw × upper_factor (None: unknown)."""
+    """The correction of a raw estimate: median = raw × factor, upper = raw × upper_factor (None: unknown).
+    adapted_since: ISO time of the first run after a change in the scope's cost ratio the bound
+    followed (None: no change); runs_before_change: runs of the window it set aside for it."""
     scope: str | None
-    method: Literal["conformal", "tobit", "none"]
+    method: Literal["conformal", "tobit", "shifted", "none"]
     n: int
     n_censored: int
     level: float
@@ -128,6 +130,8 @@ class Calibration(TypedDict):
     upper_factor: float | None
     runs_needed: int
     note: str
+    adapted_since: NotRequired[str | None]
+    runs_before_change: NotRequired[int]
 
 
 class State(TypedDict, total=False):

@@ -137,10 +137,12 @@ def calibration(con, team: str, kind: str, now: datetime, *,
     params = calibration_params(now, window_days)
 
     def rows(scope_sql: str, scope_params: dict) -> list[CalibrationRow]:
-        sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored FROM ({CALIBRATION_ROWS_SQL}) "
+        sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored, ended_at FROM ({CALIBRATION_ROWS_SQL}) "
                f"WHERE {scope_sql} {CALIBRATION_ORDER} LIMIT $max_runs")
         got = con.execute(sql, {**params, **scope_params, "max_runs": max_runs}).fetchall()
-        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c} for e, a, c in got]
+        # oldest first, ties as the store orders them, so the change search reads them in time order
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
+                for e, a, c, t in reversed(got)]
 
     def scoped():
         yield "team×kind", rows("team = $team AND kind = $kind", {"team": team, "kind": kind})
