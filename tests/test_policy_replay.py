@@ -176,14 +176,10 @@ def test_propose_applies_edits_with_new_versions_and_lists_every_problem(submitt
 
 
 def open_replay_page(db, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.fixtures_app import ROOT, page_script
+    from tests.test_app_pages import open_app
     monkeypatch.setenv("GATE_DB", str(db))
     monkeypatch.setenv("GATE_DEMO", "0")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page(page_script("policy_replay")).run()
+    at = open_app("policy_replay")
     assert not at.exception, [e.value for e in at.exception]
     return at
 

@@ -87,20 +87,14 @@ def policies(base, up):
     return low, high
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(requests_st, policy_st, raise_st, holds_st)
-def test_raising_quotas_budgets_or_caps_never_adds_a_limit_deferral(reqs, base, up, holds):
+def test_raising_limits_never_adds_and_lowering_never_removes_a_limit_deferral(reqs, base, up, holds):
+    """Going from `low` to `high` raises quotas, budgets and caps; going back lowers them: each
+    request's limit deferrals under `high` are a subset of those under `low`."""
     low, high = policies(base, up)
-    for before, after in zip(codes_per_request(reqs, low, holds), codes_per_request(reqs, high, holds)):
-        assert after <= before, (before, after)
-
-
-@settings(max_examples=60, deadline=None)
-@given(requests_st, policy_st, raise_st, holds_st)
-def test_lowering_quotas_budgets_or_caps_never_removes_a_limit_deferral(reqs, base, up, holds):
-    low, high = policies(base, up)
-    for before, after in zip(codes_per_request(reqs, high, holds), codes_per_request(reqs, low, holds)):
-        assert before <= after, (before, after)
+    for under_low, under_high in zip(codes_per_request(reqs, low, holds), codes_per_request(reqs, high, holds)):
+        assert under_high <= under_low, (under_low, under_high)
 
 
 def test_an_admitted_run_holds_for_its_recorded_duration_from_the_replayed_admission():
