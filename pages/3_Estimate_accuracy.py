@@ -32,17 +32,28 @@ ui.table(data["sources"], "error_sources", "dl_acc_sources",
          empty="No finished run with an itemised estimate in this period.")
 
 st.subheader("Calibration the gate applies today")
+with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
+    cal = ui.PageData(queries.calibration, f, hourly=True)
+alarms = cal["alarms"]
+if len(alarms):
+    st.warning(f"Drift alarm: {len(alarms)} team × kind "
+               f"{'scope exceeds' if len(alarms) == 1 else 'scopes exceed'} the calibrated upper bound far more "
+               "often than its level allows. Their costs have probably changed: re-run the pilots and check "
+               "for a model or data change.")
+    ui.table(alarms, "drift_alarms", "dl_acc_alarms", empty="")
+else:
+    st.success("No drift alarm: every team × kind's last 20 runs exceeded the bound about as often as its "
+               "level allows.")
 st.caption("The factors `check` and `submit` apply today, learned from each team's recent finished runs: "
            "median factor × raw estimate = the calibrated median; upper-bound factor × raw = the calibrated "
            "upper bound (empty when unknown: too few runs, or too many stopped at their budget). Runs and "
-           "censored runs say what each factor rests on. Backtest coverage: how often the bound covered the "
-           "team's last 100 runs of that kind, each replayed from the runs before it; it should sit near the "
-           "target coverage. It is empty where the Tobit fit stands in for the conformal bound (that fit is "
-           "not replayed here).")
-with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
-    cal = ui.PageData(queries.calibration, f, hourly=True)
+           "censored runs say what each factor rests on; after a change in a team's costs the bound rests on "
+           "the runs since the change only (bound adapted since). Backtest coverage: how often the gate's own "
+           "bound (conformal, Tobit or shifted) covered the team's last 100 runs of that kind, each replayed "
+           "from the runs before it; it should sit near the target coverage. A run stopped at its budget "
+           "below its bound is never counted as covered.")
 cal.chart(figures.calibration_factors, "table")
 ui.table(cal["table"], "calibration", "dl_acc_calibration",
          empty="No finished runs in the calibration window yet: every bound is unknown.")
-ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run", "requested, not measured")
-
+ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run", "drift alarm", "adapted bound",
+            "requested, not measured")

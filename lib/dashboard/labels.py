@@ -43,6 +43,12 @@ GLOSSARY: dict[str, str] = {
                  "including those that start later",
     "earliest fit": "the first time a deferred request passes every capacity check, assuming each held "
                     "reservation releases at its reserved end: the same rule as the gate's fix",
+    "drift alarm": "a team × kind whose recent runs exceeded the calibrated upper bound far more often than "
+                   "its level allows (at a 90% bound, about 2 of 20 are expected): its costs have probably "
+                   "changed, and until the bound has caught up its requests are under-reserved",
+    "adapted bound": "after a change in a team's cost ratio, the bound rests on the runs since the change "
+                     "only: their median plus the spread the team showed before (shifted), then, with "
+                     "enough of them, the conformal bound of those runs alone",
     "requested, not measured": "an estimate that is only the time limit × GPUs a job asked for (e.g. from "
                                "Slurm); shown, but left out of estimate-error statistics",
 }
@@ -61,6 +67,8 @@ COLUMNS: dict[str, ColumnSpec] = {
     "missing": _spec("Missing for promotion", long=True), "restart_source": _spec("Restart time from"),
     "status": _spec("Status", long=True), "column": _spec("Column"), "value": _spec("Value", long=True),
     "line": _spec("Line", "integer"),
+    "recent_exceeded": _spec("Recent runs over the bound", long=True, help=GLOSSARY["drift alarm"]),
+    "what_to_do": _spec("What to do", long=True),
     # counts
     "runs": _spec("Runs", "integer"), "requests": _spec("Requests", "integer"),
     "previous_requests": _spec("Requests, previous period", "integer"),
@@ -104,6 +112,8 @@ COLUMNS: dict[str, ColumnSpec] = {
     "reserved_from": _spec("Reserved from (UTC)", "datetime"), "reserved_until": _spec("Reserved until (UTC)", "datetime"),
     "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
+    "adapted_since": _spec("Bound adapted since (UTC)", "datetime", help=GLOSSARY["adapted bound"]),
+    "drift_since": _spec("Exceeding since (UTC)", "datetime"),
     "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
     # forecast
     "week_start": _spec("Week starting (UTC)", "date"), "horizon": _spec("Weeks ahead", "integer"),

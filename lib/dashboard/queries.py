@@ -488,24 +488,27 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
 def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs: int | None = None,
                 window_days: int | None = None) -> dict:
     """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
-    runs) each rests on. Team and kind filters apply; dates do not (the gate reads its own window).
-    backtest_coverage: how often the team x kind split-conformal bound covered the scope's last
-    BACKTEST_RUNS runs when replayed from the runs before each (lib.gate.calibration.conformal_backtest);
-    it should sit near the level. Runs whose conformal bound was unknown (heavy censoring, where the
-    gate falls back to Tobit) are not replayed: refitting Tobit per run is too slow for a page.
+    runs) each rests on, and the drift alarms. Team and kind filters apply; dates do not (the gate
+    reads its own window).
+    backtest_coverage: how often the gate's team x kind bound (conformal, Tobit, or shifted after a
+    change: lib.gate.calibration.backtest) covered the scope's last BACKTEST_RUNS runs when replayed
+    from the runs before each; it should sit near the level. adapted_since: where the bound follows a
+    change in the cost ratio, the first run after it.
+    alarms: the team x kind scopes whose last ALARM_RUNS replayed runs exceeded their bound more often
+    than the level allows (lib.gate.calibration.drift_alarm), with since when and what to do.
 
     Same rows (lib.ledger.service.CALIBRATION_ROWS_SQL) and same function as
     lib.ledger.service.calibration (what submit and check use): the `max_runs` most recent per scope,
     fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x kind, it
     reads each scope for every team at once (about 0.5 s instead of 1-2 s on a 1M-run ledger)."""
     from lib.ledger import service as store
-    from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes, conformal_backtest
+    from lib.gate.calibration import DEFAULT_MAX_RUNS, backtest, calibrate_scopes, drift_alarm
     from lib.gate.terms import KINDS
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
     p = {**store.calibration_params(now, window_days), "max_runs": max_runs}
-    cols = "estimated_gpu_hours, actual_gpu_hours, censored"
+    cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with _reader(db) as con:
         teams = list(f.teams) or [t for (t,) in con.execute(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
@@ -517,13 +520,13 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         by_kind = _q(con, f"""
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team, kind)
-          SELECT c.team, c.kind, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          SELECT c.team, c.kind, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
         by_team = _q(con, f"""
           WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team)
-          SELECT c.team, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          SELECT c.team, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
         everyone = _q(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
@@ -531,22 +534,33 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         replay = _q(con, f"""
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
                        FROM cal GROUP BY team, kind)
-          SELECT c.team, c.kind, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored
-          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+          SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored,
+                 coalesce(least(r.reserved_from, r.started_at), c.ended_at) AS decided_at
+          FROM cal c JOIN runs r USING (run_id) JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $replay
-          ORDER BY c.team, c.kind, c.ended_at, c.run_id""", p)
+          ORDER BY c.team, c.kind, c.ended_at, c.run_id DESC""", p)
         con.execute("DROP TABLE cal")
 
     def records(df):
-        return df[["estimated_gpu_hours", "actual_gpu_hours", "censored"]].to_dict("records")
+        # oldest first with ties as the store hands them over (its newest-first order, reversed)
+        df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
+        out = df[["estimated_gpu_hours", "actual_gpu_hours", "censored", "ended_at"]].to_dict("records")
+        for row in out:
+            row["ended_at"] = row["ended_at"].to_pydatetime()
+        return out
 
     kind_rows = {k: records(g) for k, g in by_kind.groupby(["team", "kind"])}
     team_rows = {k: records(g) for k, g in by_team.groupby("team")}
     all_rows = records(everyone)
-    replayed = {k: conformal_backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
-                                      last=BACKTEST_RUNS)
-                for k, g in replay.groupby(["team", "kind"])}
-    rows = []
+    replayed, alarmed = {}, {}
+    for k, g in replay.groupby(["team", "kind"]):
+        # each run replayed from the runs that had ended when it was admitted (reserved or started)
+        back = replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
+                                      last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
+                                      decided_at=g["decided_at"].to_numpy())
+        alarmed[k] = drift_alarm(back["outcomes"], list(g["ended_at"])[-len(back["outcomes"]):],
+                                 censored=g["censored"].to_numpy(bool))
+    rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
             cal = calibrate_scopes([("team×kind", kind_rows.get((team, kind), [])),
@@ -556,13 +570,28 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
                          "upper_factor": cal["upper_factor"], "method": cal["method"],
                          "scope": cal["scope"], "runs": cal["n"], "censored_runs": cal["n_censored"],
                          "level": cal["level"], "backtest_checked": back.get("checked", 0),
-                         "backtest_coverage": back.get("coverage"), "note": cal["note"]})
+                         "backtest_coverage": back.get("coverage"),
+                         "adapted_since": pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else pd.NaT,
+                         "note": cal["note"]})
+            alarm = alarmed.get((team, kind))
+            if alarm and alarm["alarm"]:
+                # since when: where the gate's bound found the change, else the first run that went over
+                since = pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else alarm["since"]
+                alarms.append({"team": team, "kind": kind, "recent_exceeded": alarm["message"],
+                               "drift_since": since, "what_to_do": DRIFT_ADVICE})
     table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
                                         "censored_runs", "level", "backtest_checked", "backtest_coverage",
-                                        "note"])
+                                        "adapted_since", "note"])
     table["upper_factor"] = table["upper_factor"].astype("float64")
     table["backtest_coverage"] = table["backtest_coverage"].astype("float64")
-    return {"table": table}
+    table["adapted_since"] = pd.to_datetime(table["adapted_since"])
+    alarms = pd.DataFrame(alarms, columns=["team", "kind", "recent_exceeded", "drift_since", "what_to_do"])
+    alarms["drift_since"] = pd.to_datetime(alarms["drift_since"])
+    return {"table": table, "alarms": alarms}
+
+
+DRIFT_ADVICE = ("re-run the pilots on the current model and data, and check for a model or data change; "
+                "until then the gate's bound follows the recent runs only")
 
 
 # ------------------------------------------------------------------------- stops and promotion

@@ -394,9 +394,11 @@ BACKTEST_OUTCOMES = ("covered", "exceeded", "unknown", "no bound")
 
 
 def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL,
-             window: int = DEFAULT_MAX_RUNS, last: int = 100) -> dict:
+             window: int = DEFAULT_MAX_RUNS, last: int = 100, ended_at=None, decided_at=None) -> dict:
     """The coverage the gate's own bound (scope_bound: conformal, Tobit, or after a change shifted)
-    achieved on one scope's recent runs, each replayed from the up to `window` runs that ended before it.
+    achieved on one scope's recent runs (in end-time order), each replayed from the up to `window`
+    runs that informed it: those that ended before it was decided when ended_at and decided_at (one
+    per run, comparable values) are given, else those that ended before it.
 
     A run is "covered" when its log ratio stayed at or under its bound, "exceeded" when it went over
     (a censored run only when its stop value already exceeded the bound), "unknown" for a censored
@@ -409,10 +411,16 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
 
     r = np.asarray(log_ratios_in_time_order, dtype=float)
     c = np.asarray(censored, dtype=bool)
+    if decided_at is not None:
+        ends, decided = np.asarray(ended_at), np.asarray(decided_at)
+        known = np.minimum(np.searchsorted(ends, decided, side="right"), np.arange(len(r)))
+    else:
+        known = np.arange(len(r))
     outcomes, fit = [], None
     for i in range(max(0, len(r) - last), len(r)):
-        lo = max(0, i - window)
-        b = scope_bound(r[lo:i], c[lo:i], level, start=fit) if i > lo else {"q": None, "fit": None}
+        hi = int(known[i])
+        lo = max(0, hi - window)
+        b = scope_bound(r[lo:hi], c[lo:hi], level, start=fit) if hi > lo else {"q": None, "fit": None}
         fit = b["fit"] or fit
         q = b["q"]
         if q is None or not math.isfinite(q):
@@ -431,29 +439,56 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
 
 
 ALARM_RUNS = 20        # the recent runs the drift alarm reads
-ALARM_P = 0.02         # how unlikely that many exceedances must be at the bound's own level
+ALARM_P = 0.01         # how unlikely what it saw must be for a scope whose costs have not changed
 
 
-def drift_alarm(outcomes, ended_at=None, *, level: float = DEFAULT_LEVEL, recent: int = ALARM_RUNS) -> dict:
-    """Whether a scope's last `recent` runs exceeded their bound more often than the level allows.
+def _binom_tail(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1)) if n else 1.0
 
-    outcomes: backtest outcomes, oldest first; ended_at: their end times (same order), for since when.
-    It fires when, of the last `recent` runs whose outcome is known (covered or exceeded), so many
-    exceeded that a bound holding its level would do so with probability under ALARM_P (binomial).
+
+def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAULT_LEVEL,
+                recent: int = ALARM_RUNS, window: int = DEFAULT_MAX_RUNS) -> dict:
+    """Whether a scope's last `recent` runs went over their bound more often than the level allows.
+
+    outcomes: backtest outcomes, oldest first; ended_at: their end times (same order), for since when;
+    censored: the scope's censored flags in the same time order, ending with the same run (it may
+    reach further back), to judge stops at a limit.
+    Two signs, each judged by how unlikely it is (binomial, under ALARM_P) for unchanged costs:
+    - over the bound: of the last `recent` runs whose outcome is known (covered or exceeded), more
+      exceeded than a bound at `level` lets through;
+    - stopped at a limit: of the last `recent` runs, more stopped at their budget or time limit (a
+      censored run stopped under its bound: whether it would have fitted is unknown) than the scope's
+      share of such stops over the up to `window` runs before them.
     Returns {"alarm" (bool), "checked", "exceeded", "expected" (runs expected over the bound),
-    "since" (end time of the first exceedance among them, or None), "message"}.
+    "stopped", "stopped_expected", "since" (end time of the first run that went over or stopped among
+    them, or None), "message" (a sentence a planner reads)}.
     """
     alpha = 1.0 - level
     tail = list(outcomes)[-recent:]
     times = list(ended_at)[-recent:] if ended_at is not None else [None] * len(tail)
     known = [(o, t) for o, t in zip(tail, times) if o in ("covered", "exceeded")]
-    n = len(known)
-    k = sum(o == "exceeded" for o, _ in known)
-    p = sum(math.comb(n, j) * alpha ** j * (1 - alpha) ** (n - j) for j in range(k, n + 1)) if n else 1.0
-    alarm = n >= 10 and k > 0 and p < ALARM_P
-    since = next((t for o, t in known if o == "exceeded"), None)
+    n, k = len(known), sum(o == "exceeded" for o, _ in known)
+    over = k > 0 and _binom_tail(k, n, alpha) < ALARM_P
     expected = alpha * n
-    message = (f"{k} of the last {n} runs exceeded the {level * 100:.0f} % bound; expected about "
-               f"{expected:.0f}")
-    return {"alarm": alarm, "checked": n, "exceeded": k, "expected": expected, "since": since,
-            "message": message}
+    message = f"{k} of the last {n} runs exceeded the {level * 100:.0f} % bound; expected about {expected:.0f}"
+    stopped = stopped_expected = 0
+    stop_alarm = False
+    if censored is not None and len(censored) > len(tail):
+        flags = [bool(c) for c in censored]
+        before = flags[-len(tail) - window:-len(tail)]
+        share = sum(before) / len(before)
+        stopped = sum(flags[-len(tail):])
+        stopped_expected = share * len(tail)
+        stop_alarm = (len(before) >= 2 * recent and stopped > stopped_expected
+                      and _binom_tail(stopped, len(tail), max(share, 0.5 / len(before))) < ALARM_P)
+        if stop_alarm:
+            stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
+                     f"finishing, where about {stopped_expected:.0f} did before")
+            message = (f"{message}; {stops}" if over else
+                       f"{stops}; of the {n} runs whose outcome is known, {k} exceeded the "
+                       f"{level * 100:.0f} % bound (expected about {expected:.0f})")
+    marks = [t for o, t in zip(tail, times) if o == "exceeded" or (stop_alarm and o == "unknown")]
+    return {"alarm": over or stop_alarm, "checked": n, "exceeded": k, "expected": expected,
+            "stopped": stopped, "stopped_expected": stopped_expected,
+            "since": marks[0] if marks else None, "message": message}

@@ -22,6 +22,9 @@ them from a DataFrame with one INSERT ... SELECT per table (strings are built in
   drawn reason, decided by lib.gate.admission.decide over the team's policy and `demo_state`, and
   serialised as lib.ledger.service.record_decision records a submit (re-deciding it gives it again);
   the demo's admits are generated history and are not re-decided;
+- a change: every run `COST_SHIFT` names (team, days ago, factor) requested in its last days needs
+  that factor more (a new model family, pilots still from the old one), so the Estimate accuracy
+  page shows a drift alarm and a bound that adapted;
 - pilots for pilot-estimated runs, holdout reads (a few over their allowance), full-evaluation flags.
 
 Re-running replaces the previous demo rows (source 'demo', origin 'demo') and nothing else.
@@ -69,6 +72,7 @@ DEFER_CODES = ("no-snapshot", "no-pilot", "budget", "period-budget", "gpu-cap", 
                "runtime-cap", "memory", "no-recovery", "capacity", "retraining-protection")
 DEFER_P = np.array([0.02, 0.08, 0.17, 0.12, 0.04, 0.02, 0.04, 0.02, 0.04, 0.39, 0.06])
 DEFAULT_RUNS = 10_000
+COST_SHIFT = ("ranking", 45, 2.0)   # team, days before now, factor on what its runs needed since
 
 
 def _traits(team: str, rng: np.random.Generator):
@@ -189,6 +193,9 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     ratio = med_ratio * np.exp(sd * rng.standard_normal(n))
     tail = rng.random(n) < np.where(pilot, tail_p / 3, tail_p)
     ratio = np.where(tail, ratio * (1 + np.minimum(rng.pareto(1.6, n), 6.0)), ratio)
+    if COST_SHIFT[0] in names:
+        shifted = (team_i == names.index(COST_SHIFT[0])) & (t_sub > -COST_SHIFT[1] * 24.0)
+        ratio = np.where(shifted, ratio * COST_SHIFT[2], ratio)
     needed = est * ratio
 
     margin = np.select([kind_i == 0, kind_i == 1], [rng.uniform(1.05, 1.6, n), rng.uniform(1.25, 1.8, n)],

@@ -1,0 +1,97 @@
+"""The drift alarm: a team x kind whose recent runs go over the calibrated bound (or stop at their
+limit) far more often than the level allows is flagged, with since when and what to do; steady
+scopes stay quiet."""
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lib.dashboard import queries
+from lib.dashboard.filters import default_filters
+from lib.gate.calibration import backtest, drift_alarm
+from tests.fixtures_app import ROOT, page_script
+from tests.fixtures_calibration import ratio_stream
+
+
+def _replayed(stream: dict, lag: int = 6, last: int = 100) -> dict:
+    """Backtest of a stream whose runs are decided `lag` runs before they end (runs in flight)."""
+    n = len(stream["r"])
+    ended = np.arange(n, dtype=float)
+    return backtest(stream["r"], stream["censored"], last=last, ended_at=ended, decided_at=ended - lag - 0.5)
+
+
+def test_the_alarm_fires_on_a_shifted_scope_in_words_a_planner_reads():
+    s = ratio_stream(1, 400, sigma=0.25, jump_at=388, factor=2.0)
+    back = _replayed(s)
+    times = [f"t{i}" for i in range(300, 400)]
+    alarm = drift_alarm(back["outcomes"], times)
+    assert alarm["alarm"]
+    assert alarm["exceeded"] >= 7 and alarm["checked"] == 20
+    assert alarm["message"] == (f"{alarm['exceeded']} of the last 20 runs exceeded the 90 % bound; "
+                                "expected about 2")
+    # since: the first of those 20 runs that went over
+    assert alarm["since"] == times[80 + back["outcomes"][80:].index("exceeded")]
+
+
+def test_a_steady_scope_stays_quiet():
+    alarm = drift_alarm(_replayed(ratio_stream(2, 400))["outcomes"])
+    assert not alarm["alarm"] and alarm["exceeded"] <= 5
+
+
+def test_false_alarms_on_steady_streams_stay_under_5_percent_of_scopes():
+    rng = np.random.default_rng(0)
+    fired = 0
+    for seed in range(200):
+        s = ratio_stream(seed, 300, mu=rng.uniform(-0.2, 0.4), sigma=rng.uniform(0.1, 0.5),
+                         censor_share=rng.choice([0.0, 0.3]))
+        back = _replayed(s, lag=int(rng.integers(0, 8)), last=20)
+        fired += drift_alarm(back["outcomes"], censored=s["censored"])["alarm"]
+    assert fired / 200 < 0.05
+
+
+def test_a_surge_of_budget_stops_fires_the_alarm_even_when_each_is_under_the_bound():
+    # every recent run stopped at its budget, under the bound: none is a known exceedance
+    outcomes = ["covered"] * 80 + ["unknown"] * 20
+    censored = [i % 10 == 0 for i in range(280)] + [True] * 20
+    alarm = drift_alarm(outcomes, censored=censored)
+    assert alarm["alarm"] and alarm["exceeded"] == 0 and alarm["stopped"] == 20
+    assert alarm["message"].startswith("20 of the last 20 runs stopped at their budget or time limit before "
+                                       "finishing, where about 2 did before")
+    # the same share of stops as before is no alarm
+    assert not drift_alarm(["covered"] * 18 + ["unknown"] * 2, censored=censored[:280])["alarm"]
+
+
+@pytest.fixture(scope="module")
+def full_demo(tmp_path_factory):
+    """The demo history at its default size (its cost shift needs months of runs), and its now."""
+    from lib.ledger.demo import build_demo
+    from tests.fixtures_gate import NOW
+    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    build_demo(path, now=NOW)
+    return path, NOW
+
+
+def test_the_demo_history_shows_the_alarm_on_the_team_whose_costs_shift(full_demo):
+    from lib.ledger.demo import COST_SHIFT
+    path, now = full_demo
+    out = queries.calibration(default_filters(now.date()), path, now)
+    alarms, table = out["alarms"], out["table"]
+    assert set(alarms["team"]) == {COST_SHIFT[0]}
+    assert alarms["what_to_do"].str.contains("re-run the pilots").all()
+    assert (alarms["drift_since"] >= now - np.timedelta64(COST_SHIFT[1] + 5, "D")).all()
+    shifted = table[table["team"] == COST_SHIFT[0]]
+    assert shifted["adapted_since"].notna().any()
+    # the coverage audit covers every method the gate uses, Tobit included
+    tobit = table[(table["method"] == "tobit") & (table["scope"] == "team×kind") & (table["runs"] >= 50)]
+    assert len(tobit) and tobit["backtest_coverage"].notna().all()
+
+
+def test_the_estimate_accuracy_page_shows_the_alarm(full_demo, monkeypatch, fresh_caches):
+    path, now = full_demo
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.run()
+    at.switch_page(page_script("estimate_accuracy")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("Drift alarm:") and "re-run the pilots" in w for w in warnings), warnings
