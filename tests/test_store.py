@@ -60,7 +60,8 @@ def test_team_state_counts_only_active_reservations_this_month_and_usable_snapsh
         state = team_state(con, "tiny", NOW, kind="exploratory")
         other = calibration(con, "other", "production", NOW)
     assert set(state) == {"now", "reservations", "period_spent_gpu_hours", "snapshots",
-                          "calibration_history", "calibration"}
+                          "calibration_history", "calibration", "interruption_rate"}
+    assert state["interruption_rate"] is None   # no preemptible run with an interruption count
     assert state["now"] == NOW
     assert [r["run_id"] for r in state["reservations"]] == ["active", "open-ended"]
     assert state["reservations"][0] == {"run_id": "active", "team": "tiny", "kind": "exploratory",

@@ -95,6 +95,20 @@ def estimate_rows(decision: dict) -> list[dict]:
     est = decision.get("estimate") or {}
     rows = [{"item": f"raw item: {k}", "value": val, "unit": "GPU-h", "note": ""}
             for k, val in (est.get("items_gpu_hours") or {}).items()]
+    expect = est.get("interruptions")
+    if expect:   # preemptible: the stated number, the ledger's, and the larger that the items price
+        rate = expect["rate"]
+        rows += [{"item": "expected interruptions: stated", "value": expect["stated"], "unit": "interruptions",
+                  "note": ""},
+                 {"item": "expected interruptions: from the ledger", "value": expect["from_ledger"],
+                  "unit": "interruptions",
+                  "note": (f"{rate['per_gpu_hour']:.4g} per GPU-hour observed on preemptible capacity "
+                           f"({'this team' if rate['scope'] == 'team' else 'all teams'}, {rate['runs']} runs)"
+                           if rate else "no preemptible run in the ledger yet")},
+                 {"item": "expected interruptions: used", "value": expect["used"], "unit": "interruptions",
+                  "note": "the larger of the two" + (" (priced in restarts_and_lost_work)"
+                                                      if est.get("source") == "pilot" else
+                                                      "; a stated estimate is taken whole")}]
     judged = _BASIS.get(est.get("judged_at"), est.get("judged_at"))
     for key, label, unit in (("raw_gpu_hours", "raw total", "GPU-h"),
                              ("median_gpu_hours", "calibrated median", "GPU-h"),

@@ -117,7 +117,7 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
         return unknown_team(request, now=now)
 
     kind, gpus = req["kind"], req["gpus"]
-    est = estimate_request(req)
+    est = estimate_request(req, state.get("interruption_rate"))
     if not math.isfinite(est["raw_gpu_hours"]):
         # each number was finite, but together they overflow (e.g. 1e-300 steps/s): not a request
         # the gate can judge, and never one it may admit with a NaN or infinite reservation

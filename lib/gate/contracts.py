@@ -134,6 +134,25 @@ class Calibration(TypedDict):
     runs_before_change: NotRequired[int]
 
 
+class InterruptionRate(TypedDict):
+    """Interruptions observed on preemptible capacity (lib.ledger.service.interruption_rate): per
+    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
+    per_gpu_hour: float
+    scope: Literal["team", "all"]
+    runs: int
+    gpu_hours: float
+    interruptions: int
+
+
+class ExpectedInterruptions(TypedDict):
+    """What a preemptible request's estimate expects: the stated number, the ledger's (observed rate ×
+    the run's GPU-hours before restarts; None without a rate) and the larger, which the items price."""
+    stated: float
+    from_ledger: float | None
+    used: float
+    rate: InterruptionRate | None
+
+
 class State(TypedDict, total=False):
     """A team's state at decision time; a missing key means: now = the current time, no
     reservations, nothing spent, no snapshots, calibration from calibration_history (default none)."""
@@ -143,6 +162,7 @@ class State(TypedDict, total=False):
     snapshots: set[str] | frozenset[str]
     calibration: Calibration | None
     calibration_history: list[CalibrationRow]
+    interruption_rate: InterruptionRate | None
 
 
 class Reason(TypedDict):
@@ -168,6 +188,7 @@ class Estimate(TypedDict):
     judged_gpu_hours: NotRequired[float]
     judged_at: NotRequired[BudgetBasis]
     calibration: NotRequired[Calibration]
+    interruptions: NotRequired[ExpectedInterruptions]
 
 
 class Decision(TypedDict):

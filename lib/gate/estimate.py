@@ -4,12 +4,16 @@ The pilot measures steps/s on a representative slice and on the worst-case input
 share of steps is budgeted at the worst-case rate, never at the pilot mean. On top of compute come
 data-loading stalls, checkpoint writes, evaluation and the expected cost of interruptions (restart
 time plus the work lost since the last checkpoint). Every item is GPU-hours: wall hours × GPUs.
+
+Preemptible capacity interrupts runs whatever the request says: a preemptible request is priced with
+the larger of its stated expected_interruptions and the interruptions the ledger observed there
+(interruptions per GPU-hour × the run's GPU-hours before restarts); both are in `interruptions`.
 """
 from __future__ import annotations
 
 import math
 
-from lib.gate.contracts import Estimate, Pilot, Request
+from lib.gate.contracts import Estimate, ExpectedInterruptions, InterruptionRate, Pilot, Request
 
 ITEMS = ("compute_typical", "compute_worst_case", "data_loading", "checkpoint", "evaluation",
          "restarts_and_lost_work")
@@ -63,15 +67,39 @@ def from_stated(estimated_gpu_hours: float, *, gpus: int) -> Estimate:
             "raw_gpu_hours": estimated_gpu_hours, "wall_hours": estimated_gpu_hours / gpus}
 
 
-def estimate_request(req: Request) -> Estimate:
-    """The raw estimate of a validated request, from its pilot or its stated GPU-hours."""
+def expected_interruptions(stated: float, exposure_gpu_hours: float,
+                           rate: InterruptionRate | None) -> ExpectedInterruptions:
+    """The stated number, the ledger's (rate per GPU-hour × exposure GPU-hours) and the larger."""
+    from_ledger = rate["per_gpu_hour"] * exposure_gpu_hours if rate else None
+    return {"stated": stated, "from_ledger": from_ledger, "used": max(stated, from_ledger or 0.0),
+            "rate": rate}
+
+
+def estimate_request(req: Request, interruption_rate: InterruptionRate | None = None) -> Estimate:
+    """The raw estimate of a validated request, from its pilot or its stated GPU-hours.
+
+    interruption_rate: what the ledger observed on preemptible capacity; a preemptible request's
+    estimate expects at least rate × its GPU-hours before restarts (its `interruptions` key says
+    both numbers). A stated estimate is taken whole: the numbers are recorded, not priced (there is
+    no restart time or checkpoint interval to price them with)."""
+    stated = req["expected_interruptions"]
+    preemptible = req.get("capacity") == "preemptible"
     if "pilot" in req:
-        est = from_pilot(req["pilot"], gpus=req["gpus"],
-                         expected_interruptions=req["expected_interruptions"],
-                         checkpoint_supported=req["checkpoint_supported"],
-                         skip_full_evaluation=req["skip_full_evaluation"])
+        def priced(n):
+            return from_pilot(req["pilot"], gpus=req["gpus"], expected_interruptions=n,
+                              checkpoint_supported=req["checkpoint_supported"],
+                              skip_full_evaluation=req["skip_full_evaluation"])
+        est = priced(stated)
+        if preemptible:
+            exposure = est["raw_gpu_hours"] - est["items_gpu_hours"]["restarts_and_lost_work"]
+            expect = expected_interruptions(stated, exposure, interruption_rate)
+            if expect["used"] > stated:
+                est = priced(expect["used"])
+            est["interruptions"] = expect
         est["source"] = "pilot"
     else:
         est = from_stated(req["estimated_gpu_hours"], gpus=req["gpus"])
+        if preemptible:
+            est["interruptions"] = expected_interruptions(stated, req["estimated_gpu_hours"], interruption_rate)
         est["source"] = "stated"
     return est

@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - not on Linux
     fcntl = None
 
 from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
-from lib.gate.contracts import Calibration, CalibrationRow, Decision, Policy, Request, Reservation, State
+from lib.gate.contracts import (Calibration, CalibrationRow, Decision, InterruptionRate, Policy, Request,
+                                Reservation, State)
 from lib.gate.stopping import artifact_status_for
 from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,
                             INCOMPLETE_STOPS, KINDS, STOP_REASONS, InputError, checked_count,
@@ -107,7 +108,29 @@ def team_state(con, team, now=None, *, kind: str | None = None,
         "calibration_history": [],
         "calibration": (calibration(con, team, kind, now, window_days=window_days)
                         if kind is not None else None),
+        "interruption_rate": interruption_rate(con, team, now, window_days=window_days),
     }
+
+
+MIN_RATE_RUNS = 20   # preemptible runs a team needs before its own interruption rate is used
+
+
+def interruption_rate(con, team: str, now: datetime, *,
+                      window_days: int = CALIBRATION_WINDOW_DAYS) -> InterruptionRate | None:
+    """Interruptions per GPU-hour observed on preemptible capacity over the finished runs of the
+    calibration window with a recorded interruption count: the team's when it has MIN_RATE_RUNS such
+    runs, else everyone's; None when nobody has any (or no GPU-hours)."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE team = $team), sum(actual_gpu_hours) FILTER (WHERE team = $team), "
+        "sum(interruptions) FILTER (WHERE team = $team), count(*), sum(actual_gpu_hours), sum(interruptions) "
+        "FROM runs WHERE capacity = 'preemptible' AND ended_at > $since AND ended_at <= $now "
+        "AND interruptions IS NOT NULL AND actual_gpu_hours > 0",
+        {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
+    for scope, (runs, hours, interruptions) in (("team", row[:3]), ("all", row[3:])):
+        if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
+            return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
+                    "gpu_hours": float(hours), "interruptions": int(interruptions)}
+    return None
 
 
 # The rows calibration reads, for the gate (one team and kind) and the dashboard (every team at
