@@ -540,14 +540,22 @@ def _result(requests, proposed, recorded, policies, levels, refresh, window) -> 
     }
 
 
+MEASURES = {  # per-team result key -> how the table names it
+    "admit": "admitted", "defer": "deferred", "reject": "rejected",
+    "reserved_gpu_hours": "reserved GPU-hours (admitted)", "used_gpu_hours": "used GPU-hours (admitted)",
+    "idle_share": "idle share of reserved (0-1)", "budget_breaches": "budget breaches (actual > reserved)",
+    "median_wait_hours": "median wait to earliest fit (hours)",
+    "never_fits_by_waiting": "deferred, waiting never fits",
+}
+
+
 def team_table(result: ReplayResult) -> list[dict]:
     """The per-team results as rows (team, measure, recorded, proposed) for a table."""
     rows = []
     for t in result["teams"]:
         rec, pro = t["recorded"], t["proposed"]
-        for key in ("admit", "defer", "reject", "reserved_gpu_hours", "used_gpu_hours", "idle_share",
-                    "budget_breaches", "median_wait_hours", "never_fits_by_waiting"):
-            rows.append({"team": t["team"], "measure": key, "recorded": rec[key], "proposed": pro[key]})
+        for key, label in MEASURES.items():
+            rows.append({"team": t["team"], "measure": label, "recorded": rec[key], "proposed": pro[key]})
         for code in sorted(set(rec["deferrals_by_reason"]) | set(pro["deferrals_by_reason"])):
             rows.append({"team": t["team"], "measure": f"deferred for {code}",
                          "recorded": rec["deferrals_by_reason"].get(code, 0),
