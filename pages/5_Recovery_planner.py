@@ -115,12 +115,15 @@ else:
         c[2].caption(f"{int(source['runs']):,} finished runs · {mtbf_text} · restart "
                      f"{source['restart_h'] * 60:.1f} min ({source['restart_source']}"
                      f"{', median over %d runs' % source['restart_runs'] if source['restart_source'] == 'ledger' else ''})"
-                     f" · {int(source['lifetime_samples']):,} empirical lifetimes")
+                     f" · {int(source['lifetime_samples']):,} Kaplan-Meier lifetimes "
+                     f"({int(source['censored_lifetimes']):,} ended without an interruption)")
     with st.expander("Per team and capacity type"):
         ui.table(rates, "recovery_rates", "dl_rp_rates", empty="No finished runs in this period.",
                  caption="Mean time between interruptions = run time ÷ interruptions. Restart time = the median "
                          "retry GPU-hours per relaunch per GPU, or a default by job size when none is recorded. "
-                         "Lifetimes: each interrupted run's hours cut into equal gaps (a pessimistic approximation).")
+                         "Lifetimes: each run's hours cut into equal gaps, one per interruption plus a last one "
+                         "ended by the run's end; Kaplan-Meier counts that last gap (and a run never interrupted) "
+                         "as censored, a lifetime at least that long, so lifetimes are not biased short.")
 
 # ----------------------------------------------------------------------------- the job
 st.subheader("The job")
@@ -155,10 +158,10 @@ if ss["rp_lifetimes"] == "empirical":
     if source is not None and bool(source["enough_lifetimes"]):
         sel = lifetimes[(lifetimes["team"] == source["team"]) & (lifetimes["capacity"] == source["capacity"])]
         sample = tuple(float(v) for v in sel["lifetime_h"])
-        ui.caption(f"Empirical lifetimes: {len(sample):,} from {source['team']} · {source['capacity']} "
+        ui.caption(f"Kaplan-Meier lifetimes: {len(sample):,} from {source['team']} · {source['capacity']} "
                    f"(mean {np.mean(sample):.3g} h against the MTBF {mtbf_h:.3g} h typed above).")
     else:
-        st.warning(f"Fewer than {MIN_LIFETIME_SAMPLES} empirical lifetimes for this selection: simulating "
+        st.warning(f"Fewer than {MIN_LIFETIME_SAMPLES} interruptions for this selection: simulating "
                    "exponential lifetimes from the MTBF instead.")
 save_inputs()
 

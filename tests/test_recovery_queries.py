@@ -75,8 +75,13 @@ def test_rates_per_team_and_capacity_are_exact(ledger):
     assert sp["median_gpus"] == 2.0
     assert sp["restart_runs"] == 2 and sp["restart_source"] == "ledger"
     assert sp["restart_h"] == pytest.approx((0.25 + 0.1) / 2)
-    assert sp["lifetime_samples"] == 5 and not sp["enough_lifetimes"]
-    assert lifetimes_of(lt, "speech", "preemptible") == pytest.approx([2.0, 2.0, 2.0, 2.0, 3.0])
+    # Kaplan-Meier lifetimes: 4 interruptions at 2 h and 1 at 3 h; censored at 2, 3 and 4 h (each run's
+    # last gap and run c). S(2) = 1 - 4/8 = 1/2, S(3) = 1/2 x (1 - 1/3) = 1/3; beyond 3 h an exponential
+    # tail with the MTBF 20 h / 5 = 4 h. 8 lifetimes at probabilities (i + 0.5) / 8: four at 2 h, one at
+    # 3 h, then 3 + 4 ln((1/3) / (1 - u)) for u = 0.6875, 0.8125, 0.9375
+    assert sp["lifetime_samples"] == 8 and sp["censored_lifetimes"] == 3 and not sp["enough_lifetimes"]
+    tail = [3 + 4 * math.log((1 / 3) / (1 - u)) for u in (0.6875, 0.8125, 0.9375)]
+    assert lifetimes_of(lt, "speech", "preemptible") == pytest.approx([2.0, 2.0, 2.0, 2.0, 3.0] + tail)
 
 
 def test_no_interruptions_leave_the_mtbf_empty_and_no_retries_use_the_default_restart(ledger):
@@ -84,7 +89,7 @@ def test_no_interruptions_leave_the_mtbf_empty_and_no_retries_use_the_default_re
     st_ = row(rates, "speech", "stable")
     assert st_["interruptions"] == 0 and math.isnan(st_["mtbf_h"])
     assert st_["restart_source"] == "default" and st_["restart_h"] == pytest.approx(5 / 60)
-    assert st_["lifetime_samples"] == 0
+    assert st_["lifetime_samples"] == 0 and st_["censored_lifetimes"] == 1   # no interruption: no curve
     vi = row(rates, "vision", "preemptible")
     assert vi["mtbf_h"] == pytest.approx(10.0)
     assert vi["restart_runs"] == 0 and vi["restart_source"] == "default"
@@ -98,7 +103,10 @@ def test_pooled_rows_cover_every_shown_team(ledger):
     assert pool["run_hours"] == pytest.approx(30.0) and pool["mtbf_h"] == pytest.approx(5.0)
     assert pool["median_gpus"] == pytest.approx(3.0)
     assert pool["restart_h"] == pytest.approx(0.175) and pool["restart_source"] == "ledger"
-    assert lifetimes_of(out["lifetimes"], ALL_TEAMS, "preemptible") == pytest.approx([2, 2, 2, 2, 3, 5])
+    # with vision's run (an interruption at 5 h, censored at 5 h): S(2) = 0.6, S(3) = 0.48, S(5) = 0.24,
+    # MTBF 30 h / 6 = 5 h; 10 lifetimes at probabilities 0.05, 0.15, ..., 0.95
+    tail = [5 + 5 * math.log(0.24 / (1 - u)) for u in (0.85, 0.95)]
+    assert lifetimes_of(out["lifetimes"], ALL_TEAMS, "preemptible") == pytest.approx([2, 2, 2, 2, 3, 5, 5, 5] + tail)
 
 
 def test_the_sidebar_filters_apply(ledger):

@@ -81,6 +81,9 @@ COLUMNS: dict[str, ColumnSpec] = {
     "backtest_checked": _spec("Backtest runs", "integer"), "interruptions": _spec("Interruptions", "integer"),
     "interrupted_runs": _spec("Interrupted runs", "integer"), "restart_runs": _spec("Runs with restarts", "integer"),
     "lifetime_samples": _spec("Lifetime samples", "integer"),
+    "censored_lifetimes": _spec("Lifetimes without interruption", "integer",
+                                help="lifetimes ended by the run's end, not by an interruption: Kaplan-Meier "
+                                     "counts them as at least that long"),
     "requested": _spec("Requested", "number"), "limit": _spec("Limit", "number"), "in_use": _spec("In use", "number"),
     # GPU-hours
     "reserved_gpu_hours": _spec("Reserved (GPU-h)", "number"), "actual_gpu_hours": _spec("Used (GPU-h)", "number"),

@@ -669,17 +669,18 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
       act_retry_gpu_hours / (restarts x gpus) (the ledger has no restart-duration column: retry
       GPU-hours per relaunch per accelerator), restart_source 'ledger'; without such runs
       default_restart_h(median GPUs), restart_source 'default';
-    - lifetime_samples: how many empirical lifetimes `lifetimes` holds for the row;
-      enough_lifetimes = lifetime_samples >= MIN_LIFETIME_SAMPLES.
-    Empirical lifetimes (approximation, the ledger keeps counts, not interruption times): a run of h
-    wall hours with n >= 1 interruptions is cut into n + 1 equal gaps of h / (n + 1); the n gaps that
-    ended in an interruption are samples, the last (ended by the run's end) is censored and dropped,
-    and runs never interrupted give none. The sample therefore leans short (pessimistic) against
-    mtbf_h, which counts uninterrupted exposure too. At most MAX_LIFETIME_SAMPLES per row (a fixed
-    sample).
+    - lifetime_samples: how many lifetimes `lifetimes` holds for the row; censored_lifetimes: how
+      many lifetimes ended without an interruption (right-censored);
+      enough_lifetimes = interruptions >= MIN_LIFETIME_SAMPLES (the curve needs observed ones).
+    Lifetimes (lib.planning.lifetimes, approximation: the ledger keeps counts, not interruption
+    times): a run of h wall hours with n interruptions gives n lifetimes of h / (n + 1) that ended in
+    an interruption and one of that length censored by the run's end (a run never interrupted: one
+    censored lifetime of h). `lifetimes` is the Kaplan-Meier curve's quantiles at evenly spaced
+    probabilities, one per lifetime up to MAX_LIFETIME_SAMPLES per row, with an exponential tail
+    (mean mtbf of the same lifetimes) beyond the last interruption; none without interruptions.
     Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
     interruptions, mtbf_h, median_gpus, restart_runs, restart_h, restart_source, lifetime_samples,
-    enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
+    censored_lifetimes, enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
     """
     where, p = f.where("r")
     p.update(_period(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS)
@@ -700,25 +701,33 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
                  count(*) FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_runs,
                  median(act_retry_gpu_hours / (restarts * gpus))
                    FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_h,
-                 least(coalesce(sum(interruptions) FILTER (WHERE interruptions > 0), 0), $cap)::BIGINT
+                 CASE WHEN sum(interruptions) > 0 THEN least(count(*) + sum(interruptions), $cap) ELSE 0 END::BIGINT
                    AS lifetime_samples
           FROM fin GROUP BY GROUPING SETS ((team, capacity), (capacity))
           ORDER BY grouping(team) DESC, team, capacity""", p)
-        lifetimes = _q(con, """
-          WITH gaps AS (SELECT run_id, team, capacity, run_hours / (interruptions + 1) AS lifetime_h,
-                               unnest(range(interruptions)) AS k
-                        FROM fin WHERE interruptions > 0),
-          per_team AS (SELECT team, capacity, lifetime_h FROM gaps
-                       QUALIFY row_number() OVER (PARTITION BY team, capacity ORDER BY hash(run_id, k), run_id, k) <= $cap),
-          pooled AS (SELECT $all AS team, capacity, lifetime_h FROM gaps
-                     QUALIFY row_number() OVER (PARTITION BY capacity ORDER BY hash(run_id, k), run_id, k) <= $cap)
-          SELECT * FROM pooled UNION ALL SELECT * FROM per_team""", p)
+        # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption, censored)
+        gaps = _q(con, """
+          SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
+                 run_hours / (interruptions + 1) AS lifetime_h, sum(interruptions)::DOUBLE AS events,
+                 count(*)::DOUBLE AS censored
+          FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
         con.execute("DROP TABLE fin")
+    from lib.planning.lifetimes import km_sample
+    samples, censored_n = [], {}
+    for (team, capacity), g in gaps.groupby(["team", "capacity"], sort=False):
+        groups = list(zip(g["lifetime_h"], g["events"], g["censored"]))
+        censored_n[(team, capacity)] = int(g["censored"].sum())
+        size = min(MAX_LIFETIME_SAMPLES, int(g["events"].sum() + g["censored"].sum()))
+        samples += [(team, capacity, t) for t in km_sample(groups, size)]
+    lifetimes = pd.DataFrame(samples, columns=["team", "capacity", "lifetime_h"])
+    lifetimes["lifetime_h"] = lifetimes["lifetime_h"].astype("float64")
     rates["restart_source"] = pd.Series(["ledger" if pd.notna(v) else "default" for v in rates["restart_h"]],
                                         index=rates.index, dtype="object")
     rates["restart_h"] = [v if pd.notna(v) else default_restart_h(g)
                           for v, g in zip(rates["restart_h"], rates["median_gpus"])]
     rates["restart_h"] = rates["restart_h"].astype("float64")
     rates["mtbf_h"] = rates["mtbf_h"].astype("float64")
-    rates["enough_lifetimes"] = (rates["lifetime_samples"] >= MIN_LIFETIME_SAMPLES).astype("bool")
+    rates["censored_lifetimes"] = pd.Series([censored_n.get((t, c), 0) for t, c in zip(rates["team"], rates["capacity"])],
+                                            index=rates.index, dtype="int64")
+    rates["enough_lifetimes"] = (rates["interruptions"] >= MIN_LIFETIME_SAMPLES).astype("bool")
     return {"rates": rates, "lifetimes": lifetimes}
