@@ -40,6 +40,11 @@ def test_replaying_under_the_recorded_policy_reproduces_every_recorded_decision(
     # the history is not trivial: deferrals for capacity and both budgets, and finished runs between
     assert {"capacity", "budget", "period-budget", "retraining-protection"} <= set(recorded[0][1])
     assert query(db, "SELECT count(*) FROM runs WHERE ended_at IS NOT NULL")[0][0] >= 15
+    priced = [json.loads(d)["estimate"]["interruptions"] for (d,) in query(
+        db, "SELECT decision_json FROM decisions WHERE decision_json LIKE '%\"interruptions\"%'")]
+    assert sum(1 for i in priced if i["rate"] and i["used"] > i["stated"]) >= 5   # the ledger's rate priced
+    for team in result["teams"]:   # reservations equal to the recorded ones: the estimates match too
+        assert team["proposed"]["reserved_gpu_hours"] == team["recorded"]["reserved_gpu_hours"] > 0
     for team in result["teams"]:
         assert team["proposed"] == team["recorded"]
 

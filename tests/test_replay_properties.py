@@ -39,7 +39,7 @@ def world(holds=(), history=12, runs=None) -> dict:
     """Background: long holds crossing the window, spend this month, and `history` finished runs
     (ratio 1.1-1.5) before the window, so calibration has a bound."""
     ends = [(T0 - timedelta(days=30 - i), "t", "exploratory" if i % 2 else "production", 10.0 * (1.1 + 0.04 * i),
-             (10.0, False)) for i in range(history)]
+             (10.0, False), None) for i in range(history)]
     hold_list = [{"start": T0 - timedelta(days=1), "release": T0 + timedelta(days=400),
                   "reservation": {"run_id": f"bg-{i}", "team": "t", "kind": kind, "gpus": gpus,
                                   "reserved_gpu_hours": 5.0 * gpus, "reserved_from": T0 - timedelta(days=1),

@@ -15,13 +15,18 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import CALIBRATION_ROWS_SQL, calibration_params, team_policy
+from lib.ledger.service import CALIBRATION_ROWS_SQL, MIN_RATE_RUNS, calibration_params, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
 
 DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)
 _FAR_PAST, _FAR_FUTURE = datetime(1970, 1, 1), datetime(9999, 1, 1)
+
+# the runs lib.ledger.service.interruption_rate counts (given their end is in its window): their
+# interruptions, else NULL
+_RATE_INTERRUPTIONS = ("CASE WHEN r.capacity = 'preemptible' AND r.interruptions IS NOT NULL "
+                       "AND r.actual_gpu_hours > 0 THEN r.interruptions END")
 
 # the run IDs the window's requests control: named by a request in the window and admitted inside
 # it (or never admitted); every other run is background, as recorded
@@ -63,8 +68,10 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
     they name, the background reservations and run ends the replay world keeps, and the snapshots.
 
     Background ends before `start` are only those the replay can still need: the runs that ended in
-    start's month (period spend) and, of the calibration rows in the 365 days before, the
-    `max_runs` most recent of each scope (older ones are never among the most recent again)."""
+    start's month (period spend), of the calibration rows in the 365 days before, the `max_runs` most
+    recent of each scope (older ones are never among the most recent again), and the preemptible
+    runs of the interruption rate that leave its window during the replay (those that stay in it
+    all along are summed per team in `rate_base`)."""
     p = {"start": start, "end": end}
     requests: list[RecordedRequest] = [
         {"decision_id": r[0], "decided_at": r[1], "run_id": r[2], "team": r[3], "kind": r[4],
@@ -80,40 +87,51 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
     for r in con.execute(
             f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
             "SELECT n.run_id, n.team, n.kind, n.gpus, n.reserved_until, n.reserved_gpu_hours, n.started_at, "
-            "n.ended_at, n.actual_gpu_hours, n.admitted_at, n.controlled, c.estimated_gpu_hours, c.censored "
+            "n.ended_at, n.actual_gpu_hours, n.admitted_at, n.controlled, c.estimated_gpu_hours, c.censored, "
+            f"{_RATE_INTERRUPTIONS.replace('r.', 'n.')} "
             "FROM named n LEFT JOIN cal c USING (run_id)", {**p, **cal_all}).fetchall():
         runs[r[0]] = {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": r[3], "reserved_until": r[4],
                       "reserved_gpu_hours": r[5], "started_at": r[6], "ended_at": r[7],
                       "actual_gpu_hours": r[8], "admitted_at": r[9], "controlled": bool(r[10]),
                       "booked_at": None if r[10] else (r[9] or r[6] or r[7] or _FAR_PAST),
-                      "calibration": (r[11], bool(r[12])) if r[11] is not None else None}
+                      "calibration": (r[11], bool(r[12])) if r[11] is not None else None,
+                      "interruptions": r[13]}
 
     first_month = month_start(start)
-    # calibration rows that ended in the 365 days before start and before its month: each scope's most recent
+    window = timedelta(days=window_days)
+    # calibration rows that ended in the window before start: each scope's most recent (older ones are
+    # never among the most recent again)
     pre = calibration_params(start - _US, window_days)
-    pre_rows = con.execute(
-        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
-        "SELECT ended_at, team, kind, actual_gpu_hours, estimated_gpu_hours, censored, run_id FROM cal "
+    top = [r[0] for r in con.execute(
+        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} SELECT run_id FROM cal "
         "WHERE run_id NOT IN (SELECT run_id FROM controlled) "
         "QUALIFY (row_number() OVER (PARTITION BY team, kind ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (PARTITION BY team ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (ORDER BY ended_at DESC, run_id) <= $max_runs)",
-        {**p, **pre, "max_runs": max_runs}).fetchall()
-    pre_rows = [r for r in pre_rows if r[0] < first_month]
-    # every background run that ended from start's month on, flagged when it calibrates
-    since = calibration_params(end, window_days)
-    since["since"] = first_month - _US
-    later = con.execute(
+        {**p, **pre, "max_runs": max_runs}).fetchall()]
+    # background ends, one by one: from start's month on (spend), those top rows, and the rate's runs
+    # that leave its window during the replay; the rate's runs that stay in it all along are summed
+    flags = calibration_params(end, window_days)
+    flags["since"] = start - window - _US
+    stay_from = end - window
+    rows = con.execute(
         f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
-        "SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, c.estimated_gpu_hours, c.censored, r.run_id "
-        "FROM runs r LEFT JOIN cal c USING (run_id) "
-        "WHERE r.ended_at >= $month AND r.ended_at <= $end AND r.run_id NOT IN (SELECT run_id FROM controlled)",
-        {**p, **since, "month": first_month}).fetchall()
-    rows = pre_rows + later
+        "SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, c.estimated_gpu_hours, c.censored, r.run_id, "
+        f"{_RATE_INTERRUPTIONS} AS rate_n FROM runs r LEFT JOIN cal c USING (run_id) "
+        "WHERE r.ended_at > $since AND r.ended_at <= $end AND r.run_id NOT IN (SELECT run_id FROM controlled) "
+        "AND (r.ended_at >= $month OR r.run_id IN (SELECT unnest($top::VARCHAR[])) "
+        f"OR ({_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at <= $stay_from))",
+        {**p, **flags, "month": first_month, "top": top, "stay_from": stay_from}).fetchall()
     # end order; ties newest-run-ID-first so each scope's last rows are the SQL's first (ended_at DESC, run_id)
     rows.sort(key=lambda r: r[6], reverse=True)
     rows.sort(key=lambda r: r[0])
-    ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None) for r in rows]
+    ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None,
+             r[7] if r[7] is not None and not stay_from < r[0] < start else None) for r in rows]
+    rate_base = {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in con.execute(
+        f"{_CONTROLLED} SELECT r.team, count(*), sum(r.actual_gpu_hours), sum(r.interruptions) FROM runs r "
+        f"WHERE {_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at > $stay_from AND r.ended_at < $start "
+        "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
+        {**p, "stay_from": stay_from}).fetchall()}
 
     holds: list[Hold] = [
         {"start": r[5] or _FAR_PAST, "release": r[7],
@@ -129,7 +147,8 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
     snapshots: dict = {}
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
-    return requests, {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots}
+    return requests, {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
+                      "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS}
 
 
 def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,

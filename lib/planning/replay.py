@@ -18,6 +18,8 @@ recorded world with the replayed requests' outcomes swapped in:
   the 365-day window, at most the 1,000 most recent per scope, at the team's proposed level.
   With ``refresh="exact"`` it is recomputed whenever a scope it read changed; with ``"daily"`` once
   per (team, kind, level, UTC day), at the first request of that day (fast for 100,000 requests).
+- **interruption rate** on preemptible capacity (what a preemptible pilot estimate expects at least):
+  from the runs finished by then in the replay world, in the same window, by the ledger's rule.
 - **snapshots** and **booked run IDs** as the ledger knew them.
 
 A request the replay cannot decide as it was decided (no request JSON, one that is not a complete
@@ -80,6 +82,7 @@ class RunRecord(TypedDict):
     controlled: bool
     booked_at: datetime | None
     calibration: tuple[float, bool] | None
+    interruptions: NotRequired[int | None]   # when it counts in the preemptible interruption rate
 
 
 class Hold(TypedDict):
@@ -90,7 +93,8 @@ class Hold(TypedDict):
 
 
 # A background run's end: (ended_at, team, kind, actual GPU-hours or None, (estimated, censored)
-# when it counts in calibration, else None). Given in time order.
+# when it counts in calibration else None, its interruptions when it counts in the preemptible
+# interruption rate else None). Given in time order.
 End = tuple
 
 
@@ -100,6 +104,8 @@ class World(TypedDict):
     ends: list[End]
     runs: dict[str, RunRecord]
     snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
+    rate_base: NotRequired[dict[str, tuple[int, float, int]]]  # team -> (runs, GPU-hours, interruptions)
+    min_rate_runs: NotRequired[int]         # runs a team needs before its own rate is used
 
 
 class TeamResult(TypedDict):
@@ -147,7 +153,8 @@ class _Scopes:
 
     def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
             censored: bool) -> None:
-        row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored})
+        row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
+                          "ended_at": ended_at})
         for key in ((team, kind), (team,), ()):
             self._dq(key).append(row)
             self.version[key] += 1
@@ -166,6 +173,40 @@ class _Scopes:
             self.prune(key, now)
             read.append(key)
             yield name, [r for _, r in self.rows.get(key, ())]
+
+
+class _Rates:
+    """Interruptions per GPU-hour on preemptible capacity over the runs finished in the window before
+    now (lib.ledger.service.interruption_rate's rule): the team's with enough runs, else everyone's."""
+
+    def __init__(self, base: dict, min_runs: int, window_days: int):
+        self.min_runs, self.window = min_runs, timedelta(days=window_days)
+        self.rows: deque = deque()
+        self.sums: dict = {t: list(v) for t, v in base.items()}   # team -> [runs, GPU-hours, interruptions]
+        self.total = [sum(v[i] for v in base.values()) for i in range(3)]
+
+    def _apply(self, team: str, hours: float, n: int, sign: int) -> None:
+        t = self.sums.setdefault(team, [0, 0.0, 0])
+        for acc in (t, self.total):
+            acc[0] += sign
+            acc[1] += sign * hours
+            acc[2] += sign * n
+
+    def add(self, ended_at: datetime, team: str, hours: float, n: int) -> None:
+        self.rows.append((ended_at, team, hours, n))
+        self._apply(team, hours, n, 1)
+
+    def rate(self, team: str, now: datetime) -> dict | None:
+        since = now - self.window
+        while self.rows and self.rows[0][0] <= since:
+            _, t, hours, n = self.rows.popleft()
+            self._apply(t, hours, n, -1)
+        own = self.sums.get(team, [0, 0.0, 0])
+        for scope, (runs, hours, n) in (("team", own), ("all", self.total)):
+            if runs > 0 and (scope == "all" or runs >= self.min_runs):   # runs have actual > 0
+                return {"per_gpu_hour": float(n) / float(hours), "scope": scope, "runs": int(runs),
+                        "gpu_hours": float(hours), "interruptions": int(n)}
+        return None
 
 
 class _Calibrations:
@@ -327,6 +368,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     the decision IDs in `skip` (those the proposed pass excluded)."""
     runs, snapshots = world["runs"], world["snapshots"]
     scopes = _Scopes(max_runs, window_days)
+    rates = _Rates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
     cals = _Calibrations(scopes, refresh)
     spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
     active: dict[str, list] = {}      # team -> [(release, Reservation)]
@@ -344,11 +386,14 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     n = len(requests)
 
     def end_run(e) -> None:
-        ended_at, team, kind, actual, cal = e
+        ended_at, team, kind, actual, cal, interruptions = e
         if actual is not None:
             spent[(team, month_start(ended_at))] += actual
-        if proposed and cal is not None and actual is not None:
-            scopes.add(ended_at, team, kind, cal[0], actual, cal[1])
+        if proposed and actual is not None:
+            if cal is not None:
+                scopes.add(ended_at, team, kind, cal[0], actual, cal[1])
+            if interruptions is not None:
+                rates.add(ended_at, team, actual, interruptions)
 
     for i, req in enumerate(requests):
         now = req["decided_at"]
@@ -400,7 +445,8 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
             snaps = snapshots.get(None, set()) | snapshots.get(team, set()) if isinstance(team, str) else set()
             state_in = {"now": now, "reservations": holders,
                         "period_spent_gpu_hours": float(spent[(team, month_start(now))]),
-                        "snapshots": snaps, "calibration_history": [], "calibration": cal}
+                        "snapshots": snaps, "calibration_history": [], "calibration": cal,
+                        "interruption_rate": rates.rate(team, now) if policy is not None else None}
             decision = decide(request, policy, state_in)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
@@ -458,7 +504,7 @@ def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
     end, until = run["ended_at"], run["reserved_until"]
     if end is not None:
         heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
-                                            run["calibration"])))
+                                            run["calibration"], run.get("interruptions"))))
     release = min(end, until) if end is not None and until is not None else (end or until)
     _hold(active, run["team"], release, holder)
     booked.setdefault(run["run_id"], req["decided_at"])
@@ -474,7 +520,8 @@ def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float |
     release = until
     if run is not None and run["ended_at"] is not None:
         end = now + (run["ended_at"] - (run["admitted_at"] or now))
-        heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"], run["calibration"])))
+        heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"], run["calibration"],
+                                         run.get("interruptions"))))
         release = min(end, until)
     holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
                            "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
