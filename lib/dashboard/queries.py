@@ -543,15 +543,15 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
 
     def records(df):
         # oldest first with ties as the store hands them over (its newest-first order, reversed)
+        if df is None:
+            return []
         df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
-        out = df[["estimated_gpu_hours", "actual_gpu_hours", "censored", "ended_at"]].to_dict("records")
-        for row in out:
-            row["ended_at"] = row["ended_at"].to_pydatetime()
-        return out
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
+                for e, a, c, t in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
+                                      df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist())]
 
-    kind_rows = {k: records(g) for k, g in by_kind.groupby(["team", "kind"])}
-    team_rows = {k: records(g) for k, g in by_team.groupby("team")}
-    all_rows = records(everyone)
+    kind_groups = dict(list(by_kind.groupby(["team", "kind"])))
+    team_groups = dict(list(by_team.groupby("team")))
     replayed, alarmed = {}, {}
     for k, g in replay.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
@@ -563,8 +563,10 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
-            cal = calibrate_scopes([("team×kind", kind_rows.get((team, kind), [])),
-                                    ("team", team_rows.get(team, [])), ("all", all_rows)])
+            # lazily, as the store reads them: a later scope is turned into rows only when needed
+            cal = calibrate_scopes((scope, records(rows)) for scope, rows in (
+                ("team×kind", kind_groups.get((team, kind))), ("team", team_groups.get(team)),
+                ("all", everyone)))
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],
                          "upper_factor": cal["upper_factor"], "method": cal["method"],
