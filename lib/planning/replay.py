@@ -130,7 +130,7 @@ class ReplayResult(TypedDict):
     teams: list[TeamResult]
     calibration_level: dict
     calibration_refresh: str
-    decided: NotRequired[int]
+    calibrations_computed: int
 
 
 # ------------------------------------------------------------------------------ calibration
