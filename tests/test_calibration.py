@@ -82,26 +82,27 @@ def test_tobit_recovers_a_lognormal_under_heavy_censoring():
     assert mu == pytest.approx(true_mu, abs=0.04) and sigma == pytest.approx(true_sigma, abs=0.04)
 
 
-def test_conformal_backtest_covers_about_its_level_on_stationary_ratios():
-    from lib.gate.calibration import conformal_backtest
+def test_the_backtest_covers_about_its_level_on_stationary_ratios():
+    from lib.gate.calibration import backtest
     rng = random.Random(11)
     r = [rng.gauss(0.1, 0.4) for _ in range(600)]
-    result = conformal_backtest(r, [False] * 600, level=0.9, window=300, last=300)
+    result = backtest(r, [False] * 600, level=0.9, window=300, last=300)
     assert result["checked"] == 300 and result["unknown_bound"] == 0
     assert 0.84 <= result["coverage"] <= 0.96
 
 
-def test_conformal_backtest_counts_drift_as_misses_and_unknowns_apart():
-    from lib.gate.calibration import conformal_backtest
+def test_the_backtest_counts_drift_as_misses_and_unknowns_apart():
+    from lib.gate.calibration import backtest
     # ten runs at ratio 1, then five at ratio 3: the first overrun misses the old bound (1); the
     # rolling window (10 runs, k = 10) then holds the overrun and the bound follows the drift
     r = [0.0] * 10 + [math.log(3)] * 5
-    result = conformal_backtest(r, [False] * 15, level=0.9, window=10, last=5)
+    result = backtest(r, [False] * 15, level=0.9, window=10, last=5)
     assert (result["checked"], result["covered"], result["coverage"]) == (5, 4, 0.8)
-    # with the first nine of a run's predecessors censored, no bound is known
-    result = conformal_backtest([0.0] * 12, [True] * 11 + [False], level=0.9, window=10, last=1)
+    # with all ten of a run's predecessors censored, no bound is known (nor a Tobit fit)
+    result = backtest([0.0] * 12, [True] * 11 + [False], level=0.9, window=10, last=1)
     assert (result["checked"], result["unknown_bound"]) == (0, 1)
-    # a censored run that stopped above the bound is a known miss; below it, unknown and skipped
-    result = conformal_backtest([0.0] * 10 + [1.0, -1.0], [False] * 10 + [True, True], level=0.9,
+    # a censored run that stopped above the bound is a known miss; below it (here under the Tobit
+    # bound of the nine runs at 0 and one censored at 1), unknown and skipped
+    result = backtest([0.0] * 10 + [1.0, -1.0], [False] * 10 + [True, True], level=0.9,
                                 window=10, last=2)
     assert (result["checked"], result["covered"]) == (1, 0)

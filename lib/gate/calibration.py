@@ -53,42 +53,34 @@ def runs_needed(level: float = DEFAULT_LEVEL) -> int:
     return math.ceil(1.0 / alpha - 1.0 - 1e-9)
 
 
-def log_ratios(rows: Iterable[CalibrationRow]) -> tuple[list[float], list[float]]:
-    """(uncensored r, censored r) from rows with estimated_gpu_hours, actual_gpu_hours, censored."""
-    done, cens = [], []
-    for row in rows:
-        est, act = row["estimated_gpu_hours"], row["actual_gpu_hours"]
-        if not est or est <= 0 or act is None or act <= 0:
-            continue
-        (cens if row.get("censored") else done).append(math.log(act / est))
-    return done, cens
-
-
-def conformal_quantile(done: list[float], n_censored: int, level: float) -> float | None:
+def conformal_quantile(done, n_censored: int, level: float) -> float | None:
     """The ⌈(n+1)·level⌉-th smallest log ratio, censored runs counted as +inf; None if unknown."""
     n = len(done) + n_censored
     k = math.ceil((n + 1) * level - 1e-9)
-    if n == 0 or k > n:
+    if n == 0 or k > len(done):
         return None
-    ordered = sorted(done)
-    return ordered[k - 1] if k <= len(ordered) else None
+    return _kth(done, k - 1)
 
 
-def _median(done: list[float], cens: list[float]) -> float | None:
+def _median(done, cens) -> float | None:
     """Median log ratio with censored runs as +inf (they needed at least their stop value).
 
     When that median falls on a censored run, the median of the stop values themselves is used
     instead: a lower bound on the true median, never the no-correction factor 1 by default.
     """
+    import numpy as np
     n = len(done) + len(cens)
     if n == 0:
         return None
-    ordered = sorted(done) + [math.inf] * len(cens)
-    low, high = ordered[(n - 1) // 2], ordered[n // 2]
-    if not math.isinf(high):
-        return (low + high) / 2.0
-    values = sorted(done + cens)
-    return (values[(n - 1) // 2] + values[n // 2]) / 2.0
+    lo, hi = (n - 1) // 2, n // 2
+    values = done if hi < len(done) else np.concatenate([done, cens])
+    return (_kth(values, lo) + _kth(values, hi)) / 2.0
+
+
+def _kth(values, k: int) -> float:
+    """The k-th smallest (0-based) of a sequence of numbers."""
+    import numpy as np
+    return float(np.partition(np.asarray(values, dtype=float), k)[k])
 
 
 def tobit_fit(done, cens, iterations: int = 200, *, start: tuple[float, float] | None = None,
@@ -207,41 +199,15 @@ def change_point(r) -> int | None:
     return found
 
 
-def _kth(values, k: int) -> float:
-    """The k-th smallest (0-based) of a numpy array."""
-    import numpy as np
-    return float(np.partition(values, k)[k])
-
-
-def _quantile_np(done, n_censored: int, level: float) -> float | None:
-    """conformal_quantile on a numpy array."""
-    n = len(done) + n_censored
-    k = math.ceil((n + 1) * level - 1e-9)
-    if n == 0 or k > len(done):
-        return None
-    return _kth(done, k - 1)
-
-
-def _median_np(done, cens) -> float | None:
-    """_median on numpy arrays."""
-    import numpy as np
-    n = len(done) + len(cens)
-    if n == 0:
-        return None
-    lo, hi = (n - 1) // 2, n // 2
-    values = done if hi < len(done) else np.concatenate([done, cens])
-    return (_kth(values, lo) + _kth(values, hi)) / 2.0
-
-
-def _fit_np(done, cens, level, start=None):
-    """_fit on numpy arrays."""
-    q = _quantile_np(done, len(cens), level)
+def _fit(done, cens, level, start=None):
+    """(method, median r or None, upper q or None, Tobit (μ, σ) or None) for one scope's runs (numpy arrays)."""
+    q = conformal_quantile(done, len(cens), level)
     if q is not None:
-        return "conformal", _median_np(done, cens), q, None
+        return "conformal", _median(done, cens), q, None
     if len(cens) and len(done) >= MIN_UNCENSORED_FOR_TOBIT and len(done) + len(cens) >= runs_needed(level):
         mu, sigma = tobit_fit(done, cens, start=start, tol=1e-9)
         return "tobit", mu, mu + _STD.inv_cdf(level) * sigma, (mu, sigma)
-    return "none", _median_np(done, cens), None, None
+    return "none", _median(done, cens), None, None
 
 
 def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dict:
@@ -261,15 +227,15 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dic
         after_done, after_cens = ra[~ca], ra[ca]
         m = len(ra)
         if m >= SHIFT_UNTIL:
-            method, med, q, fit = _fit_np(after_done, after_cens, level, start)
+            method, med, q, fit = _fit(after_done, after_cens, level, start)
             if q is not None:
                 return {"method": method, "median": med, "q": q, "n": m, "n_censored": len(after_cens),
                         "since": since, "fit": fit}
         rb, cb = r[:since], c[:since]
         before_done, before_cens = rb[~cb], rb[cb]
-        med_before = _median_np(before_done, before_cens)
-        med_after = _median_np(after_done, after_cens)
-        spread = _quantile_np(before_done - med_before, len(before_cens), level)
+        med_before = _median(before_done, before_cens)
+        med_after = _median(after_done, after_cens)
+        spread = conformal_quantile(before_done - med_before, len(before_cens), level)
         if spread is None and len(before_done) >= MIN_UNCENSORED_FOR_TOBIT:
             mu, sigma = tobit_fit(before_done, before_cens)
             spread = mu - med_before + _STD.inv_cdf(level) * sigma
@@ -277,7 +243,7 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dic
             q = med_after + max(spread, 0.0) * math.sqrt(1.0 + math.pi / (2.0 * m))
             return {"method": "shifted", "median": med_after, "q": q, "n": m, "n_censored": len(after_cens),
                     "since": since, "fit": None}
-    method, med, q, fit = _fit_np(r[~c], r[c], level, start)
+    method, med, q, fit = _fit(r[~c], r[c], level, start)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
             "fit": fit}
 
@@ -351,7 +317,7 @@ def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
     changes were followed). Keys as scope_bound's, without fit."""
     import numpy as np
     r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
-    method, med, q, _ = _fit_np(r[~c], r[c], level)
+    method, med, q, _ = _fit(r[~c], r[c], level)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None}
 
 
@@ -390,45 +356,6 @@ def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level:
         yield "team", recent([h for h in history if h["team"] == team])
         yield "all", recent(history)
     return calibrate_scopes(scoped(), level=level)
-
-
-def conformal_backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL,
-                       window: int = DEFAULT_MAX_RUNS, last: int = 100) -> dict:
-    """The coverage the split-conformal bound actually achieved on one scope's recent runs.
-
-    Replays the `last` runs in end-time order: each one's bound is the conformal quantile of the up to
-    `window` runs before it (censored as +inf), and the run counts as covered when its log ratio stays
-    at or under it. A censored run is only a known miss (its stop value already exceeded the bound);
-    otherwise whether it fitted is unknown and it is skipped, as are runs whose bound is unknown.
-    Returns {"checked", "covered", "coverage" (None when nothing checked), "unknown_bound", "level"}.
-    """
-    import numpy as np
-
-    r = np.asarray(log_ratios_in_time_order, dtype=float)
-    c = np.asarray(censored, dtype=bool)
-    prior_values = np.where(c, np.inf, r)
-    checked = covered = unknown = 0
-    for i in range(max(0, len(r) - last), len(r)):
-        prior = prior_values[max(0, i - window):i]
-        k = math.ceil((len(prior) + 1) * level - 1e-9)
-        if len(prior) == 0 or k > len(prior):
-            unknown += 1
-            continue
-        q = np.partition(prior, k - 1)[k - 1]
-        if not math.isfinite(q):
-            unknown += 1
-            continue
-        if c[i]:
-            if r[i] > q:
-                checked += 1  # a known miss: it stopped above the bound and still needed more
-            continue
-        checked += 1
-        covered += bool(r[i] <= q)
-    return {"checked": checked, "covered": covered, "unknown_bound": unknown, "level": level,
-            "coverage": covered / checked if checked else None}
-
-
-BACKTEST_OUTCOMES = ("covered", "exceeded", "unknown", "no bound")
 
 
 def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL,
