@@ -41,8 +41,8 @@ if len(alarms):
                "often than its level allows. Their costs have probably changed: re-run the pilots and check "
                "for a model or data change.")
     ui.table(alarms, "drift_alarms", "dl_acc_alarms", empty="")
-else:
-    st.success("No drift alarm: every team × kind's last 20 runs exceeded the bound about as often as its "
+elif (cal["table"]["backtest_checked"] > 0).any():
+    st.success("No drift alarm: every team × kind's last 20 runs went over the bound about as often as its "
                "level allows.")
 st.caption("The factors `check` and `submit` apply today, learned from each team's recent finished runs: "
            "median factor × raw estimate = the calibrated median; upper-bound factor × raw = the calibrated "
