@@ -592,8 +592,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     return {"table": table, "alarms": alarms}
 
 
-DRIFT_ADVICE = ("re-run the pilots on the current model and data, and check for a model or data change; "
-                "until then the gate's bound follows the recent runs only")
+DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
 
 
 # ------------------------------------------------------------------------- stops and promotion

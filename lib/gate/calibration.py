@@ -451,7 +451,7 @@ def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAUL
             stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
                      f"finishing, where about {stopped_expected:.0f} did before")
             message = (f"{message}; {stops}" if over else
-                       f"{stops}; of the {n} runs whose outcome is known, {k} exceeded the "
+                       f"{stops}; of the {n} {'run' if n == 1 else 'runs'} whose outcome is known, {k} exceeded the "
                        f"{level * 100:.0f} % bound (expected about {expected:.0f})")
     marks = [t for o, t in zip(tail, times) if o == "exceeded" or (stop_alarm and o == "unknown")]
     return {"alarm": over or stop_alarm, "checked": n, "exceeded": k, "expected": expected,
