@@ -88,7 +88,8 @@ def test_a_forecast_as_of_a_past_moment_ignores_what_came_after(page_ledger):
     as_of = dt.datetime.combine(week_start(now) - dt.timedelta(weeks=2), dt.time())
     before = forecast(path, as_of=as_of, weeks=2)
     _add_run(path, "late-huge", "vision", as_of + dt.timedelta(days=1), as_of + dt.timedelta(days=2), 1e6)
-    assert forecast(path, as_of=as_of, weeks=2) == before
+    after = forecast(path, as_of=as_of, weeks=2)
+    assert after["teams"] == before["teams"] and after["history"].equals(before["history"])
     assert forecast(path, weeks=2)["teams"]["vision"] != before["teams"]["vision"]
 
 
