@@ -406,6 +406,23 @@ def caption(text: str) -> None:
     st.caption(as_text(text))
 
 
+def budget_outlook(burn: pd.DataFrame, *, quiet: bool = False) -> None:
+    """Name the teams projected (P50) to use up this month's budget, with the day
+    (lib.dashboard.forecasts burn rows); otherwise say none is, and which might at P90 — unless
+    `quiet`, where a page shows only the warning."""
+    if burn.empty:
+        return
+    at_risk = burn[burn["exhausts_p50"].notna()]
+    if len(at_risk):
+        st.warning(f"{len(at_risk)} team(s) projected (P50) to use up their monthly budget before month end: "
+                   + ", ".join(f"{as_text(t)} on {d:%b %d}" for t, d in zip(at_risk["team"], at_risk["exhausts_p50"])))
+    elif not quiet:
+        risky = burn[burn["exhausts_p90"].notna()]
+        st.success("No team is projected (P50) to use up its budget this month"
+                   + (f"; at P90, {len(risky)} might: " + ", ".join(as_text(t) for t in risky["team"])
+                      if len(risky) else "."))
+
+
 def glossary(*terms: str) -> None:
     """A folded 'Terms used here' box explaining each term (lib.dashboard.labels.GLOSSARY)."""
     with st.expander("Terms used here"):

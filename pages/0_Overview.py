@@ -2,7 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import costs, figures, queries
+from lib.dashboard import costs, figures, forecasts, queries
 
 f = ui.frame()
 
@@ -12,6 +12,8 @@ money = ui.PageData(costs.overview_costs, f)
 
 st.title("Overview")
 ui.caption(f"{f.describe()} · compared with {f.previous().date_from} to {f.previous().date_to}")
+
+ui.budget_outlook(ui.PageData(forecasts.budget_outlook, f)["burn"], quiet=True)
 
 if not cur["runs"] and not cur["deferred"]:
     st.info("No runs in this period — widen the dates, clear the team/kind filters, or upload history "

@@ -3,7 +3,7 @@ waiting requests and when each would fit, the monthly budget of a chosen month, 
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, queries
+from lib.dashboard import figures, forecasts, queries
 
 f = ui.frame()
 
@@ -52,6 +52,14 @@ st.caption(f"{budget['month']:%B %Y}. Budgets are per team: the dates, kinds and
 budget.chart(figures.budget_bars, "budget", month_label=f"{budget['month']:%B %Y}")
 ui.table(budget["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
+if budget["current_month"]:
+    outlook = ui.PageData(forecasts.budget_outlook, f)
+    ui.budget_outlook(outlook["burn"])
+    if len(outlook["burn"]):
+        team = st.selectbox("Burn-down of", outlook["burn"]["team"].tolist(), key="res_burn_team")
+        outlook.chart(figures.burn_down_chart, "burn_path", "burn", team=team)
+        st.caption("Projected spend to month end: P50 and P90 of the team's own daily spend over the last 91 days, "
+                   "never below the committed reservations due to end by then (the Forecast page has the table).")
 
 st.subheader("Current reservations")
 ui.table(data["current"], "current_reservations", "dl_res_current",

@@ -16,15 +16,7 @@ ui.caption(f"From now ({data['as_of']:%Y-%m-%d %H:%M} UTC) · "
            "starts now and rests on each team's whole history")
 
 st.subheader("Budget this month")
-at_risk = burn[burn["exhausts_p50"].notna()] if len(burn) else burn
-if len(burn) and len(at_risk):
-    st.warning(f"{len(at_risk)} team(s) projected (P50) to use up their monthly budget before month end: "
-               + ", ".join(f"{ui.as_text(t)} on {d:%b %d}" for t, d in zip(at_risk["team"], at_risk["exhausts_p50"])))
-elif len(burn):
-    risky = burn[burn["exhausts_p90"].notna()]
-    st.success("No team is projected (P50) to use up its budget this month"
-               + (f"; at P90, {len(risky)} might: " + ", ".join(ui.as_text(t) for t in risky["team"]) if len(risky)
-                  else "."))
+ui.budget_outlook(burn)
 ui.table(burn, "budget_burn_down", "dl_fc_burn",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.",
          caption="Spend is counted when a run ends, as the gate counts a team's monthly spend. The spend still "

@@ -45,3 +45,24 @@ def test_no_team_at_risk_says_so(page_ledger):
     assert not at.warning
     assert any("No team is projected" in s.value for s in at.success)
     assert len(at.get("plotly_chart")) == 2
+
+
+def test_overview_flags_the_team_and_reservations_charts_its_burn_down(page_ledger):
+    path, _ = page_ledger
+    set_budget(path, "vision", 1.0)
+    for team in ("nlp-research", "safety", "speech"):
+        set_budget(path, team, 1e9)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert any("vision on" in w.value for w in at.warning)
+    at.switch_page(page_script("reservations")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("vision on" in w.value for w in at.warning)
+    assert at.selectbox(key="res_burn_team").options
+
+
+def test_overview_says_nothing_when_no_team_is_at_risk(page_ledger):
+    path, _ = page_ledger
+    for team in ("nlp-research", "vision", "safety", "speech"):
+        set_budget(path, team, 1e9)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not any("use up" in w.value for w in at.warning) and not at.success

@@ -106,6 +106,35 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
 
 
 HISTORY_WEEKS_SHOWN = 26
+BURN_COLUMNS = ["team", "budget_gpu_hours", "consumed_gpu_hours", "committed_gpu_hours", "days_left",
+                "p50_month_end_gpu_hours", "p90_month_end_gpu_hours", "exhausts_p50", "exhausts_p90"]
+
+
+def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per team, the projected path per team and day) from {team: BurnDown}."""
+    rows, path = [], []
+    for team, b in burns.items():
+        rows.append({"team": team, **{k: v for k, v in b.items() if k != "path"}})
+        path += [{"team": team, **row} for row in b["path"]]
+    return (pd.DataFrame(rows, columns=BURN_COLUMNS),
+            pd.DataFrame(path, columns=["team", "day", "p50_gpu_hours", "p90_gpu_hours"]))
+
+
+def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
+    """This month's burn-down alone (no demand forecast: cheap enough for Overview and Reservations),
+    for the filtered teams with a policy: burn (one row per team) and burn_path (team, day, P50/P90)."""
+    now = now or utcnow()
+    month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
+    with open_ledger(db, read_only=True) as con:
+        policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
+        burns = {}
+        for team, budget in policy.items():
+            if f.teams and team not in f.teams:
+                continue
+            consumed, daily, held = _burn_inputs(con, team, now, True)
+            burns[team] = burn_down(budget, consumed, now.date(), month_end, daily, held)
+    burn, path = _burn_frames(burns)
+    return {"burn": burn, "burn_path": path}
 
 
 def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
@@ -115,22 +144,14 @@ def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
     history: the last HISTORY_WEEKS_SHOWN weeks of usage; burn: one row per team with a budget;
     burn_path: team, day, p50/p90 projected month-to-date GPU-hours."""
     result = forecast(db, as_of=now, teams=list(f.teams) or None, live=True)
-    weeks, burn, path = [], [], []
-    for team, e in result["teams"].items():
-        for w in e["weeks"]:
-            weeks.append({"team": team, **w, "quota_gpu_hours_per_week": e["quota_gpu_hours_per_week"]})
-        b = e.get("burn_down")
-        if b:
-            burn.append({"team": team, **{k: v for k, v in b.items() if k != "path"}})
-            path += [{"team": team, **row} for row in b["path"]]
+    weeks = [{"team": team, **w, "quota_gpu_hours_per_week": e["quota_gpu_hours_per_week"]}
+             for team, e in result["teams"].items() for w in e["weeks"]]
+    burn, path = _burn_frames({team: e["burn_down"] for team, e in result["teams"].items() if "burn_down" in e})
     history = result["history"]
     if len(history):
         cut = week_start(result["as_of"]) - dt.timedelta(weeks=HISTORY_WEEKS_SHOWN)
         history = history[history["week"] >= cut].reset_index(drop=True)
-    burn_cols = ["team", "budget_gpu_hours", "consumed_gpu_hours", "committed_gpu_hours", "days_left",
-                 "p50_month_end_gpu_hours", "p90_month_end_gpu_hours", "exhausts_p50", "exhausts_p90"]
     return {"as_of": result["as_of"], "method": result["method"],
             "weeks": pd.DataFrame(weeks, columns=["team", "week_start", "horizon", "p50_gpu_hours", "p90_gpu_hours",
                                                   "quota_gpu_hours_per_week", "quota_for_p90_gpus"]),
-            "history": history, "burn": pd.DataFrame(burn, columns=burn_cols),
-            "burn_path": pd.DataFrame(path, columns=["team", "day", "p50_gpu_hours", "p90_gpu_hours"])}
+            "history": history, "burn": burn, "burn_path": path}
