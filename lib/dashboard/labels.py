@@ -118,6 +118,11 @@ COLUMNS: dict[str, ColumnSpec] = {
     "adapted_since": _spec("Bound adapted since (UTC)", "datetime", help=GLOSSARY["adapted bound"]),
     "drift_since": _spec("Exceeding since (UTC)", "datetime"),
     "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
+    # money (the currency is said beside the table)
+    "price_per_gpu_hour": _spec("Price per GPU-hour", "number", 2), "reserved_cost": _spec("Reserved cost", "number", 2),
+    "used_cost": _spec("Used cost", "number", 2), "idle_cost": _spec("Idle cost", "number", 2),
+    "stable_idle_cost": _spec("Idle cost, stable", "number", 2),
+    "preemptible_idle_cost": _spec("Idle cost, preemptible", "number", 2),
     # forecast
     "week_start": _spec("Week starting (UTC)", "date"), "horizon": _spec("Weeks ahead", "integer"),
     "p50_gpu_hours": _spec("P50 (GPU-h)", "number"), "p90_gpu_hours": _spec("P90 (GPU-h)", "number"),
