@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GATE_DEMO", "0")
 
-PAGES = ["overview", "reservations", "idle_capacity", "estimate_accuracy", "what_if", "recovery_planner",
-         "upload", "stops_promotion"]
+PAGES = ["overview", "reservations", "idle_capacity", "forecast", "estimate_accuracy", "what_if",
+         "recovery_planner", "upload", "stops_promotion", "policy_replay"]
 FIRST_TARGET_S, CACHED_TARGET_S = 2.0, 0.3
 OTHER_MONTH = "reservations, other month"   # row: picking last month in the budget month picker
 
