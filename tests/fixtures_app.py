@@ -40,6 +40,17 @@ PAGES = {
 }
 
 
+def open_app(page: str | None = None, timeout_s: float = 60):
+    """app.py under AppTest (on $GATE_DB), switched to the page `name` of PAGES when given."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout_s)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page:
+        at.switch_page(page_script(page)).run()
+    return at
+
+
 def page_script(name: str) -> str:
     """The script of a page by short name, as AppTest.switch_page takes it: 'pages/<n>_<Title>.py'."""
     return PAGES[name][0]

@@ -11,23 +11,13 @@ from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import check_request
-from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, page_script, run_count
+from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, open_app, page_script, run_count
 
 PAGES = ["overview", "reservations", "idle_capacity", "forecast", "estimate_accuracy", "what_if", "upload",
          "stops_promotion"]
-TIMEOUT_S = 60
 
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
-
-
-def open_app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    if page:
-        at.switch_page(page_script(page)).run()
-    return at
 
 
 def metric(at: AppTest, label: str) -> str:

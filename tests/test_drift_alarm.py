@@ -3,12 +3,11 @@ limit) far more often than the level allows is flagged, with since when and what
 scopes stay quiet."""
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from lib.dashboard import queries
 from lib.dashboard.filters import default_filters
 from lib.gate.calibration import backtest, drift_alarm
-from tests.fixtures_app import ROOT, page_script
+from tests.fixtures_app import open_app
 from tests.fixtures_calibration import ratio_stream
 
 
@@ -89,9 +88,7 @@ def test_the_estimate_accuracy_page_shows_the_alarm(full_demo, monkeypatch, fres
     path, now = full_demo
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
-    at.run()
-    at.switch_page(page_script("estimate_accuracy")).run()
+    at = open_app("estimate_accuracy", timeout_s=90)
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("Drift alarm:") and "re-run the pilots" in w for w in warnings), warnings

@@ -3,18 +3,14 @@ a team with room is not."""
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from lib.ledger.connection import open_ledger
-from tests.fixtures_app import ROOT, page_script
+from tests.fixtures_app import open_app, page_script
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
-def forecast_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page(page_script("forecast")).run()
+def forecast_page():
+    at = open_app("forecast")
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -24,11 +20,15 @@ def set_budget(path, team: str, gpu_hours: float) -> None:
         con.execute("UPDATE teams SET monthly_budget_gpu_hours = ? WHERE team = ?", [gpu_hours, team])
 
 
-def test_a_team_projected_to_run_out_is_named_with_the_day(page_ledger):
-    path, _ = page_ledger
+def only_vision_short(path) -> None:
+    """vision gets a 1 GPU-hour budget (used up at once), every other team one it can never reach."""
     set_budget(path, "vision", 1.0)
     for team in ("nlp-research", "safety", "speech"):
         set_budget(path, team, 1e9)
+
+
+def test_a_team_projected_to_run_out_is_named_with_the_day(page_ledger):
+    only_vision_short(page_ledger[0])
     at = forecast_page()
     warning = " ".join(w.value for w in at.warning)
     assert "vision on" in warning and "safety" not in warning
@@ -48,11 +48,8 @@ def test_no_team_at_risk_says_so(page_ledger):
 
 
 def test_overview_flags_the_team_and_reservations_charts_its_burn_down(page_ledger):
-    path, _ = page_ledger
-    set_budget(path, "vision", 1.0)
-    for team in ("nlp-research", "safety", "speech"):
-        set_budget(path, team, 1e9)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    only_vision_short(page_ledger[0])
+    at = open_app()
     assert any("vision on" in w.value for w in at.warning)
     at.switch_page(page_script("reservations")).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -64,5 +61,5 @@ def test_overview_says_nothing_when_no_team_is_at_risk(page_ledger):
     path, _ = page_ledger
     for team in ("nlp-research", "vision", "safety", "speech"):
         set_budget(path, team, 1e9)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at = open_app()
     assert not any("use up" in w.value for w in at.warning) and not at.success

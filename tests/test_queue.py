@@ -7,14 +7,13 @@ import re
 
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from lib.dashboard import queries
 from lib.dashboard.filters import Filters
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.service import submit_request
-from tests.fixtures_app import ROOT, insert_teams, page_script
+from tests.fixtures_app import insert_teams, open_app
 from tests.fixtures_ledger import demo_request
 
 H = dt.timedelta(hours=1)
@@ -76,9 +75,7 @@ def test_the_queue_shows_the_gates_fix_time_to_the_minute_on_the_page(safety_led
 
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page(page_script("reservations")).run()
+    at = open_app("reservations")
     assert not at.exception, [e.value for e in at.exception]
     (queue,) = [d.value for d in at.dataframe if "fit_note" in d.value.columns]
     shown = queue.set_index("run_id").loc["safety-wait-001"]
