@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, demo, export, teams. Global options: --db PATH (else
+Commands: check, submit, import, finish, demo, export, teams, forecast, replay. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -259,7 +259,12 @@ def cmd_forecast(args) -> int:
     --as-of forecasts from only what the ledger knew then."""
     from lib.dashboard.forecasts import forecast
     result = forecast(args.db, as_of=args.as_of, weeks=args.weeks)
+    history = result.pop("history")  # the weekly usage behind it: a table, not part of the JSON
     print(dump_json(result))
+    short = sorted(t for t, e in result["teams"].items() if (e.get("burn_down") or {}).get("exhausts_p50"))
+    say(f"forecast: {len(result['teams'])} teams, {args.weeks} weeks from {result['as_of']:%Y-%m-%d %H:%M} "
+        f"({len(history):,} team-weeks of history); projected (P50) to use up this month's budget: "
+        + (", ".join(short) if short else "none"))
     return 0
 
 
