@@ -1,7 +1,7 @@
 """Recovery planner: checkpoint interval, completion-time risk, preemptible vs stable capacity, and
 what the gate decides when a run is preempted or breaches its budget.
 
-The interruption rate and restart time come from the ledger (lib.dashboard.queries.recovery_inputs, per team x
+The interruption rate and restart time come from the ledger (lib.dashboard.recovery_view.recovery_inputs, per team x
 capacity type); everything else is lib.planning.preemption (closed forms), lib.planning.simulate (Monte Carlo) and
 lib.planning.recovery (the decision), shaped into tables by lib.dashboard.recovery_view. Inputs live in session
 state, so they survive reruns and page switches.
@@ -11,8 +11,9 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, queries, recovery_view
-from lib.dashboard.queries import ALL_TEAMS, MIN_LIFETIME_SAMPLES
+from lib.dashboard import figures, recovery_view
+from lib.dashboard.labels import ALL_TEAMS
+from lib.dashboard.recovery_view import MIN_LIFETIME_SAMPLES
 from lib.planning.interval_curve import expected_or_none
 from lib.planning.preemption import compare_capacity
 from lib.planning.recovery import scenario_outcomes
@@ -78,7 +79,7 @@ def save_inputs():
 
 
 # ----------------------------------------------------------------------------- ledger inputs
-data = ui.PageData(queries.recovery_inputs, f)
+data = ui.PageData(recovery_view.recovery_inputs, f)
 rates, lifetimes = data["rates"], data["lifetimes"]
 
 st.title("Recovery planner")

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from lib.dashboard import queries
+from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.filters import Filters
 from lib.gate.capacity import held_at, holdings_timeline
 from lib.ledger.connection import open_ledger
@@ -49,7 +50,7 @@ def test_each_days_committed_count_is_what_the_gate_counts_at_that_day_start(tmp
                 # the state the gate decides on, were a request made at the day's start
                 gate_counts = sum(r["gpus"] for r in team_state(con, team, at)["reservations"])
                 assert rows.loc[team, "committed_gpus"] == gate_counts, (team, day)
-            assert rows.loc[queries.ALL_TEAMS, "committed_gpus"] == rows.loc[teams, "committed_gpus"].sum()
+            assert rows.loc[ALL_TEAMS, "committed_gpus"] == rows.loc[teams, "committed_gpus"].sum()
     first = cal[cal["day"] == pd.Timestamp(today)]
     assert first["committed_gpus"].sum() > 0
 
@@ -65,7 +66,7 @@ def test_free_never_goes_below_zero_and_over_commitment_is_shown():
     assert cal.loc[(d2, "safety"), "committed_gpus"] == 0
     assert cal.loc[(d2, "speech"), "committed_gpus"] == 8                     # no end: held every day
     # the pooled row: one team's spare never covers another's over-commitment
-    assert cal.loc[(d0, queries.ALL_TEAMS)].to_dict() == {"committed_gpus": 29, "quota_gpus": 48,
+    assert cal.loc[(d0, ALL_TEAMS)].to_dict() == {"committed_gpus": 29, "quota_gpus": 48,
                                                          "retraining_reserved_gpus": 8, "free_gpus": 24,
                                                          "over_committed_gpus": 5}
 
@@ -77,10 +78,10 @@ def test_the_team_filter_applies_and_the_kind_and_capacity_filters_do_not(tmp_pa
     everyone = queries.reservations(Filters(day, day), path, now)["calendar"]
     narrowed = queries.reservations(Filters(day, day, teams=("safety",), kinds=("production",),
                                             capacity="preemptible"), path, now)["calendar"]
-    assert set(narrowed["team"]) == {"safety", queries.ALL_TEAMS}
+    assert set(narrowed["team"]) == {"safety", ALL_TEAMS}
     safety = everyone[everyone["team"] == "safety"].reset_index(drop=True)
     pd.testing.assert_frame_equal(narrowed[narrowed["team"] == "safety"].reset_index(drop=True), safety)
-    pooled = narrowed[narrowed["team"] == queries.ALL_TEAMS]
+    pooled = narrowed[narrowed["team"] == ALL_TEAMS]
     assert list(pooled["committed_gpus"]) == list(safety["committed_gpus"])
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.dashboard import queries
+from lib.dashboard import queries, recovery_view
 from lib.dashboard.filters import default_filters
-from lib.dashboard.queries import ALL_TEAMS
+from lib.dashboard.labels import ALL_TEAMS
 from tests.fixtures_app import ROOT
 
 TIMEOUT_S = 60
@@ -39,7 +39,7 @@ def press(at: AppTest, label: str) -> None:
 
 def expected_rates(path):
     f = default_filters(queries.sidebar_options(path)["last_day"])
-    return queries.recovery_inputs(f, path)["rates"]
+    return recovery_view.recovery_inputs(f, path)["rates"]
 
 
 def test_the_page_renders_on_the_small_ledger(page_ledger):

@@ -1,4 +1,4 @@
-"""lib.dashboard.queries.recovery_inputs on a hand-built ledger: MTBF, restart time and empirical lifetimes per
+"""lib.dashboard.recovery_view.recovery_inputs on a hand-built ledger: MTBF, restart time and empirical lifetimes per
 team x capacity type, with numbers worked out by hand."""
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import recovery_view
 from lib.dashboard.filters import Filters
 from lib.ledger.connection import open_ledger, transaction
-from lib.dashboard.queries import ALL_TEAMS, default_restart_h, recovery_inputs
+from lib.dashboard.labels import ALL_TEAMS
+from lib.dashboard.recovery_view import default_restart_h, recovery_inputs
 from tests.fixtures_app import insert_teams
 from tests.fixtures_gate import NOW
 
@@ -122,7 +123,7 @@ def test_the_sidebar_filters_apply(ledger):
 
 
 def test_lifetimes_are_capped_per_row(ledger, monkeypatch):
-    monkeypatch.setattr(queries, "MAX_LIFETIME_SAMPLES", 3)
+    monkeypatch.setattr(recovery_view, "MAX_LIFETIME_SAMPLES", 3)
     out = recovery_inputs(period(), ledger, NOW)
     assert row(out["rates"], "speech", "preemptible")["lifetime_samples"] == 3
     assert len(lifetimes_of(out["lifetimes"], "speech", "preemptible")) == 3

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from lib.dashboard.labels import ALL_TEAMS
 from lib.gate.terms import finite_number
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -554,7 +555,6 @@ def capacity_calendar(calendar: pd.DataFrame, colours: dict | None = None) -> go
     """Accelerators committed per team and day ahead (bars: the peak held that day by admitted,
     unfinished reservations, as the gate counts them) against each team's quota (dashed).
     calendar: lib.dashboard.queries.capacity_calendar (rows of the pooled team are left out)."""
-    from lib.dashboard.queries import ALL_TEAMS   # the pooled rows' label (the table shows them)
     title = "Committed accelerators per day ahead against quota (GPUs, peak held in the day)"
     teams = calendar[calendar["team"] != ALL_TEAMS] if not calendar.empty else calendar
     if teams.empty:

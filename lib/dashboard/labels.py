@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+ALL_TEAMS = "(all teams)"     # the team label of rows pooled over every shown team (calendar, recovery)
+
 Kind = Literal["text", "number", "integer", "share", "ratio", "datetime", "date", "bool"]
 
 

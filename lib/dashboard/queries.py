@@ -20,18 +20,16 @@ They are shown marked as such and left out of error statistics.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import re
 
-import duckdb
 import pandas as pd
 
 from lib.gate.capacity import fit_for_reasons, held_at, holdings_timeline
 from lib.gate.contracts import Reservation
 from lib.gate.terms import month_start as month_start_of, next_month_start, utcnow
 from lib.dashboard.filters import Filters
-from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+from lib.dashboard.labels import ALL_TEAMS
+from lib.dashboard.reading import frame, one_row, period_params, reader, used_params
 from lib.ledger.service import held_condition, held_reservations
 
 REQUESTED_LABEL = "requested, not measured"
@@ -60,46 +58,13 @@ _IDLE = f"""
 """
 
 
-@contextlib.contextmanager
-def _reader(db):
-    """A read-only handle on the ledger; a read the file itself fails (a damaged ledger) raises
-    LedgerError naming the file."""
-    with open_ledger(db, read_only=True) as con:
-        try:
-            yield con
-        except duckdb.IOException as exc:
-            raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
-
-
-def _used(sql: str, params: dict | None) -> dict:
-    """The named parameters the SQL text uses (DuckDB refuses unused ones)."""
-    names = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    return {k: v for k, v in (params or {}).items() if k in names}
-
-
-def _q(con, sql: str, params: dict | None = None) -> pd.DataFrame:
-    """Run one query with named parameters, fetched whole into a DataFrame."""
-    return con.execute(sql, _used(sql, params)).df()
-
-
-def _one(con, sql: str, params: dict | None = None) -> dict:
-    """A one-row query as a dict of plain Python values (empty dict when no row)."""
-    rows = con.execute(sql, _used(sql, params)).fetchall()
-    cols = [d[0] for d in con.description]
-    return dict(zip(cols, rows[0])) if rows else {}
-
-
-def _period(f: Filters) -> dict:
-    return {"start": f.start, "end": f.end}
-
-
 # ------------------------------------------------------------------------------------- sidebar
 
 def sidebar_options(db=None) -> dict:
     """Teams (from the policy table and the runs), the span of the data, and the run count."""
-    with _reader(db) as con:
-        teams = _q(con, "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1")
-        span = _one(con, f"""SELECT count(*) AS runs, min({_ANCHOR})::DATE AS first_day,
+    with reader(db) as con:
+        teams = frame(con, "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1")
+        span = one_row(con, f"""SELECT count(*) AS runs, min({_ANCHOR})::DATE AS first_day,
                               max(coalesce(r.ended_at, r.started_at, r.reserved_from))::DATE AS last_day
                               FROM runs r""")
     return {"teams": teams["team"].tolist(), "runs": int(span.get("runs") or 0),
@@ -108,16 +73,16 @@ def sidebar_options(db=None) -> dict:
 
 def data_counts(db=None) -> dict:
     """Cheap counts (runs, decisions): shown after an import, and used to tell an empty ledger."""
-    with _reader(db) as con:
-        return _one(con, "SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM decisions) AS decisions")
+    with reader(db) as con:
+        return one_row(con, "SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM decisions) AS decisions")
 
 
 # ------------------------------------------------------------------------------------ overview
 
 def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
     where, p = f.where("r")
-    p.update(_period(f), now=now)
-    m = _one(con, f"""
+    p.update(period_params(f), now=now)
+    m = one_row(con, f"""
       WITH x AS (SELECT r.*, {_IDLE} FROM runs r
                  WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end)
       SELECT coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
@@ -128,7 +93,7 @@ def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
              count(*) AS runs
       FROM x""", p)
     measured = "r.estimate_source IS DISTINCT FROM 'requested' AND r.estimated_gpu_hours > 0"
-    e = _one(con, f"""
+    e = one_row(con, f"""
       SELECT median(r.actual_gpu_hours / r.estimated_gpu_hours) FILTER (WHERE {measured}) AS median_ratio,
              quantile_cont(r.actual_gpu_hours / r.estimated_gpu_hours, 0.9) FILTER (WHERE {measured}) AS p90_ratio,
              count(*) FILTER (WHERE {measured} AND r.actual_gpu_hours IS NOT NULL) AS measured_runs,
@@ -137,8 +102,8 @@ def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
       FROM runs r
       WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end""", p)
     dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
-    dp.update(_period(f))
-    d = _one(con, f"""SELECT count(*) AS deferred FROM decisions d
+    dp.update(period_params(f))
+    d = one_row(con, f"""SELECT count(*) AS deferred FROM decisions d
                       WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {dwhere}""", dp)
     m.update(e)
     m.update(d)
@@ -150,20 +115,20 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """Headline numbers for the period and the previous period of the same length, deferred
     requests by reason (both periods), and reserved vs used GPU-hours per day and team."""
     now = now or utcnow()
-    with _reader(db) as con:
+    with reader(db) as con:
         cur = _overview_metrics(con, f, now)
         prev = _overview_metrics(con, f.previous(), now)
         dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
         dp.update(start=f.previous().start, mid=f.start, end=f.end)
-        reasons = _q(con, f"""
+        reasons = frame(con, f"""
           SELECT reason, count(*) FILTER (WHERE decided_at >= $mid) AS requests,
                  count(*) FILTER (WHERE decided_at < $mid) AS previous_requests
           FROM (SELECT unnest(d.reason_codes) AS reason, d.decided_at FROM decisions d
                 WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {dwhere})
           GROUP BY reason ORDER BY requests DESC, reason""", dp)
         where, p = f.where("r")
-        p.update(_period(f))
-        daily = _q(con, f"""
+        p.update(period_params(f))
+        daily = frame(con, f"""
           SELECT {_ANCHOR}::DATE AS day, r.team,
                  coalesce(sum(r.reserved_gpu_hours), 0) AS reserved_gpu_hours,
                  coalesce(sum(r.actual_gpu_hours), 0) AS used_gpu_hours
@@ -185,10 +150,10 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     (the gate counts every kind against the quota); the queue applies them."""
     now = now or utcnow()
     where, p = f.where("r")
-    p.update(_period(f), now=now)
+    p.update(period_params(f), now=now)
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
-    with _reader(db) as con:
-        over_time = _q(con, f"""
+    with reader(db) as con:
+        over_time = frame(con, f"""
           WITH days AS (SELECT d::TIMESTAMP AS day FROM range($start::TIMESTAMP, $end::TIMESTAMP, INTERVAL 1 DAY) t(d)),
           res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
                   WHERE {where} AND r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL
@@ -198,33 +163,33 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                                  - epoch_us(greatest(res.reserved_from, days.day))) / 86400e6) AS reserved_gpus
           FROM days JOIN res ON res.reserved_from < days.day + INTERVAL 1 DAY AND res.reserved_until > days.day
           GROUP BY ALL ORDER BY day, team""", p)
-        quotas = _q(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
+        quotas = frame(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
                          f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
         budget = _monthly_budget(con, f, now, now.date())
         cols = ("r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, "
                 "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
                 f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
                 "AS estimate_source")
-        current = _q(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+        current = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
                  AND r.ended_at IS NULL AND r.reserved_from <= $now
                  AND (r.reserved_until IS NULL OR r.reserved_until > $now)
                  ORDER BY r.reserved_until NULLS LAST, r.run_id LIMIT {ROW_LIMIT}""", p)
-        upcoming = _q(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+        upcoming = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
                  AND r.ended_at IS NULL AND r.reserved_from > $now
                  ORDER BY r.reserved_from, r.run_id LIMIT {ROW_LIMIT}""", p)
         over_base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
                      "AND r.actual_gpu_hours > r.reserved_gpu_hours")
-        overrun_by_team = _q(con, f"""SELECT r.team, count(*) AS runs,
+        overrun_by_team = frame(con, f"""SELECT r.team, count(*) AS runs,
                  sum(r.actual_gpu_hours - r.reserved_gpu_hours) AS overrun_gpu_hours {over_base}
                  GROUP BY r.team ORDER BY overrun_gpu_hours DESC""", p)
-        overruns = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
+        overruns = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
                  r.actual_gpu_hours - r.reserved_gpu_hours AS overrun_gpu_hours, r.stop_reason, r.ended_at,
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
         waiting = _waiting_requests(con, f)
         held = held_reservations(con, now)
-        all_quotas = _q(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
+        all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
     queue = request_queue(waiting, held, all_quotas, now)
     calendar = capacity_calendar(held, quotas, now)
     return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
@@ -245,7 +210,7 @@ def _monthly_budget(con, f: Filters, now: dt.datetime, month: dt.date) -> dict:
     tp.update(now=now, month_start=start, next_month=next_month_start(start))
     committed = (f"""coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
                                AND {held_condition("r", "$now")}), 0)""" if current else "0.0")
-    budget = _q(con, f"""
+    budget = frame(con, f"""
       SELECT t.team, t.monthly_budget_gpu_hours,
              coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
                        AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,
@@ -260,7 +225,7 @@ def monthly_budget(f: Filters, db=None, now: dt.datetime | None = None, *, month
     """The monthly budget of `month` (any day of it; default now's month) per team: see
     `_monthly_budget`. Only the team filter applies."""
     now = now or utcnow()
-    with _reader(db) as con:
+    with reader(db) as con:
         return _monthly_budget(con, f, now, month or now.date())
 
 
@@ -291,7 +256,7 @@ def _waiting_requests(con, f: Filters) -> pd.DataFrame:
     to that latest request; first_deferred_at is the run ID's first deferral."""
     dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
     # run IDs deferred and never booked first (few), then their latest decision by its ID
-    return _q(con, f"""
+    return frame(con, f"""
       WITH waiting AS (
         SELECT x.run_id, min(x.decided_at) AS first_deferred_at FROM decisions x
         WHERE x.state = 'defer' AND x.run_id IS NOT NULL
@@ -394,22 +359,22 @@ def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     (reserved_until <= now) count: an open window's idle time is not known yet."""
     now = now or utcnow()
     where, p = f.where("r")
-    p.update(_period(f), now=now)
-    with _reader(db) as con:
+    p.update(period_params(f), now=now)
+    with reader(db) as con:
         sql = f"""CREATE TEMP TABLE idle AS
           SELECT r.run_id, r.team, r.kind, r.gpus, r.reserved_from, r.reserved_until, r.started_at, r.ended_at,
                  {_IDLE}
           FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
             AND r.reserved_until <= $now"""
-        con.execute(sql, _used(sql, p))
-        weekly = _q(con, """
+        con.execute(sql, used_params(sql, p))
+        weekly = frame(con, """
           SELECT date_trunc('week', reserved_from)::DATE AS week, team,
                  sum(late_start_gpu_hours) AS late_start_gpu_hours,
                  sum(early_end_gpu_hours) AS early_end_gpu_hours,
                  sum(never_used_gpu_hours) AS never_used_gpu_hours,
                  sum(window_gpu_hours) AS reserved_gpu_hours
           FROM idle GROUP BY ALL ORDER BY week, team""")
-        top = _q(con, f"""
+        top = frame(con, f"""
           SELECT run_id, team, kind, gpus, reserved_from, reserved_until, started_at, ended_at,
                  late_start_gpu_hours, early_end_gpu_hours, never_used_gpu_hours,
                  late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours AS idle_gpu_hours
@@ -438,19 +403,19 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
     counts of runs whose estimate was requested, not measured."""
     now = now or utcnow()
     where, p = f.where("r")
-    p.update(_period(f), now=now, wstart=f.start - dt.timedelta(days=window_days),
+    p.update(period_params(f), now=now, wstart=f.start - dt.timedelta(days=window_days),
              wdays=window_days)
-    with _reader(db) as con:
+    with reader(db) as con:
         base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
                 "AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours > 0")
-        counts = _one(con, f"""SELECT count(*) AS runs,
+        counts = one_row(con, f"""SELECT count(*) AS runs,
                  count(*) FILTER (WHERE r.estimate_source = 'requested') AS requested_runs {base}""", p)
-        points = _q(con, f"""SELECT * FROM (
+        points = frame(con, f"""SELECT * FROM (
                  SELECT r.run_id, r.team, r.kind, r.estimated_gpu_hours, r.actual_gpu_hours, r.stop_reason,
                         CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}'
                              ELSE coalesce(r.estimate_source, 'unknown') END AS estimate_source {base})
                  USING SAMPLE reservoir({SCATTER_POINTS} ROWS) REPEATABLE (7)""", p)
-        rolling = _q(con, f"""
+        rolling = frame(con, f"""
           WITH x AS (SELECT r.team, r.ended_at, r.actual_gpu_hours / r.estimated_gpu_hours AS ratio
                      FROM runs r WHERE {where} AND r.ended_at >= $wstart AND r.ended_at < $end
                        AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours IS NOT NULL
@@ -462,7 +427,7 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
           FROM weeks JOIN x ON x.ended_at < least(weeks.week_end, $end::TIMESTAMP)
                            AND x.ended_at >= least(weeks.week_end, $end::TIMESTAMP) - to_days($wdays::INTEGER)
           GROUP BY ALL ORDER BY day, team""", p)
-        sources = _q(con, f"""
+        sources = frame(con, f"""
           WITH x AS (SELECT r.team,
                  coalesce(r.est_compute_gpu_hours, 0) + coalesce(r.est_data_loading_gpu_hours, 0) AS est_runtime,
                  r.actual_gpu_hours - coalesce(r.act_checkpoint_gpu_hours, 0) - coalesce(r.act_retry_gpu_hours, 0)
@@ -509,29 +474,29 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
     p = {**store.calibration_params(now, window_days), "max_runs": max_runs}
     cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
-    with _reader(db) as con:
+    with reader(db) as con:
         teams = list(f.teams) or [t for (t,) in con.execute(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
         sql = f"CREATE TEMP TABLE cal AS {store.CALIBRATION_ROWS_SQL}"
-        con.execute(sql, _used(sql, p))
+        con.execute(sql, used_params(sql, p))
         order = "ORDER BY c.ended_at DESC, c.run_id"
         # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
         # then the exact order (ties broken by run_id, as the store does) runs on the few rows left
-        by_kind = _q(con, f"""
+        by_kind = frame(con, f"""
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team, kind)
           SELECT c.team, c.kind, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
-        by_team = _q(con, f"""
+        by_team = frame(con, f"""
           WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team)
           SELECT c.team, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
-        everyone = _q(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
+        everyone = frame(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
         p["replay"] = max_runs + BACKTEST_RUNS
-        replay = _q(con, f"""
+        replay = frame(con, f"""
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
                        FROM cal GROUP BY team, kind)
           SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored,
@@ -603,26 +568,26 @@ def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     from lib.gate.promotion import promotion_status
     now = now or utcnow()
     where, p = f.where("r")
-    p.update(_period(f))
+    p.update(period_params(f))
     ended = f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end"
-    with _reader(db) as con:
-        by_reason = _q(con, f"""SELECT coalesce(r.stop_reason, 'unknown') AS stop_reason, r.team, count(*) AS runs,
+    with reader(db) as con:
+        by_reason = frame(con, f"""SELECT coalesce(r.stop_reason, 'unknown') AS stop_reason, r.team, count(*) AS runs,
                  coalesce(sum(r.actual_gpu_hours), 0) AS actual_gpu_hours {ended} GROUP BY ALL
                  ORDER BY runs DESC, stop_reason, team""", p)
-        limit_counts = _one(con, f"SELECT count(*) AS runs {ended} AND r.stop_reason IN ('budget', 'wall-clock')", p)
-        limit_stopped = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.stop_reason, r.actual_gpu_hours,
+        limit_counts = one_row(con, f"SELECT count(*) AS runs {ended} AND r.stop_reason IN ('budget', 'wall-clock')", p)
+        limit_stopped = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.stop_reason, r.actual_gpu_hours,
                  r.budget_gpu_hours, coalesce(r.artifact_status, 'incomplete') AS artifact_status,
                  r.last_valid_checkpoint, r.ended_at
                  {ended} AND r.stop_reason IN ('budget', 'wall-clock') ORDER BY r.ended_at DESC, r.run_id
                  LIMIT {ROW_LIMIT}""", p)
-        over_reads = _q(con, f"""SELECT r.run_id, r.team, r.kind, r.holdout_reads,
+        over_reads = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.holdout_reads,
                  coalesce(r.holdout_allowance, 0) AS holdout_allowance, r.stop_reason, r.ended_at
                  {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)
                  ORDER BY r.holdout_reads - coalesce(r.holdout_allowance, 0) DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        over_read_count = _one(con, f"SELECT count(*) AS runs {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)", p)
-        candidates = _q(con, f"""SELECT r.* {ended} AND r.kind = 'production'
+        over_read_count = one_row(con, f"SELECT count(*) AS runs {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)", p)
+        candidates = frame(con, f"""SELECT r.* {ended} AND r.kind = 'production'
                  ORDER BY r.ended_at DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        candidate_count = _one(con, f"SELECT count(*) AS runs {ended} AND r.kind = 'production'", p)
+        candidate_count = one_row(con, f"SELECT count(*) AS runs {ended} AND r.kind = 'production'", p)
     promotable, missing = [], []
     for run in candidates.astype(object).where(candidates.notna(), None).to_dict("records"):
         status = promotion_status(run)
@@ -635,100 +600,3 @@ def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     return {"by_reason": by_reason, "limit_stopped": limit_stopped, "limit_count": int(limit_counts.get("runs") or 0),
             "over_reads": over_reads, "over_read_count": int(over_read_count.get("runs") or 0),
             "promotion": promo, "candidate_count": int(candidate_count.get("runs") or 0)}
-
-
-# ---------------------------------------------------------------------------- recovery planner
-
-ALL_TEAMS = "(all teams)"     # the team label of the rows pooled over every shown team
-MIN_LIFETIME_SAMPLES = 30     # fewer empirical lifetimes than this: simulate exponential lifetimes
-MAX_LIFETIME_SAMPLES = 5000   # empirical lifetimes returned per team x capacity at most (a fixed sample)
-RESTART_DEFAULT_MINUTES = ((8, 5.0), (64, 10.0))   # (up to GPUs, minutes); larger jobs: 15 minutes
-RESTART_DEFAULT_LARGE_MINUTES = 15.0
-
-
-def default_restart_h(gpus) -> float:
-    """Restart time (hours) to assume when the ledger records none (typically 2-5 min for a
-    small job, 10-15 min for a large one; MegaScale: ~15 min at >10k GPUs). The upper end of each
-    range: 5 min up to 8 GPUs (one node), 10 min up to 64, 15 min above."""
-    g = 1 if gpus is None or pd.isna(gpus) else float(gpus)
-    for up_to, minutes in RESTART_DEFAULT_MINUTES:
-        if g <= up_to:
-            return minutes / 60.0
-    return RESTART_DEFAULT_LARGE_MINUTES / 60.0
-
-
-def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """The Recovery planner's ledger inputs: interruption rate, restart time and lifetimes per team x
-    capacity type (and pooled over teams per capacity type, team = ALL_TEAMS).
-
-    Rows: finished runs of the period (ended_at in the dates; team, kind and capacity filters apply)
-    with actual_gpu_hours > 0, gpus > 0 and a recorded interruption count. Per row, hours:
-    - run_hours = sum(actual_gpu_hours / gpus): wall-clock exposure (restart and lost time included);
-    - mtbf_h = run_hours / interruptions (the rate estimate of exponential lifetimes; NULL without
-      interruptions: none observed);
-    - restart_h = median over runs with restarts > 0 and act_retry_gpu_hours of
-      act_retry_gpu_hours / (restarts x gpus) (the ledger has no restart-duration column: retry
-      GPU-hours per relaunch per accelerator), restart_source 'ledger'; without such runs
-      default_restart_h(median GPUs), restart_source 'default';
-    - lifetime_samples: how many lifetimes `lifetimes` holds for the row; censored_lifetimes: how
-      many lifetimes ended without an interruption (right-censored);
-      enough_lifetimes = interruptions >= MIN_LIFETIME_SAMPLES (the curve needs observed ones).
-    Lifetimes (lib.planning.lifetimes, approximation: the ledger keeps counts, not interruption
-    times): a run of h wall hours with n interruptions gives n lifetimes of h / (n + 1) that ended in
-    an interruption and one of that length censored by the run's end (a run never interrupted: one
-    censored lifetime of h). `lifetimes` is the Kaplan-Meier curve's quantiles at evenly spaced
-    probabilities, one per lifetime up to MAX_LIFETIME_SAMPLES per row, with an exponential tail
-    (mean mtbf of the same lifetimes) beyond the last interruption; none without interruptions.
-    Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
-    interruptions, mtbf_h, median_gpus, restart_runs, restart_h, restart_source, lifetime_samples,
-    censored_lifetimes, enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
-    """
-    where, p = f.where("r")
-    p.update(_period(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS)
-    with _reader(db) as con:
-        sql = f"""CREATE TEMP TABLE fin AS
-          SELECT r.run_id, r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
-                 r.interruptions, r.restarts, r.act_retry_gpu_hours
-          FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
-            AND r.actual_gpu_hours > 0 AND r.gpus > 0 AND r.interruptions IS NOT NULL"""
-        con.execute(sql, _used(sql, p))
-        rates = _q(con, """
-          SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
-                 count(*) AS runs, count(*) FILTER (WHERE interruptions > 0) AS interrupted_runs,
-                 sum(run_hours) AS run_hours, sum(actual_gpu_hours) AS gpu_hours,
-                 sum(interruptions)::BIGINT AS interruptions,
-                 CASE WHEN sum(interruptions) > 0 THEN sum(run_hours) / sum(interruptions) END AS mtbf_h,
-                 median(gpus)::DOUBLE AS median_gpus,
-                 count(*) FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_runs,
-                 median(act_retry_gpu_hours / (restarts * gpus))
-                   FILTER (WHERE restarts > 0 AND act_retry_gpu_hours IS NOT NULL) AS restart_h,
-                 CASE WHEN sum(interruptions) > 0 THEN least(count(*) + sum(interruptions), $cap) ELSE 0 END::BIGINT
-                   AS lifetime_samples
-          FROM fin GROUP BY GROUPING SETS ((team, capacity), (capacity))
-          ORDER BY grouping(team) DESC, team, capacity""", p)
-        # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption, censored)
-        gaps = _q(con, """
-          SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
-                 run_hours / (interruptions + 1) AS lifetime_h, sum(interruptions)::DOUBLE AS events,
-                 count(*)::DOUBLE AS censored
-          FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
-        con.execute("DROP TABLE fin")
-    from lib.planning.lifetimes import km_sample
-    samples, censored_n = [], {}
-    for (team, capacity), g in gaps.groupby(["team", "capacity"], sort=False):
-        groups = list(zip(g["lifetime_h"], g["events"], g["censored"]))
-        censored_n[(team, capacity)] = int(g["censored"].sum())
-        size = min(MAX_LIFETIME_SAMPLES, int(g["events"].sum() + g["censored"].sum()))
-        samples += [(team, capacity, t) for t in km_sample(groups, size)]
-    lifetimes = pd.DataFrame(samples, columns=["team", "capacity", "lifetime_h"])
-    lifetimes["lifetime_h"] = lifetimes["lifetime_h"].astype("float64")
-    rates["restart_source"] = pd.Series(["ledger" if pd.notna(v) else "default" for v in rates["restart_h"]],
-                                        index=rates.index, dtype="object")
-    rates["restart_h"] = [v if pd.notna(v) else default_restart_h(g)
-                          for v, g in zip(rates["restart_h"], rates["median_gpus"])]
-    rates["restart_h"] = rates["restart_h"].astype("float64")
-    rates["mtbf_h"] = rates["mtbf_h"].astype("float64")
-    rates["censored_lifetimes"] = pd.Series([censored_n.get((t, c), 0) for t, c in zip(rates["team"], rates["capacity"])],
-                                            index=rates.index, dtype="int64")
-    rates["enough_lifetimes"] = (rates["interruptions"] >= MIN_LIFETIME_SAMPLES).astype("bool")
-    return {"rates": rates, "lifetimes": lifetimes}

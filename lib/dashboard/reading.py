@@ -1,0 +1,49 @@
+"""Reading the ledger for the dashboard's read models: one read-only open per unit of work, queries
+with named parameters bound (never formatted into the text), results fetched whole.
+
+Used by lib.dashboard.queries and the other read models (costs, recovery inputs) so that each opens,
+reads and closes the same way.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import duckdb
+import pandas as pd
+
+from lib.dashboard.filters import Filters
+from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+
+
+@contextlib.contextmanager
+def reader(db):
+    """A read-only handle on the ledger; a read the file itself fails (a damaged ledger) raises
+    LedgerError naming the file."""
+    with open_ledger(db, read_only=True) as con:
+        try:
+            yield con
+        except duckdb.IOException as exc:
+            raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
+
+
+def used_params(sql: str, params: dict | None) -> dict:
+    """The named parameters the SQL text uses (DuckDB refuses unused ones)."""
+    names = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    return {k: v for k, v in (params or {}).items() if k in names}
+
+
+def frame(con, sql: str, params: dict | None = None) -> pd.DataFrame:
+    """Run one query with named parameters, fetched whole into a DataFrame."""
+    return con.execute(sql, used_params(sql, params)).df()
+
+
+def one_row(con, sql: str, params: dict | None = None) -> dict:
+    """A one-row query as a dict of plain Python values (empty dict when no row)."""
+    rows = con.execute(sql, used_params(sql, params)).fetchall()
+    cols = [d[0] for d in con.description]
+    return dict(zip(cols, rows[0])) if rows else {}
+
+
+def period_params(f: Filters) -> dict:
+    return {"start": f.start, "end": f.end}
