@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from datetime import timedelta
 
 from lib.gate.admission import admit_training, decide
 from lib.gate.calibration import calibrate

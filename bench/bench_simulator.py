@@ -58,7 +58,7 @@ def main() -> None:
               f"{1.0:>8.1f}x {loop_mean:>11.3f} {closed:>11.3f}")
 
     print()
-    print(f"100 000 runs of the 24 h job (best of 3), numpy:")
+    print("100 000 runs of the 24 h job (best of 3), numpy:")
     print(f"{'mtbf_h':>7} {'E[N]':>8} {'rounds':>7} {'seconds':>9} {'under 1 s':>9}")
     for mtbf in (24.0, 6.0, 3.1, 1.35, 0.5):
         e = expected_time(JOB["work_h"], JOB["interval_h"], JOB["checkpoint_h"], JOB["restart_h"], mtbf,
