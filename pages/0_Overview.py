@@ -8,7 +8,7 @@ f = ui.frame()
 
 data = ui.PageData(queries.overview, f)
 cur, prev = data["current"], data["previous"]
-money = ui.PageData(costs.overview_costs, f)
+money = costs.overview_money(ui.PageData(costs.pricing, f).data, data.data)
 
 st.title("Overview")
 ui.caption(f"{f.describe()} · compared with {f.previous().date_from} to {f.previous().date_to}")
@@ -59,7 +59,7 @@ if money["per_gpu_hour"]:
                f"{spend}_cost", colour="off" if spend != "idle" else "inverse",
                periods=(money["current"], money["previous"]),
                help=f"{explained}, per capacity type; in {money['currency']}")
-ui.caption(costs.pricing_note(money.data))
+ui.caption(costs.pricing_note(money))
 c = st.columns(4)
 metric(c[0], "Median actual ÷ estimated", show(cur["median_ratio"], "{:.2f}"), "median_ratio", "{:+.2f}",
        "off", help="finished runs with a measured or stated estimate; 1.00 = exact")

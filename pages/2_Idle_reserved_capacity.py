@@ -8,7 +8,7 @@ from lib.dashboard import costs, figures, queries
 f = ui.frame()
 
 data = ui.PageData(queries.idle_capacity, f)
-money = ui.PageData(costs.idle_costs, f)
+money = costs.idle_money(ui.PageData(costs.pricing, f).data, data.data)
 
 st.title("Idle reserved capacity")
 ui.caption(f"{f.describe()} · causes: late start (reserved, not yet started), early end (finished before the "
@@ -26,7 +26,7 @@ else:
         c[2].metric("Idle reserved cost", costs.money_text(money["total_idle_cost"], money["currency"]),
                     help="idle reserved GPU-hours × the price of their capacity type, charged to the team "
                          f"that held the reservation; in {money['currency']}")
-ui.caption(costs.pricing_note(money.data))
+ui.caption(costs.pricing_note(money))
 
 data.chart(figures.idle_by_cause, "weekly")
 data.chart(figures.idle_by_team, "by_team")

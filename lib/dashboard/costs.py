@@ -2,23 +2,22 @@
 prices of data/teams.toml (as the ledger holds them: lib.dashboard.settings). No Streamlit.
 
 The rule: cost = GPU-hours x the price per GPU-hour of their capacity type, per capacity type, then
-summed. The GPU-hours are exactly the ones the pages show: each capacity type's come from
-`queries.overview` / `queries.idle_capacity` with the capacity filter set to that type — the same
-rows, anchors and idle rule, so the money can never drift from the hours beside it. Idle cost is
-charged to the team that held the reservation, as idle GPU-hours are.
+summed. The GPU-hours are exactly the ones the pages show: `queries.overview` and
+`queries.idle_capacity` return them per capacity type (the headline numbers are those rows' sums),
+so the money can never drift from the hours beside it. Idle cost is charged to the team that held the
+reservation, as idle GPU-hours are.
 
 A capacity type in scope (the capacity filter's, else both) without a price gets no money at all: it
 is listed in `unpriced`, never costed at 0, and the totals cover the priced types only. Units:
 GPU-hours; money in `currency` (a 3-letter code), unrounded.
 
-Cost: one read-only open for the prices, plus, per priced capacity type in scope, the one open of
-the query that gives its GPU-hours. With no price set nothing else is read.
+Pages price the data they already read: `pricing` (cached like a query) and the pure
+`overview_money` / `idle_money` over the page's own query result, so no query runs twice.
+`overview_costs` / `idle_costs` do both for callers without that data.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-from functools import reduce
 from typing import TypedDict
 
 import pandas as pd
@@ -47,8 +46,9 @@ class IdleCosts(Pricing):
     total_idle_cost: float | None  # None when no capacity type in scope has a price
 
 
-def pricing(f: Filters, db=None) -> Pricing:
-    """The prices of the capacity types the filters cover, and which of them have none."""
+def pricing(f: Filters, db=None, now: dt.datetime | None = None) -> Pricing:
+    """The prices of the capacity types the filters cover, and which of them have none (`now` is
+    unused: the signature of a page query, so ui.PageData can cache it)."""
     p = settings.prices(db)
     scope = (f.capacity,) if f.capacity else CAPACITIES
     per_hour = {c: p["per_gpu_hour"][c] for c in scope if c in p["per_gpu_hour"]}
@@ -56,51 +56,58 @@ def pricing(f: Filters, db=None) -> Pricing:
             "unpriced": [c for c in scope if c not in per_hour]}
 
 
-def _only(f: Filters, capacity: str) -> Filters:
-    return dataclasses.replace(f, capacity=capacity)
+def _spend(by_capacity: pd.DataFrame, capacity: str, spend: str) -> float:
+    rows = by_capacity.loc[by_capacity["capacity"] == capacity, f"{spend}_gpu_hours"]
+    return float(rows.sum())
 
 
-def overview_costs(f: Filters, db=None, now: dt.datetime | None = None) -> OverviewCosts:
-    """Reserved, used and idle cost for the period and the previous one, per priced capacity type
-    and summed: queries.overview's GPU-hours x price."""
-    now = now or utcnow()
-    price = pricing(f, db)
+def overview_money(price: Pricing, overview: dict) -> OverviewCosts:
+    """Reserved, used and idle cost for the period and the previous one, per priced capacity type and
+    summed, from a queries.overview result."""
     rows, totals = [], {"current": {}, "previous": {}}
+    periods = {"current": overview["spend_by_capacity"], "previous": overview["previous_spend_by_capacity"]}
     for capacity, per_hour in price["per_gpu_hour"].items():
-        o = queries.overview(_only(f, capacity), db, now)
         row = {"capacity": capacity, "price_per_gpu_hour": per_hour}
-        for period in ("current", "previous"):
+        for period, by_capacity in periods.items():
             for spend in SPENDS:
-                cost = o[period][f"{spend}_gpu_hours"] * per_hour
-                totals[period][f"{spend}_cost"] = totals[period].get(f"{spend}_cost", 0.0) + cost
+                hours = _spend(by_capacity, capacity, spend)
+                totals[period][f"{spend}_cost"] = totals[period].get(f"{spend}_cost", 0.0) + hours * per_hour
                 if period == "current":
-                    row[f"{spend}_gpu_hours"], row[f"{spend}_cost"] = o[period][f"{spend}_gpu_hours"], cost
+                    row[f"{spend}_gpu_hours"], row[f"{spend}_cost"] = hours, hours * per_hour
         rows.append(row)
     columns = ["capacity", "price_per_gpu_hour", *(f"{s}_{x}" for s in SPENDS for x in ("gpu_hours", "cost"))]
     return {**price, "by_capacity": pd.DataFrame(rows, columns=columns), **totals}
 
 
-def idle_costs(f: Filters, db=None, now: dt.datetime | None = None) -> IdleCosts:
+def overview_costs(f: Filters, db=None, now: dt.datetime | None = None) -> OverviewCosts:
+    """`overview_money` of the prices and queries.overview for these filters."""
+    return overview_money(pricing(f, db), queries.overview(f, db, now or utcnow()))
+
+
+def idle_money(price: Pricing, idle: dict) -> IdleCosts:
     """Idle cost per team (charged to the team that held the reservation), split by priced capacity
-    type, and its total: queries.idle_capacity's idle GPU-hours per team x price."""
-    now = now or utcnow()
-    price = pricing(f, db)
-    parts = []
-    for capacity, per_hour in price["per_gpu_hour"].items():
-        by_team = queries.idle_capacity(_only(f, capacity), db, now)["by_team"]
-        part = pd.DataFrame({"team": by_team["team"].astype("object"),
-                             f"{capacity}_idle_gpu_hours": by_team["idle_gpu_hours"].astype("float64")})
-        part[f"{capacity}_idle_cost"] = part[f"{capacity}_idle_gpu_hours"] * per_hour
-        parts.append(part)
-    if not parts:
+    type, and its total, from a queries.idle_capacity result."""
+    priced = list(price["per_gpu_hour"])
+    if not priced:
         return {**price, "by_team": pd.DataFrame({"team": pd.Series(dtype="object"),
                                                   "idle_cost": pd.Series(dtype="float64")}),
                 "total_idle_cost": None}
-    # a team with idle time in one capacity type only had none in the other: 0 GPU-hours, not unknown
-    table = reduce(lambda a, b: a.merge(b, on="team", how="outer"), parts).fillna(0.0)
-    table["idle_cost"] = table[[f"{c}_idle_cost" for c in price["per_gpu_hour"]]].sum(axis=1)
+    hours = (idle["by_team_capacity"].pivot_table(index="team", columns="capacity", values="idle_gpu_hours",
+                                                  aggfunc="sum")
+             .reindex(columns=priced))
+    hours = hours.dropna(how="all").fillna(0.0)  # a team idle in one capacity type only: 0 in the other
+    table = pd.DataFrame({"team": hours.index.astype("object")})
+    for capacity in priced:
+        table[f"{capacity}_idle_gpu_hours"] = hours[capacity].to_numpy("float64")
+        table[f"{capacity}_idle_cost"] = table[f"{capacity}_idle_gpu_hours"] * price["per_gpu_hour"][capacity]
+    table["idle_cost"] = table[[f"{c}_idle_cost" for c in priced]].sum(axis=1)
     table = table.sort_values(["idle_cost", "team"], ascending=[False, True], ignore_index=True)
     return {**price, "by_team": table, "total_idle_cost": float(table["idle_cost"].sum())}
+
+
+def idle_costs(f: Filters, db=None, now: dt.datetime | None = None) -> IdleCosts:
+    """`idle_money` of the prices and queries.idle_capacity for these filters."""
+    return idle_money(pricing(f, db), queries.idle_capacity(f, db, now or utcnow()))
 
 
 def money_text(amount: float, currency: str) -> str:

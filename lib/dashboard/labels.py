@@ -95,6 +95,7 @@ COLUMNS: dict[str, ColumnSpec] = {
     "consumed_gpu_hours": _spec("Consumed (GPU-h)", "number"),
     "committed_gpu_hours": _spec("Committed (GPU-h)", "number", help=GLOSSARY["committed"]),
     "remaining_gpu_hours": _spec("Remaining (GPU-h)", "number"),
+    "closed_window_gpu_hours": _spec("Closed reservation windows (GPU-h)", "number"),
     "overrun_gpu_hours": _spec("Beyond reservation (GPU-h)", "number"),
     "idle_gpu_hours": _spec("Idle (GPU-h)", "number", help=GLOSSARY["idle reserved capacity"]),
     "late_start_gpu_hours": _spec("Idle: late start (GPU-h)", "number"),

@@ -79,19 +79,25 @@ def data_counts(db=None) -> dict:
 
 # ------------------------------------------------------------------------------------ overview
 
-def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
+SPEND_COLUMNS = ("reserved_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "closed_window_gpu_hours", "runs")
+
+
+def _overview_metrics(con, f: Filters, now: dt.datetime) -> tuple[dict, pd.DataFrame]:
+    """(the period's headline numbers, its spend per capacity type). The headline GPU-hours are the
+    sums of the per-capacity rows, so money priced per capacity type adds up to them."""
     where, p = f.where("r")
     p.update(period_params(f), now=now)
-    m = one_row(con, f"""
+    by_capacity = frame(con, f"""
       WITH x AS (SELECT r.*, {_IDLE} FROM runs r
                  WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end)
-      SELECT coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
+      SELECT capacity, coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
              coalesce(sum(actual_gpu_hours), 0) AS used_gpu_hours,
              coalesce(sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                       FILTER (WHERE reserved_until <= $now), 0) AS idle_gpu_hours,
              coalesce(sum(window_gpu_hours) FILTER (WHERE reserved_until <= $now), 0) AS closed_window_gpu_hours,
              count(*) AS runs
-      FROM x""", p)
+      FROM x GROUP BY capacity ORDER BY capacity""", p)
+    m = {c: (int if c == "runs" else float)(by_capacity[c].sum()) for c in SPEND_COLUMNS}
     measured = "r.estimate_source IS DISTINCT FROM 'requested' AND r.estimated_gpu_hours > 0"
     e = one_row(con, f"""
       SELECT median(r.actual_gpu_hours / r.estimated_gpu_hours) FILTER (WHERE {measured}) AS median_ratio,
@@ -108,16 +114,17 @@ def _overview_metrics(con, f: Filters, now: dt.datetime) -> dict:
     m.update(e)
     m.update(d)
     m["idle_share"] = (m["idle_gpu_hours"] / m["closed_window_gpu_hours"]) if m["closed_window_gpu_hours"] else None
-    return m
+    return m, by_capacity
 
 
 def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """Headline numbers for the period and the previous period of the same length, deferred
-    requests by reason (both periods), and reserved vs used GPU-hours per day and team."""
+    """Headline numbers for the period and the previous period of the same length (and their
+    reserved, used and idle GPU-hours per capacity type), deferred requests by reason (both periods),
+    and reserved vs used GPU-hours per day and team."""
     now = now or utcnow()
     with reader(db) as con:
-        cur = _overview_metrics(con, f, now)
-        prev = _overview_metrics(con, f.previous(), now)
+        cur, cur_by_capacity = _overview_metrics(con, f, now)
+        prev, prev_by_capacity = _overview_metrics(con, f.previous(), now)
         dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
         dp.update(start=f.previous().start, mid=f.start, end=f.end)
         reasons = frame(con, f"""
@@ -134,7 +141,8 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  coalesce(sum(r.actual_gpu_hours), 0) AS used_gpu_hours
           FROM runs r WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end
           GROUP BY ALL ORDER BY day, r.team""", p)
-    return {"current": cur, "previous": prev, "deferred_by_reason": reasons, "daily": daily}
+    return {"current": cur, "previous": prev, "deferred_by_reason": reasons, "daily": daily,
+            "spend_by_capacity": cur_by_capacity, "previous_spend_by_capacity": prev_by_capacity}
 
 
 # -------------------------------------------------------------------------------- reservations
@@ -355,15 +363,16 @@ def earliest_fits(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.Dat
 
 def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """Idle reserved GPU-hours per team and week (week of the reservation start), split by cause;
-    the weekly idle share per team; and the reservations that wasted most. Only closed windows
-    (reserved_until <= now) count: an open window's idle time is not known yet."""
+    the weekly idle share per team; the reservations that wasted most; and idle GPU-hours per team and
+    capacity type (what idle money is priced from). Only closed windows (reserved_until <= now) count:
+    an open window's idle time is not known yet."""
     now = now or utcnow()
     where, p = f.where("r")
     p.update(period_params(f), now=now)
     with reader(db) as con:
         sql = f"""CREATE TEMP TABLE idle AS
-          SELECT r.run_id, r.team, r.kind, r.gpus, r.reserved_from, r.reserved_until, r.started_at, r.ended_at,
-                 {_IDLE}
+          SELECT r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, r.started_at,
+                 r.ended_at, {_IDLE}
           FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
             AND r.reserved_until <= $now"""
         con.execute(sql, used_params(sql, p))
@@ -380,6 +389,10 @@ def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours AS idle_gpu_hours
           FROM idle WHERE late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours > 0
           ORDER BY idle_gpu_hours DESC, run_id LIMIT {ROW_LIMIT}""")
+        by_team_capacity = frame(con, """
+          SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
+                 AS idle_gpu_hours
+          FROM idle GROUP BY ALL ORDER BY team, capacity""")
         con.execute("DROP TABLE idle")
     weekly["idle_gpu_hours"] = (weekly["late_start_gpu_hours"] + weekly["early_end_gpu_hours"]
                                 + weekly["never_used_gpu_hours"])
@@ -389,7 +402,7 @@ def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                                                        "never_used_gpu_hours", "idle_gpu_hours",
                                                        "reserved_gpu_hours"]].sum()
                .sort_values("idle_gpu_hours", ascending=False, ignore_index=True))
-    return {"weekly": weekly, "by_team": by_team, "top": top}
+    return {"weekly": weekly, "by_team": by_team, "top": top, "by_team_capacity": by_team_capacity}
 
 
 # --------------------------------------------------------------------------- estimate accuracy
