@@ -1,6 +1,5 @@
 """What the planners set in data/teams.toml besides policy, as the ledger holds it: team colours
-and GPU-hour prices. No Streamlit; one read-only open per call (`prices_from` reads on an open
-connection, for a read model that already holds one)."""
+and GPU-hour prices. No Streamlit; one read-only open per call."""
 from __future__ import annotations
 
 from lib.ledger.connection import open_ledger
@@ -14,14 +13,9 @@ def colours(db=None) -> dict[str, str]:
     return dict(rows)
 
 
-def prices_from(con) -> Prices:
+def prices(db=None) -> Prices:
     """The ledger's GPU-hour prices: currency (None when no price is set) and price per GPU-hour
     per priced capacity type (a capacity type without a price is absent, never 0)."""
-    rows = con.execute("SELECT capacity, price_per_gpu_hour, currency FROM prices ORDER BY capacity").fetchall()
-    return {"currency": rows[0][2] if rows else None, "per_gpu_hour": {c: float(p) for c, p, _ in rows}}
-
-
-def prices(db=None) -> Prices:
-    """`prices_from` on its own read-only open of the ledger."""
     with open_ledger(db, read_only=True) as con:
-        return prices_from(con)
+        rows = con.execute("SELECT capacity, price_per_gpu_hour, currency FROM prices ORDER BY capacity").fetchall()
+    return {"currency": rows[0][2] if rows else None, "per_gpu_hour": {c: float(p) for c, p, _ in rows}}
