@@ -1,5 +1,6 @@
-"""A ledger written by schema version 1 (before team colours and prices) is upgraded, its data
-kept: by any write open, by `upgrade_ledger`, and by the app on start, whose pages only read."""
+"""A ledger written by schema version 1 (before team colours and prices) or 2 (before the audit of who
+wrote) is upgraded, its data kept: by any write open, by `upgrade_ledger`, and by the app on start,
+whose pages only read."""
 from __future__ import annotations
 
 import pytest
@@ -13,17 +14,39 @@ from tests.fixtures_ledger import query, run_cli
 TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 
-def make_version_1(path) -> None:
-    """A version-1 ledger with page-shaped data: today's schema without what version 2 added."""
+def make_version_2(path) -> None:
+    """A version-2 ledger with page-shaped data: today's schema without what version 3 added."""
     fill_ledger(path, n_runs=200)
     with open_ledger(path) as con:
+        _drop_version_3(con)
+        con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+
+
+def make_version_1(path) -> None:
+    """A version-1 ledger with page-shaped data: today's schema without what versions 2 and 3 added."""
+    fill_ledger(path, n_runs=200)
+    with open_ledger(path) as con:
+        _drop_version_3(con)
         con.execute("ALTER TABLE teams DROP COLUMN colour")
         con.execute("DROP TABLE prices")
         con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
 
 
+def _drop_version_3(con) -> None:
+    con.execute("ALTER TABLE decisions DROP COLUMN actor")
+    con.execute("DROP TABLE audit")
+    con.execute("DROP SEQUENCE audit_seq")
+
+
 def contents(path) -> dict:
     return {t: query(path, f"SELECT * FROM {t} ORDER BY ALL") for t in TABLES}
+
+
+def assert_kept(before: dict, after: dict, new_columns: tuple[str, ...]) -> None:
+    """Every row kept; the tables in `new_columns` gained one column, NULL in old rows (teams.colour,
+    decisions.actor)."""
+    for t in TABLES:
+        assert after[t] == ([(*row, None) for row in before[t]] if t in new_columns else before[t]), t
 
 
 @pytest.fixture
@@ -47,9 +70,7 @@ def test_a_read_only_open_refuses_a_version_1_ledger_until_it_is_upgraded(v1_led
         assert con.execute("SELECT count(*) FROM teams WHERE colour IS NULL").fetchall() == \
             con.execute("SELECT count(*) FROM teams").fetchall()
         assert con.execute("SELECT count(*) FROM prices").fetchall() == [(0,)]
-    after = contents(v1_ledger)
-    assert after["teams"] == [(*row, None) for row in before["teams"]]   # every policy kept, colour NULL
-    assert {t: after[t] for t in TABLES if t != "teams"} == {t: before[t] for t in TABLES if t != "teams"}
+    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions"))
 
 
 def test_upgrade_leaves_a_missing_file_alone(tmp_path):
@@ -86,6 +107,17 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
         if page == "overview":   # the kept history is shown
             assert next(m.value for m in at.metric if m.label == "Runs in period") not in ("0", "—")
     assert query(v1_ledger, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    after = contents(v1_ledger)
-    assert after["teams"] == [(*row, None) for row in before["teams"]]
-    assert {t: after[t] for t in TABLES if t != "teams"} == {t: before[t] for t in TABLES if t != "teams"}
+    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions"))
+
+
+def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v2.duckdb"
+    make_version_2(path)
+    before = contents(path)
+    with pytest.raises(LedgerError, match="needs migrating from schema version 2"):
+        with open_ledger(path, read_only=True):
+            pass
+    assert upgrade_ledger(path) is True
+    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert query(path, "SELECT count(*) FROM audit") == [(0,)]
+    assert_kept(before, contents(path), new_columns=("decisions",))

@@ -21,7 +21,7 @@ import duckdb
 
 from lib.gate.terms import number_problem
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
@@ -191,6 +191,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
 # add to an existing table. Each statement is idempotent.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS colour VARCHAR",),   # 2: team colours (+ prices table)
+    2: ("ALTER TABLE decisions ADD COLUMN IF NOT EXISTS actor VARCHAR",),  # 3: who asked (+ audit table)
 }
 
 

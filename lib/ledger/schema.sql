@@ -1,9 +1,10 @@
--- The ledger's schema, version 2 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 3 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
--- existing tables: version 2 added teams.colour and the prices table.
+-- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
+-- decisions.actor.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -121,5 +122,26 @@ CREATE TABLE IF NOT EXISTS decisions (
     policy_version  VARCHAR,
     origin          VARCHAR NOT NULL,   -- cli | slurm | app | demo
     request_json    VARCHAR NOT NULL,
-    decision_json   VARCHAR NOT NULL
+    decision_json   VARCHAR NOT NULL,
+    -- who asked (version 3): a signed-in identity, an OS user; NULL where not known (older rows)
+    actor           VARCHAR
+);
+
+CREATE SEQUENCE IF NOT EXISTS audit_seq START 1;
+
+-- Append-only (version 3): who wrote what, and when. One row per import (from the app or
+-- `python -m lib import`) and per policy export from the dashboard. actor: the signed-in identity
+-- (e-mail), "local" for the app in local mode, the OS user name for the command line.
+CREATE TABLE IF NOT EXISTS audit (
+    audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
+    written_at      TIMESTAMP NOT NULL,
+    actor           VARCHAR NOT NULL,
+    origin          VARCHAR NOT NULL,   -- cli | app
+    action          VARCHAR NOT NULL,   -- import | policy-export
+    file_name       VARCHAR,            -- the uploaded or named file, as its user named it
+    format          VARCHAR,            -- csv | sacct | toml
+    rows_inserted   INTEGER CHECK (rows_inserted >= 0),
+    rows_updated    INTEGER CHECK (rows_updated >= 0),
+    rows_unchanged  INTEGER CHECK (rows_unchanged >= 0),
+    detail          VARCHAR             -- e.g. the teams a policy export changes
 );
