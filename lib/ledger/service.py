@@ -210,8 +210,36 @@ def _recorded_admit(con, request, now: datetime) -> dict | None:
     return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
 
 
+class LedgerFacts:
+    """What a decision reads, read from an open ledger connection. `decide_with` takes any object with
+    these methods: the warm gate server (lib.slurm.server) answers them from the state it holds."""
+
+    def __init__(self, con):
+        self.con = con
+
+    def policy(self, team: str) -> Policy | None:
+        return team_policy(self.con, team)
+
+    def known_teams(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+
+    def booked(self, run_id) -> bool:
+        return _booked(self.con, run_id)
+
+    def recorded_admit(self, request, now: datetime) -> dict | None:
+        return _recorded_admit(self.con, request, now)
+
+    def state(self, team: str, now: datetime, kind: str | None) -> State:
+        return team_state(self.con, team, now, kind=kind)
+
+
 def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Policy | None]:
-    """(decision, policy) for the request against the ledger as `con` sees it.
+    """(decision, policy) for the request against the ledger as `con` sees it (see `decide_with`)."""
+    return decide_with(request, now, LedgerFacts(con))
+
+
+def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Policy | None]:
+    """(decision, policy) for the request against `facts` (a `LedgerFacts` or the like).
 
     A request whose run ID is booked is refused, unless it is the very request that booked it and
     the reservation still waits for the run: then the answer is the recorded admit (see
@@ -221,19 +249,18 @@ def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Po
     from lib.gate.reasons import reason
 
     team = request.get("team") if isinstance(request, dict) else None
-    policy = team_policy(con, team) if isinstance(team, str) else None
+    policy = facts.policy(team) if isinstance(team, str) else None
     if policy is None:
-        known = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
-        return unknown_team(request, known_teams=known, now=now), None
-    if _booked(con, request.get("run_id")):
-        replayed = _recorded_admit(con, request, now)
+        return unknown_team(request, known_teams=facts.known_teams(), now=now), None
+    if type(request.get("run_id")) is str and facts.booked(request["run_id"]):
+        replayed = facts.recorded_admit(request, now)
         if replayed is not None:
             return replayed, policy
         return reject(request, [reason(
             "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
             fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
     kind = request.get("kind")
-    state = team_state(con, team, now, kind=kind if kind in KINDS else None)
+    state = facts.state(team, now, kind if kind in KINDS else None)
     return decide(request, policy, state), policy
 
 
@@ -401,6 +428,19 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
     return decision
 
 
+def booked_reservation(request: Request, decision: Decision, now: datetime) -> Reservation:
+    """The reservation an admit decided at `now` books (as `held_reservations` reads it back):
+    from `now` for the estimate's wall-clock hours (else the request's max_runtime_hours)."""
+    est = decision["estimate"] or {}
+    wall_h = finite_number(est.get("wall_hours")) or finite_number(request["max_runtime_hours"])
+    return {"run_id": request["run_id"], "team": request["team"], "kind": request["kind"],
+            "gpus": int(request["gpus"]), "reserved_gpu_hours": finite_number(decision["reserved_gpu_hours"]),
+            # whole seconds: schedulers report start times in whole seconds, and a job started in the
+            # second it was admitted must not look as if it started before its reservation
+            "reserved_from": now.replace(microsecond=0),
+            "reserved_until": now + timedelta(hours=wall_h) if wall_h is not None else None}
+
+
 def record_decision(con, request: Request, decision: Decision, origin: str, now: datetime) -> None:
     """Append the decision; on admit, book the run. A replayed decision is already recorded: no-op."""
     if decision.get("replayed") is True:
@@ -417,22 +457,19 @@ def record_decision(con, request: Request, decision: Decision, origin: str, now:
          canonical_json(request), canonical_json(decision)])
     if decision["state"] != "admit":
         return
-    wall_h = finite_number(est["wall_hours"]) or finite_number(req["max_runtime_hours"])
-    reserved_until = now + timedelta(hours=wall_h) if wall_h is not None else None
+    held = booked_reservation(req, decision, now)
     items = estimate_items(est["items_gpu_hours"])
     row = {
         "run_id": req["run_id"], "team": req["team"], "kind": req["kind"],
-        "capacity": req["capacity"], "gpus": int(req["gpus"]),
+        "capacity": req["capacity"], "gpus": held["gpus"],
         "gpu_mem_gb": finite_number(req["gpu_mem_gb"]), "data_snapshot": req.get("data_snapshot"),
         "job_name": req.get("note"),
         "estimated_gpu_hours": finite_number(est["raw_gpu_hours"]),
         "estimate_source": est["source"], **items,
         "budget_gpu_hours": finite_number(req["budget_gpu_hours"]),
         "max_runtime_hours": finite_number(req["max_runtime_hours"]),
-        # whole seconds: schedulers report start times in whole seconds, and a job started in the
-        # second it was admitted must not look as if it started before its reservation
-        "reserved_from": now.replace(microsecond=0), "reserved_until": reserved_until,
-        "reserved_gpu_hours": finite_number(decision["reserved_gpu_hours"]),
+        "reserved_from": held["reserved_from"], "reserved_until": held["reserved_until"],
+        "reserved_gpu_hours": held["reserved_gpu_hours"],
         "holdout_allowance": int(req.get("holdout_allowance") or 0),
         "source": "submit", "updated_at": now,
     }
