@@ -441,20 +441,22 @@ def booked_reservation(request: Request, decision: Decision, now: datetime) -> R
             "reserved_until": now + timedelta(hours=wall_h) if wall_h is not None else None}
 
 
-def record_decision(con, request: Request, decision: Decision, origin: str, now: datetime) -> None:
-    """Append the decision; on admit, book the run. A replayed decision is already recorded: no-op."""
+def record_decision(con, request: Request, decision: Decision, origin: str, now: datetime, *,
+                    actor: str | None = None) -> None:
+    """Append the decision (`actor`: who asked, when known); on admit, book the run. A replayed
+    decision is already recorded: no-op."""
     if decision.get("replayed") is True:
         return
     est = decision["estimate"] or {}
     req = request if isinstance(request, dict) else {}
     con.execute(
         "INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, "
-        "reserved_gpu_hours, policy_version, origin, request_json, decision_json) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "reserved_gpu_hours, policy_version, origin, request_json, decision_json, actor) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [now, decision["run_id"], decision["team"], decision["kind"], decision["state"],
          [r["code"] for r in decision["reasons"]], finite_number(est.get("judged_gpu_hours")),
          finite_number(decision["reserved_gpu_hours"]), decision["policy_version"], origin,
-         canonical_json(request), canonical_json(decision)])
+         canonical_json(request), canonical_json(decision), actor])
     if decision["state"] != "admit":
         return
     held = booked_reservation(req, decision, now)
