@@ -48,9 +48,20 @@ def make_slurm_ledger(path) -> Path:
     return path
 
 
+def flush_gate_server(db) -> None:
+    """Have the test cluster's gate server (if it serves `db`) move its journal into the ledger now."""
+    import os
+
+    from lib.slurm.server import flush
+    sock = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm")) / "run" / "gate.sock"
+    if sock.exists():
+        flush(str(sock), db)
+
+
 def decisions(db, run_id=None) -> list[dict]:
     """The ledger's decision rows (oldest first), optionally of one run."""
     from lib.ledger.connection import open_ledger
+    flush_gate_server(db)
     with open_ledger(db, read_only=True) as con:
         sql = "SELECT run_id, state, reason_codes, origin, request_json FROM decisions"
         args = []
@@ -64,8 +75,55 @@ def decisions(db, run_id=None) -> list[dict]:
 
 def run_row(db, run_id) -> dict | None:
     from lib.ledger.connection import open_ledger
+    flush_gate_server(db)
     with open_ledger(db, read_only=True) as con:
         cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
         names = [d[0] for d in cur.description]
         row = cur.fetchone()
     return dict(zip(names, row)) if row else None
+
+
+def hook_request(run_id: str, **changes) -> dict:
+    """The job fields of `job()` for run `run_id` (the gate's request in its comment)."""
+    return job(comment=comment(run_id=run_id, **changes))
+
+
+class GateServerProcess:
+    """A real `python -m lib.slurm.hook serve` process on `db`, listening on `sock`."""
+
+    def __init__(self, db, sock, *extra: str):
+        import os
+        import subprocess
+        import sys
+        import time
+        self.db, self.sock = Path(db), str(sock)
+        Path(self.sock).unlink(missing_ok=True)  # a killed server's socket: wait for the new one
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lib.slurm.hook", "serve", "--socket", self.sock, "--db", str(db), *extra],
+            cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        deadline = time.monotonic() + 60
+        while not Path(self.sock).exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"gate server did not start: {self.stop()}")
+            time.sleep(0.05)
+
+    def ask(self, fields: dict, **config):
+        """The hook's answer (lib.slurm.hook.Outcome) for a job, as job_submit.lua would get it."""
+        from lib.slurm.hook import ask_server
+        return ask_server(self.sock, fields, {"db": str(self.db), **config}, 60)
+
+    def flush(self) -> int:
+        from lib.slurm.server import flush
+        return flush(self.sock, self.db)
+
+    def stop(self, sig=None) -> str:
+        """Stop it (SIGTERM, or `sig`); its stderr."""
+        import signal
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        except Exception:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+        return err or ""

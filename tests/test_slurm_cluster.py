@@ -189,15 +189,17 @@ def test_sacct_output_imports_onto_the_admitted_run_and_the_dashboard_sees_it(cl
 
 
 @pytest.fixture
-def ledger_held(cluster):
-    """Another process holds the ledger read-write (DuckDB then refuses every other opener)."""
-    holder = subprocess.Popen(  # lib.ledger.connection's open retries while the gate server finishes a close
+def ledger_held(cluster, tmp_path):
+    """A ledger the gate server has not loaded yet, held read-write by another process (DuckDB then
+    refuses every other opener): the server cannot read its state, so it cannot judge."""
+    held = make_slurm_ledger(tmp_path / "held.duckdb")
+    holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from lib.ledger.connection import open_ledger\n"
          "with open_ledger(sys.argv[1]) as con:\n    print('held', flush=True); time.sleep(120)",
-         str(cluster.db)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+         str(held)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        yield
+        yield held
     finally:
         holder.kill()
         holder.wait(timeout=10)
@@ -205,12 +207,12 @@ def ledger_held(cluster):
 
 @pytest.mark.slow
 def test_locked_ledger_refuses_by_default_and_accept_and_flag_lets_it_through(cluster, ledger_held):
-    with cluster.hook_settings(TG_GATE_TIMEOUT_S="1", TG_ON_GATE_FAILURE="refuse"):
+    with cluster.hook_settings(TG_GATE_TIMEOUT_S="1", TG_ON_GATE_FAILURE="refuse", GATE_DB=ledger_held):
         r = cluster.sbatch("--account=vision", "--gres=gpu:1", "--time=5",
                            f"--comment={comment(run_id=f'{TAG}-locked-refused')}")
     assert r.returncode != 0
     assert "could not judge this job" in r.stderr and "locked" in r.stderr
-    with cluster.hook_settings(TG_GATE_TIMEOUT_S="1", TG_ON_GATE_FAILURE="accept-and-flag"):
+    with cluster.hook_settings(TG_GATE_TIMEOUT_S="1", TG_ON_GATE_FAILURE="accept-and-flag", GATE_DB=ledger_held):
         r = cluster.sbatch("--account=vision", "--gres=gpu:1", "--time=5",
                            f"--comment={comment(run_id=f'{TAG}-locked-flagged')}")
     assert r.returncode == 0, r.stderr

@@ -35,8 +35,10 @@ that the gate judges (defer, or reject as invalid) is always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET
-(`python -m lib.slurm.hook serve --socket PATH`, started by cluster.sh), the script only forwards the
-job description to it; otherwise it decides in-process (imports DuckDB: slower, same answer).
+(`python -m lib.slurm.hook serve --socket PATH`, lib.slurm.server, started by cluster.sh), the script
+only forwards the job description to it; otherwise it decides in-process (imports DuckDB: slower,
+same answer). The server decides from live state in memory and journals each decision before it
+answers (lib.slurm.live).
 """
 from __future__ import annotations
 
@@ -478,62 +480,16 @@ def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: floa
     return Outcome(code, raw_lines=[ln for ln in rest.split("\n") if ln])
 
 
-def serve(socket_path: str) -> None:
-    """The warm gate server: imports the gate once, answers one job per connection, in turn."""
-    import socket
-    import lib.ledger.service  # noqa: F401  (warm the imports: DuckDB and the decision)
-    import lib.gate.admission  # noqa: F401
-    try:
-        os.unlink(socket_path)
-    except FileNotFoundError:
-        pass
-    old = os.umask(0o077)  # the socket is SlurmUser's only: the server trusts what it is sent
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(socket_path)
-    os.umask(old)
-    srv.listen(64)
-    import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop by PID: remove the socket on the way out
-    print(f"lib.slurm.hook: gate server listening on {socket_path}", file=sys.stderr, flush=True)
-    try:
-        _serve_forever(srv)
-    finally:
-        srv.close()
-        try:
-            os.unlink(socket_path)
-        except FileNotFoundError:
-            pass
-
-
-def _serve_forever(srv) -> None:
-    import contextlib
-    import time
-    while True:
-        conn, _ = srv.accept()
-        try:
-            # the ledger opened for this job is closed (closer) only after Slurm has its answer
-            t0 = time.perf_counter()
-            with conn, contextlib.ExitStack() as closer:
-                conn.settimeout(5.0)
-                got, config = decode_request(_recv_all(conn))
-                fields = {k: got.get(k) for k in FIELDS}
-                config = {**config_from_env({}), **config}
-                outcome = gate(fields, config, closer=closer)
-                conn.sendall((f"{outcome.code}\n" + "".join(ln + "\n" for ln in outcome.lines())).encode())
-                conn.close()
-                answered_ms = (time.perf_counter() - t0) * 1000
-            if os.environ.get("TG_GATE_SERVER_TIMING"):
-                print(f"lib.slurm.hook: server: exit {outcome.code} answered in {answered_ms:.1f} ms, ledger "
-                      f"closed at {(time.perf_counter() - t0) * 1000:.1f} ms", file=sys.stderr, flush=True)
-        except Exception as exc:  # a broken client or a failed close must not stop the server
-            print(f"lib.slurm.hook: server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:
-        sock = argv[argv.index("--socket") + 1] if "--socket" in argv else os.environ["TG_GATE_SOCKET"]
-        serve(sock)
+    if argv[:1] == ["serve"]:  # the warm gate server: lib.slurm.server
+        from lib.slurm.server import serve
+
+        def opt(name, default=None):
+            return argv[argv.index(name) + 1] if name in argv else default
+        max_mb = opt("--journal-max-mb")
+        serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
+              journal_max_mb=float(max_mb) if max_mb else None)
         return 0
     fields = parse_args(argv)
     config = config_from_env()

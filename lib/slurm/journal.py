@@ -1,0 +1,161 @@
+"""The warm gate server's journal: every decision it makes is durable here before it answers.
+
+A SQLite file (standard library; WAL mode, synchronous=FULL: a commit is on disk when it returns)
+beside the ledger, `<ledger>.gate-journal`. One row per decision, numbered `seq` (never reused), with
+a status:
+
+    0 decided      written before the answer; not yet known whether the caller got it
+    1 answered     the answer went out: this decision belongs in the ledger
+    2 unanswered   the caller hung up before its answer went out: not recorded
+
+The server's flusher moves entries into the ledger in `seq` order (lib.ledger.batch), answered ones
+as decisions, unanswered ones only as a moved mark, and stops at the first entry still `decided`.
+Entries the ledger has are deleted from the journal.
+
+On start a server takes every `decided` entry left by a crashed server as `answered`: the server
+may have died after its answer went out and before it noted that, and an answered admit missing
+from the ledger could let the gate book the same GPUs twice. The price: a job whose answer was
+still on its way when the server died (at most one per connection in flight) is recorded, and
+its reservation holds quota until its window ends, although Slurm refused the job for want of
+an answer. The gate errs towards refusing, never towards double-booking.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    decided_at     TEXT NOT NULL,      -- naive UTC, ISO 8601
+    origin         TEXT NOT NULL,
+    request_json   TEXT NOT NULL,
+    decision_json  TEXT NOT NULL,
+    state          TEXT NOT NULL,      -- the decision's state (admit | defer | reject)
+    caller_uid     INTEGER,            -- the socket peer's credentials (SO_PEERCRED)
+    caller_pid     INTEGER,
+    status         INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class JournalError(Exception):
+    """The journal cannot be written (full disk, unwritable file): no decision may be answered."""
+
+
+def actor_of(uid: int | None) -> str | None:
+    """How the ledger names the caller with uid `uid`: 'NAME (uid N)'."""
+    if uid is None:
+        return None
+    import pwd
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def journal_path(ledger: Path) -> Path:
+    return ledger.with_name(ledger.name + ".gate-journal")
+
+
+class Journal:
+    """One open journal file; thread-safe (one connection behind a lock).
+
+    `max_mb`: the journal may grow to this many MiB (SQLite's max_page_count); past it appends fail
+    as on a full disk. None: no bound but the disk's.
+    """
+
+    def __init__(self, path: Path, *, max_mb: float | None = None):
+        self.path = Path(path)
+        self._mu = threading.Lock()
+        try:
+            self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=5)
+            self._con.execute("PRAGMA journal_mode=WAL")
+            self._con.execute("PRAGMA synchronous=FULL")
+            self._con.executescript(_SCHEMA)
+            if max_mb is not None:
+                page = self._con.execute("PRAGMA page_size").fetchone()[0]
+                self._con.execute(f"PRAGMA max_page_count={max(16, int(max_mb * 1048576 // page))}")
+            row = self._con.execute("SELECT value FROM meta WHERE key = 'journal_id'").fetchone()
+            if row is None:
+                self._con.execute("INSERT INTO meta VALUES ('journal_id', ?)", [uuid.uuid4().hex])
+                row = self._con.execute("SELECT value FROM meta WHERE key = 'journal_id'").fetchone()
+        except sqlite3.Error as exc:
+            raise JournalError(f"gate journal {self.path}: {exc}") from None
+        self.journal_id: str = row[0]
+
+    def close(self) -> None:
+        with self._mu:
+            self._con.close()
+
+    def append(self, *, decided_at: datetime, origin: str, request_json: str, decision_json: str,
+               state: str, caller_uid: int | None, caller_pid: int | None) -> int:
+        """Write one decision durably (status decided); its seq. Raises JournalError."""
+        try:
+            with self._mu:
+                cur = self._con.execute(
+                    "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
+                    "caller_pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [decided_at.isoformat(), origin, request_json, decision_json, state, caller_uid, caller_pid])
+                return int(cur.lastrowid)
+        except sqlite3.Error as exc:
+            raise JournalError(f"gate journal {self.path}: {exc}") from None
+
+    def settle(self, seq: int, status: int) -> None:
+        """Mark entry `seq` answered or unanswered. Not fsync'ed (synchronous=NORMAL in WAL mode): the
+        mark survives the server's crash, not the machine's; an entry whose mark a power loss took
+        back counts as unanswered (the decision itself was on disk before the answer)."""
+        with self._mu:
+            self._con.execute("PRAGMA synchronous=NORMAL")
+            try:
+                self._con.execute("UPDATE entries SET status = ? WHERE seq = ?", [status, seq])
+            finally:
+                self._con.execute("PRAGMA synchronous=FULL")
+
+    def settle_left_over(self) -> list[int]:
+        """Mark every entry still `decided` answered (on start: see the module docstring); their seqs."""
+        with self._mu:
+            seqs = [r[0] for r in self._con.execute("SELECT seq FROM entries WHERE status = 0").fetchall()]
+            self._con.execute("UPDATE entries SET status = 1 WHERE status = 0")
+        return seqs
+
+    def settled(self, after: int, limit: int = 500) -> list[dict]:
+        """Entries after `after` in seq order, up to the first one still decided (exclusive)."""
+        with self._mu:
+            rows = self._con.execute(
+                "SELECT seq, decided_at, origin, request_json, decision_json, status, caller_uid FROM entries "
+                "WHERE seq > ? ORDER BY seq LIMIT ?", [after, limit]).fetchall()
+        out = []
+        for seq, at, origin, req, dec, status, uid in rows:
+            if status == DECIDED:
+                break
+            out.append({"seq": seq, "decided_at": datetime.fromisoformat(at), "origin": origin,
+                        "request": json.loads(req), "decision": json.loads(dec), "record": status == ANSWERED,
+                        "actor": actor_of(uid)})
+        return out
+
+    def pending(self, after: int) -> list[dict]:
+        """Entries after `after` that are not unanswered (the ledger does not have them yet)."""
+        with self._mu:
+            rows = self._con.execute(
+                "SELECT seq, decided_at, origin, request_json, decision_json, status FROM entries "
+                "WHERE seq > ? AND status != 2 ORDER BY seq", [after]).fetchall()
+        return [{"seq": seq, "decided_at": datetime.fromisoformat(at), "origin": origin,
+                 "request": json.loads(req), "decision": json.loads(dec), "status": status}
+                for seq, at, origin, req, dec, status in rows]
+
+    def forget_through(self, seq: int) -> None:
+        """Delete the entries the ledger has (through `seq`)."""
+        with self._mu:
+            self._con.execute("DELETE FROM entries WHERE seq <= ?", [seq])
+
+    def count(self) -> int:
+        with self._mu:
+            return self._con.execute("SELECT count(*) FROM entries").fetchone()[0]

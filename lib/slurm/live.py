@@ -1,0 +1,293 @@
+"""The live state of one ledger, held by the warm gate server: decisions in memory, durable in a journal,
+moved into the ledger in batches.
+
+`LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
+IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.service.team_state`
+reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
+`decide_with` over those facts (it is the facts object), so the answer is the one
+`python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
+fsync'ed) before anyone hears it; a flusher thread moves answered decisions into the ledger every
+`flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
+only for the batch.
+
+Other writers (imports, finish, teams, a demo rebuild) change the ledger file: before each decision
+the gate compares the ledger's and its WAL's (inode, size, mtime) with what it last saw, and
+reloads when they differ (its own batches update what it saw). Cached per-team facts are also
+reloaded after `FACTS_TTL_S` and when the month changes.
+
+Only one LiveGate per ledger: it holds an flock on `<ledger>.gate-server.lock` (with its pid inside)
+for its lifetime; a second one raises ServerBusy naming the holder.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import fcntl
+
+from lib.gate.contracts import Decision, Policy, Request, State
+from lib.gate.terms import KINDS, utcnow
+from lib.ledger.batch import applied_through, apply_batch
+from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+from lib.ledger.service import (LedgerFacts, booked_reservation, canonical_json, decide_with, team_policy,
+                                team_state, writer_turn)
+from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+
+FACTS_TTL_S = 300.0
+
+
+class ServerBusy(LedgerError):
+    """Another gate server already serves this ledger."""
+
+
+def hold_server_lock(ledger: Path) -> int:
+    """An fd holding the exclusive flock that makes this process the ledger's one gate server."""
+    path = ledger.with_name(ledger.name + ".gate-server.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ServerBusy(f"ledger {ledger} is already served by gate server pid {holder} "
+                         f"(it holds {path}); stop it first") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _log(text: str) -> None:
+    print(f"lib.slurm.server: {text}", file=sys.stderr, flush=True)
+
+
+class LiveGate:
+    """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
+
+    def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
+                 journal_max_mb: float | None = None, flusher: bool = True):
+        self.db = ledger_path(db).resolve()
+        if not self.db.exists():
+            raise LedgerError(f"ledger {self.db} does not exist")
+        self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
+        self._lock_fd = hold_server_lock(self.db)
+        try:
+            self._start(journal_max_mb, flusher)
+        except BaseException:
+            if getattr(self, "journal", None) is not None:
+                self.journal.close()
+            os.close(self._lock_fd)
+            raise
+
+    def _start(self, journal_max_mb, flusher: bool) -> None:
+        self.journal = None
+        self.journal = Journal(journal_path(self.db), max_mb=journal_max_mb)
+        self._mu = threading.Lock()          # the live state and the order of decisions
+        self._ledger_mu = threading.Lock()   # this process opens the ledger once at a time
+        self._flush_mu = threading.Lock()
+        self._stop = threading.Event()
+        self.applied = 0
+        self._sig = None
+        self._stale = True
+        self.flush_error: str | None = None
+        self._inflight: dict[int, str] = {}  # journal seq -> run ID of an admit not yet settled
+        unsure = self.journal.settle_left_over()
+        if unsure:
+            _log(f"{len(unsure)} decision(s) of a stopped server may not have reached their caller; recorded "
+                 f"as answered (journal entries {unsure[:10]})")
+        self.flush()  # what a stopped server answered but did not move into the ledger
+        with self._mu:
+            self._reload()
+        self._thread = None
+        if flusher:
+            self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ the ledger's file, reloading
+
+    def _signature(self):
+        out = []
+        for p in (self.db, self.db.with_name(self.db.name + ".wal")):
+            try:
+                st = os.stat(p)
+                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except FileNotFoundError:
+                out.append(None)
+        return tuple(out)
+
+    def _reload(self) -> None:
+        """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
+        Holds the ledger lock throughout, so no batch lands between the two reads."""
+        with self._ledger_mu:
+            with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
+                sig = self._signature()
+                teams = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+                policies = {t: team_policy(con, t) for t in teams}
+                rows = con.execute(
+                    "SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
+                    "started_at IS NOT NULL FROM runs "
+                    "WHERE reserved_gpu_hours IS NOT NULL AND ended_at IS NULL").fetchall()
+                booked = {r[0] for r in con.execute(
+                    "SELECT run_id FROM runs WHERE reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL "
+                    "OR ended_at IS NOT NULL").fetchall()}
+                applied = applied_through(con, self.journal.journal_id)
+                now = utcnow()
+                facts = {(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
+            pending = self.journal.pending(applied)
+            self._sig, self._stale, self.applied = sig, False, applied
+        self.policies: dict[str, Policy] = policies
+        self.held = {r[0]: {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
+                            "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6]}
+                     for r in rows}
+        self.started = {r[0] for r in rows if r[7]}
+        self.booked_ids = booked
+        self.admits: dict[str, tuple[str, Decision, datetime]] = {}  # run_id -> admit not yet read from the ledger
+        self._team_facts: dict = facts
+        for e in pending:
+            self._remember(e["request"], e["decision"], e["decided_at"], e["seq"])
+        self.loaded_at = time.monotonic()
+
+    def _refresh(self, now: datetime) -> None:
+        """Reload when another process changed the ledger. While a batch is being written the check
+        waits for the next decision: the batch notes changes it finds on opening the ledger."""
+        if self._ledger_mu.acquire(blocking=False):
+            try:
+                changed = self._stale or self._signature() != self._sig
+            finally:
+                self._ledger_mu.release()
+            if changed:
+                self._reload()
+
+    # ------------------------------------------------------------------ the facts decide_with reads
+
+    def policy(self, team: str) -> Policy | None:
+        return self.policies.get(team)
+
+    def known_teams(self) -> list[str]:
+        return sorted(self.policies)
+
+    def booked(self, run_id) -> bool:
+        return run_id in self.booked_ids
+
+    def recorded_admit(self, request, now: datetime) -> dict | None:
+        run_id = request.get("run_id")
+        r = self.held.get(run_id)
+        if r is None or run_id in self.started or (r["reserved_until"] is not None and r["reserved_until"] <= now):
+            return None
+        if run_id in self.admits:
+            canon, decision, at = self.admits[run_id]
+            if canon != canonical_json(request):
+                return None
+            return {**decision, "replayed": True, "recorded_at": at.isoformat()}
+        with self._ledger_mu, open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
+            return LedgerFacts(con).recorded_admit(request, now)
+
+    def state(self, team: str, now: datetime, kind: str | None) -> State:
+        facts = self._facts(team, kind, now)
+        held = sorted((dict(r) for r in self.held.values() if r["team"] == team
+                       and (r["reserved_until"] is None or r["reserved_until"] > now)), key=lambda r: r["run_id"])
+        return {**facts, "now": now, "reservations": held}
+
+    def _facts(self, team: str, kind: str | None, now: datetime) -> dict:
+        """What team_state reads besides the reservations (loaded with the rest; read again after
+        FACTS_TTL_S seconds, or in a new month)."""
+        key = (team, kind)
+        got = self._team_facts.get(key)
+        if got is None or time.monotonic() - got[0] > FACTS_TTL_S or got[1] != (now.year, now.month):
+            with self._ledger_mu, open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
+                got = self._read_facts(con, team, kind, now)
+            self._team_facts[key] = got
+        return got[2]
+
+    @staticmethod
+    def _read_facts(con, team: str, kind: str | None, now: datetime):
+        st = team_state(con, team, now, kind=kind)
+        st.pop("reservations")
+        st.pop("now")
+        return time.monotonic(), (now.year, now.month), st
+
+    def preemptible_partitions(self, team) -> list[str]:
+        return list((self.policies.get(team) or {}).get("preemptible_partitions") or [])
+
+    # ------------------------------------------------------------------ deciding
+
+    def decide(self, request: Request, *, now: datetime, origin: str, write: bool,
+               caller: tuple[int | None, int | None] = (None, None)) -> tuple[Decision, int | None]:
+        """(decision, journal seq) for the request. write=False is the what-if (nothing journaled).
+        A written decision is durable before this returns (JournalError otherwise: not decided);
+        the caller must `settle(seq, answered)` once it knows whether the answer went out."""
+        with self._mu:
+            self._refresh(now)
+            decision, _ = decide_with(request, now, self)
+            if not write or decision.get("replayed") is True:
+                return decision, None
+            seq = self.journal.append(
+                decided_at=now, origin=origin, request_json=canonical_json(request),
+                decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
+                caller_pid=caller[1])
+            self._remember(request, decision, now, seq)
+            return decision, seq
+
+    def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
+        if decision.get("state") != "admit":
+            return
+        r = booked_reservation(request, decision, decided_at)
+        self.held[r["run_id"]] = r
+        self.booked_ids.add(r["run_id"])
+        self.admits[r["run_id"]] = (canonical_json(request), decision, decided_at)
+        self._inflight[seq] = r["run_id"]
+
+    def settle(self, seq: int | None, answered: bool) -> None:
+        """The answer of journal entry `seq` went out (or not: then the decision is undone)."""
+        if seq is None:
+            return
+        self.journal.settle(seq, ANSWERED if answered else UNANSWERED)
+        with self._mu:
+            run_id = self._inflight.pop(seq, None)
+            if not answered and run_id is not None:
+                self.held.pop(run_id, None)
+                self.booked_ids.discard(run_id)
+                self.admits.pop(run_id, None)
+
+    # ------------------------------------------------------------------ moving decisions into the ledger
+
+    def flush(self) -> int:
+        """Move the settled journal entries into the ledger (one transaction); how many decisions."""
+        with self._flush_mu:
+            entries = self.journal.settled(self.applied)
+            if not entries:
+                return 0
+            with self._ledger_mu:
+                with writer_turn(self.db, self.timeout_s) as left_s:
+                    with open_ledger(self.db, read_only=False, timeout_s=left_s) as con:
+                        if self._signature() != self._sig:
+                            self._stale = True  # someone else wrote since we looked: reload
+                        n = apply_batch(con, self.journal.journal_id, entries)
+                self._sig = self._signature()
+                self.applied = entries[-1]["seq"]
+                self.journal.forget_through(self.applied)
+            return n
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            try:
+                self.flush()
+                self.flush_error = None
+            except Exception as exc:  # a locked ledger: the decisions wait in the journal
+                if self.flush_error is None:
+                    _log(f"cannot move decisions into {self.db} yet: {type(exc).__name__}: {exc}")
+                self.flush_error = f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            self.flush()
+        except Exception as exc:
+            _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
+        self.journal.close()
+        os.close(self._lock_fd)

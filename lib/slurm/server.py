@@ -1,0 +1,241 @@
+"""The warm gate server: one process answers Slurm's submit hook and `python -m lib check|submit` for
+the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix socket.
+
+    python -m lib.slurm.hook serve --socket PATH [--db LEDGER] [--journal-max-mb MB]
+
+The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
+caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Each connection is
+read on its own thread (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds); decisions are
+taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
+
+Wire format (lib.slurm.hook.encode_request): NUL-separated "f:<job field>", value, ...,
+"c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
+c:request (the request JSON), c:origin, c:now; c:op=flush moves what is journaled for c:db into the
+ledger now, when this server serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then the
+hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+
+from lib.gate.terms import json_default, naive_utc, utcnow
+from lib.ledger.connection import ledger_path
+from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
+                            gate)
+from lib.slurm.live import LiveGate
+
+MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
+READ_TIMEOUT_S = 5.0
+
+
+class GateServer:
+    """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
+
+    def __init__(self, *, journal_max_mb: float | None = None, flush_interval_s: float = 0.25):
+        self.gates: dict[Path, LiveGate] = {}
+        self._mu = threading.Lock()
+        self.journal_max_mb, self.flush_interval_s = journal_max_mb, flush_interval_s
+
+    def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
+        key = ledger_path(db).resolve()
+        with self._mu:
+            live = self.gates.get(key)
+            if live is None:
+                live = LiveGate(key, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
+                                flush_interval_s=self.flush_interval_s)
+                self.gates[key] = live
+            return live
+
+    def close(self) -> None:
+        with self._mu:
+            for live in self.gates.values():
+                live.close()
+            self.gates.clear()
+
+    # ------------------------------------------------------------------ one connection
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(READ_TIMEOUT_S)
+            try:
+                pid, uid, _gid = struct.unpack("3i", conn.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            except OSError:
+                pid = uid = None
+            try:
+                data = _read_bounded(conn, MAX_MESSAGE)
+            except (OSError, ValueError) as exc:
+                _send(conn, f"{EXIT_FAILED_REFUSED}\nMSG training-gate: refused: unreadable message ({exc})\n")
+                _drain(conn)
+                return
+            got, config = decode_request(data)
+            op = config.get("op")
+            if op is None:
+                seq = self._hook(conn, got, config, (uid, pid))
+            else:
+                seq = self._op(conn, op, config, (uid, pid))
+            if seq is not None:
+                seq[0].settle(seq[1], answered=seq[2])
+
+    def _hook(self, conn, got: dict, config: dict, caller):
+        fields = {k: got.get(k) for k in FIELDS}
+        config = {**config_from_env({}), **config}
+        ticket: list = []
+        try:
+            live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
+        except Exception as exc:  # the ledger cannot be loaded (locked, missing) or another server has it
+            outcome = failure(fields, config, f"{type(exc).__name__}: {exc}")
+        else:
+            def submit(request):
+                decision, seq = live.decide(request, now=utcnow().replace(microsecond=0), origin="slurm",
+                                            write=True, caller=caller)
+                ticket.append(seq)
+                return decision
+            outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions)
+        sent = _send(conn, _hook_answer(outcome))
+        return (live, ticket[0], sent) if ticket and ticket[0] is not None else None
+
+    def _op(self, conn, op: str, config: dict, caller):
+        try:
+            if op == "flush":  # only a ledger this server already serves
+                live = self.gates.get(ledger_path(config.get("db")).resolve())
+                _send(conn, f"0\n{live.flush() if live is not None else 0}\n")
+                return None
+            live = self.gate_for(config.get("db"), float(config.get("timeout_s") or 5.0))
+            if op not in ("check", "submit"):
+                raise ValueError(f"unknown op {op!r}")
+            request = json.loads(config.get("request") or "null")
+            now = naive_utc(config.get("now")) or utcnow()
+            decision, seq = live.decide(request, now=now, origin=config.get("origin") or "cli",
+                                        write=op == "submit", caller=caller)
+        except Exception as exc:
+            _send(conn, f"{EXIT_FAILED_REFUSED}\n{type(exc).__name__}: {' '.join(str(exc).split())}\n")
+            return None
+        sent = _send(conn, "0\n" + json.dumps(decision, default=json_default, ensure_ascii=False) + "\n")
+        return (live, seq, sent) if seq is not None else None
+
+
+def _hook_answer(outcome: Outcome) -> str:
+    return f"{outcome.code}\n" + "".join(ln + "\n" for ln in outcome.lines())
+
+
+def _send(conn, text: str) -> bool:
+    """True when the whole answer was handed to the caller's socket."""
+    try:
+        conn.sendall(text.encode("utf-8", "surrogateescape"))
+        return True
+    except OSError:
+        return False
+
+
+def _drain(conn, limit_s: float = 2.0) -> None:
+    """Read and drop what the caller still sends (briefly), so it can read the refusal instead of a reset."""
+    import time
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + limit_s
+        conn.settimeout(limit_s)
+        while time.monotonic() < deadline and conn.recv(1 << 16):
+            pass
+    except OSError:
+        pass
+
+
+def _read_bounded(conn, limit: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        b = conn.recv(65536)
+        if not b:
+            return b"".join(chunks)
+        size += len(b)
+        if size > limit:
+            raise ValueError(f"message larger than {limit} bytes")
+        chunks.append(b)
+
+
+def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None) -> None:
+    """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
+    once, and the server refuses to start when another server holds it."""
+    import importlib
+    importlib.import_module("lib.gate.admission")  # warm the imports before the first job
+    server = GateServer(journal_max_mb=journal_max_mb)
+    db = db or os.environ.get("GATE_DB")
+    if db:
+        try:
+            server.gate_for(db)
+        except Exception as exc:
+            print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(3) from None
+    try:
+        os.unlink(socket_path)
+    except FileNotFoundError:
+        pass
+    old = os.umask(0o077)  # owner-only from the start: no moment where others could connect
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(socket_path)
+    finally:
+        os.umask(old)
+    os.chmod(socket_path, 0o600)
+    srv.listen(128)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,
+          flush=True)
+    try:
+        while True:
+            conn, _ = srv.accept()
+            threading.Thread(target=_handle_logged, args=(server, conn), daemon=True).start()
+    finally:
+        srv.close()
+        try:
+            os.unlink(socket_path)
+        except FileNotFoundError:
+            pass
+        server.close()
+
+
+def _handle_logged(server: GateServer, conn) -> None:
+    try:
+        server.handle(conn)
+    except Exception as exc:  # a broken client must not stop the server
+        print(f"lib.slurm.server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ clients (the command line, tests)
+
+def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
+    """(exit code, rest of the answer) from the server, or None when no server listens there."""
+    from lib.slurm.hook import encode_request
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    try:
+        s.connect(socket_path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        s.close()
+        return None
+    with s:
+        s.sendall(encode_request({}, config))
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while b := s.recv(65536):
+            chunks.append(b)
+    head, _, rest = b"".join(chunks).decode("utf-8", "replace").partition("\n")
+    return int(head), rest.strip()
+
+
+def flush(socket_path: str, db) -> int | None:
+    """Ask the server to move its journal into `db` now; the decisions moved, None without a server."""
+    got = ask(socket_path, {"op": "flush", "db": str(Path(db).resolve())})
+    if got is None:
+        return None
+    code, rest = got
+    if code != 0:
+        raise RuntimeError(f"gate server could not flush {db}: {rest}")
+    return int(rest)

@@ -1,0 +1,134 @@
+"""The warm gate server's live state (lib.slurm.live): the same decisions as the ledger, its state equal
+to the ledger's after every batch, and other writers' changes seen before the next decision."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from lib.gate.terms import utcnow
+from lib.ledger.connection import open_ledger
+from lib.ledger.service import check_request, finish_run, submit_request, team_state
+from lib.slurm.live import LiveGate, ServerBusy
+from tests.fixtures_slurm import COMMENT_REQUEST, decisions, make_slurm_ledger
+
+REQUEST = {**COMMENT_REQUEST, "team": "vision", "gpus": 2, "max_runtime_hours": 1.0, "capacity": "stable"}
+
+
+def _req(run_id, **changes):
+    return {**REQUEST, "run_id": run_id, **changes}
+
+
+@pytest.fixture
+def live(tmp_path):
+    g = LiveGate(make_slurm_ledger(tmp_path / "gate.duckdb"), flusher=False)
+    yield g
+    g.close()
+
+
+def _submit(g, request, now, origin="slurm"):
+    decision, seq = g.decide(request, now=now, origin=origin, write=True, caller=(0, 1))
+    g.settle(seq, answered=True)
+    return decision
+
+
+def _agrees_with_ledger(g, now):
+    with open_ledger(g.db, read_only=True) as con:
+        teams = [r[0] for r in con.execute("SELECT team FROM teams").fetchall()]
+        for team in teams:
+            for kind in ("exploratory", "production"):
+                assert g.state(team, now, kind) == team_state(con, team, now, kind=kind), (team, kind)
+
+
+def test_decisions_match_the_ledgers_and_state_agrees_after_every_batch(live):
+    now = utcnow().replace(microsecond=0)
+    answered = []
+    for batch in range(3):
+        for i in range(4):
+            request = _req(f"b{batch}-{i}", gpus=(8, 16, 24, 32)[i], estimated_gpu_hours=0.5 + i)
+            expected = check_request(request, db=live.db, now=now) if batch == 0 and i == 0 else None
+            d = _submit(live, request, now)
+            if expected is not None:
+                assert d == expected  # the same decision the ledger itself gives
+            answered.append((d["run_id"], d["state"]))
+        assert live.flush() == 4
+        _agrees_with_ledger(live, now)
+    rows = decisions(live.db)
+    assert [(r["run_id"], r["state"]) for r in rows] == answered
+    assert {"admit", "defer"} <= {s for _, s in answered}  # the burst filled the quota: later runs deferred
+
+
+def test_an_admit_is_held_at_once_and_a_retry_of_the_same_request_replays_it(live):
+    now = utcnow().replace(microsecond=0)
+    first = _submit(live, _req("r1"), now)
+    assert first["state"] == "admit"
+    again, seq = live.decide(_req("r1"), now=now, origin="slurm", write=True)
+    assert seq is None and again["replayed"] is True
+    other = _submit(live, _req("r1", note="changed"), now)  # same run ID, another request: refused
+    assert other["state"] == "reject"
+    assert live.flush() == 2
+    assert [r["state"] for r in decisions(live.db, "r1")] == ["admit", "reject"]
+
+
+def test_an_unanswered_decision_is_undone_and_never_recorded(live):
+    now = utcnow().replace(microsecond=0)
+    d, seq = live.decide(_req("lost"), now=now, origin="slurm", write=True)
+    assert d["state"] == "admit"
+    live.settle(seq, answered=False)
+    assert not live.booked("lost")
+    assert _submit(live, _req("lost"), now)["state"] == "admit"  # the run ID is free again
+    live.flush()
+    assert [r["state"] for r in decisions(live.db, "lost")] == ["admit"]
+
+
+def test_other_writers_changes_are_seen_before_the_next_decision(live):
+    now = utcnow().replace(microsecond=0)
+
+    def same_as_ledger(run_id, **changes):
+        at = utcnow()  # after the other writer's change (finish stamps its time)
+        expected = check_request(_req(run_id, **changes), db=live.db, now=at)
+        got = _submit(live, _req(run_id, **changes), at)
+        assert got == expected
+        return got
+
+    # another writer (an in-process submit) books the whole quota: the next decision sees it
+    for i in range(3):
+        submit_request(_req(f"cli-{i}", gpus=32), db=live.db, now=now)
+    assert same_as_ledger("after-cli", gpus=32)["state"] == "defer"
+    held = {r["run_id"] for r in live.state("vision", now, "exploratory")["reservations"]}
+    assert {"cli-0", "cli-1"} <= held
+    # finish frees it
+    for i in range(2):
+        finish_run(f"cli-{i}", actual_gpu_hours=0.2, stop_reason="completed", db=live.db)
+    assert same_as_ledger("after-finish", gpus=8)["state"] == "admit"
+    # a policy change (as `python -m lib teams` writes it) applies to the next decision
+    with open_ledger(live.db) as con:
+        con.execute("UPDATE teams SET max_gpus_per_job = 1 WHERE team = 'vision'")
+    assert same_as_ledger("after-teams", gpus=2)["state"] != "admit"
+    live.flush()
+    _agrees_with_ledger(live, utcnow())
+
+
+def test_a_demo_rebuild_replacing_the_file_is_picked_up(live, tmp_path):
+    now = utcnow().replace(microsecond=0)
+    assert _submit(live, _req("before"), now)["state"] == "admit"
+    live.flush()
+    fresh = make_slurm_ledger(tmp_path / "fresh.duckdb")
+    fresh.replace(live.db)  # a new file under the same name: the old reservation is gone
+    assert _submit(live, _req("after"), now)["state"] == "admit"
+    assert [r["run_id"] for r in live.state("vision", now, "exploratory")["reservations"]] == ["after"]
+    assert not live.booked("before")
+
+
+def test_expired_reservations_stop_counting(live):
+    now = utcnow().replace(microsecond=0)
+    _submit(live, _req("short", max_runtime_hours=0.5), now)
+    later = now + timedelta(hours=2)
+    assert [r["run_id"] for r in live.state("vision", now, "exploratory")["reservations"]] == ["short"]
+    assert live.state("vision", later, "exploratory")["reservations"] == []
+
+
+def test_a_second_live_gate_on_one_ledger_is_refused_naming_the_holder(live):
+    import os
+    with pytest.raises(ServerBusy, match=f"pid {os.getpid()}"):
+        LiveGate(live.db, flusher=False)

@@ -1,0 +1,160 @@
+"""The warm gate server as a real process: kill -9 mid-burst, a full journal, a second server, hostile
+messages, the socket's mode, the caller recorded. No Slurm needed: the hook's own client talks to it."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import threading
+
+import pytest
+
+from lib.ledger.connection import open_ledger
+from tests.fixtures_slurm import GateServerProcess, decisions, hook_request, make_slurm_ledger
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return make_slurm_ledger(tmp_path / "gate.duckdb")
+
+
+def _burst(server, prefix: str, n: int, threads: int = 4) -> dict:
+    """run_id -> the hook's exit code, for every job that got an answer."""
+    answered, mu = {}, threading.Lock()
+
+    def one(i):
+        run_id = f"{prefix}-{i}"
+        try:
+            out = server.ask(hook_request(run_id, estimated_gpu_hours=0.25), timeout_s="5")
+        except Exception:  # the server died under us: no answer
+            return
+        if out is not None and out.code in (0, 1):
+            with mu:
+                answered[run_id] = out.code
+
+    def worker(k):
+        for i in range(k, n, threads):
+            one(i)
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    return answered, ts
+
+
+def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_once(ledger, tmp_path):
+    sock = tmp_path / "gate.sock"
+    server = GateServerProcess(ledger, sock)
+    answered, threads = _burst(server, "k", 200)
+    while len(answered) < 40:  # some decisions answered, the burst still going
+        threading.Event().wait(0.01)
+    server.stop(signal.SIGKILL)
+    for t in threads:
+        t.join(timeout=120)
+    assert 40 <= len(answered) < 200
+    restarted = GateServerProcess(ledger, sock)
+    try:
+        restarted.flush()
+    finally:
+        restarted.stop()
+    rows = decisions(ledger)
+    ids = [r["run_id"] for r in rows]
+    assert len(ids) == len(set(ids)), "a decision was recorded twice"
+    assert set(answered) <= set(ids), "an answered decision is missing from the ledger"
+    admitted = {r["run_id"] for r in rows if r["state"] == "admit"}
+    # a job whose answer was on its way when the server died may be recorded (the gate errs towards
+    # holding quota, never towards double-booking): at most one per connection in flight
+    assert len(admitted - {r for r, code in answered.items() if code == 0}) <= 4
+    assert {r for r, code in answered.items() if code == 0} <= admitted
+    with open_ledger(ledger, read_only=True) as con:
+        reserved = {r[0] for r in con.execute("SELECT run_id FROM runs WHERE reserved_gpu_hours IS NOT NULL").fetchall()}
+    assert reserved == admitted
+
+
+def test_a_full_journal_refuses_never_admits_without_a_record_and_the_server_goes_on(ledger, tmp_path):
+    server = GateServerProcess(ledger, tmp_path / "gate.sock", "--journal-max-mb", "0.07")
+    try:
+        outcomes = [server.ask(hook_request(f"f-{i}", note="x" * 3000)) for i in range(40)]
+        refused = [o for o in outcomes if o.code == 3]
+        assert refused, "the journal never filled"
+        assert all("could not judge this job" in " ".join(o.lines()) for o in refused)
+        assert server.proc.poll() is None
+        flagged = server.ask(hook_request("f-flag"), on_failure="accept-and-flag")
+        assert flagged.code == 4  # the failure policy, not an admit
+        server.flush()
+        admitted = [f"f-{i}" for i, o in enumerate(outcomes) if o.code == 0]
+    finally:
+        server.stop()
+    assert {r["run_id"] for r in decisions(ledger) if r["state"] == "admit"} == set(admitted)
+
+
+def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holder(ledger, tmp_path):
+    first = GateServerProcess(ledger, tmp_path / "a.sock")
+    try:
+        with pytest.raises(AssertionError) as info:
+            GateServerProcess(ledger, tmp_path / "b.sock")
+        assert f"pid {first.proc.pid}" in str(info.value)
+        assert first.ask(hook_request("still-serving")).code == 0
+    finally:
+        first.stop()
+
+
+def _raw(sock, payload: bytes) -> str:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(sock))
+    try:
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server may refuse before reading it all
+        chunks = []
+        while b := s.recv(65536):
+            chunks.append(b)
+    finally:
+        s.close()
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
+    sock = tmp_path / "gate.sock"
+    server = GateServerProcess(ledger, sock)
+    try:
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        assert _raw(sock, b"x" * (3 << 20)).startswith("3\n")  # too large
+        assert _raw(sock, b"\xff\xfe\0garbage\0\0c:op").startswith("3\n")  # malformed
+        assert _raw(sock, b"c:op\0submit\0c:request\0{not json").startswith("3\n")
+        assert _raw(sock, b"").startswith("3\n")
+        ok = server.ask(hook_request("after-hostile"))
+        assert ok.code == 0, ok.lines()
+        server.flush()
+    finally:
+        server.stop()
+    with open_ledger(ledger, read_only=True) as con:
+        actor = con.execute("SELECT actor FROM decisions WHERE run_id = 'after-hostile'").fetchone()[0]
+    assert f"(uid {os.getuid()})" in actor  # the caller's peer credentials are kept with the decision
+
+
+def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(ledger, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.fixtures_slurm import REPO
+    server = GateServerProcess(ledger, tmp_path / "gate.sock")
+    holder = subprocess.Popen(  # an import holding the ledger read-write
+        [sys.executable, "-c", "import sys, time; from lib.ledger.connection import open_ledger\n"
+         "with open_ledger(sys.argv[1]) as con:\n    print('held', flush=True); sys.stdin.readline()",
+         str(ledger)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            assert server.ask(hook_request("while-held")).code == 0  # decided from memory, journaled
+            with pytest.raises(RuntimeError, match="could not flush"):
+                server.flush()
+        finally:
+            holder.communicate("\n", timeout=60)
+        server.flush()
+        assert [r["state"] for r in decisions(ledger, "while-held")] == ["admit"]
+    finally:
+        server.stop()
