@@ -27,6 +27,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from lib.ledger.audit import Who, command_line
 from lib.ledger.connection import DEFAULT_TIMEOUT_S, open_ledger
 from lib.ledger.imports.columns import CSV_COLUMNS, MAX_TEXT_CHARS, REQUIRED_COLUMNS
 from lib.ledger.imports.csv_file import import_csv
@@ -87,18 +88,22 @@ def _session(con):
 
 def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False,
                 dry_run: bool = False, progress: Progress | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> ImportReport:
+                timeout_s: float = DEFAULT_TIMEOUT_S, who: Who | None = None) -> ImportReport:
     """Import run history from `source` (a path, or the file's bytes) into the ledger `db`.
 
     fmt: "csv" (csv_file's docstring) or "sacct" (sacct's docstring). Nothing is written when any error
     is found or when dry_run is true; the report then says what would have happened. `progress(fraction,
     message)` is called at a few stages. Raises LedgerLocked / LedgerError when the ledger cannot be
-    opened; every problem with the file itself is reported in `errors`, never raised.
+    opened; every problem with the file itself is reported in `errors`, never raised. A written import
+    is recorded in the ledger's audit, in the same transaction, as `who` (default: the OS user on the
+    command line, lib.ledger.audit.command_line, with the file's name when `source` is a path).
     """
     if fmt not in ("csv", "sacct"):
         raise ValueError(f"fmt must be 'csv' or 'sacct', not {fmt!r}")
+    if who is None:
+        who = command_line(None if isinstance(source, (bytes, bytearray, memoryview)) else Path(source).name)
     steps = Steps(progress)
-    report = ImportReport(fmt=fmt, dry_run=dry_run)
+    report = ImportReport(fmt=fmt, dry_run=dry_run, who=who)
     with _source_path(source) as path:
         steps(0.0, "checking the file")
         problem = _file_error(path, source)
@@ -113,7 +118,7 @@ def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False
                 with _session(con) as cur:
                     again = import_csv(cur, path, report, create_teams, dry_run, steps, exact=dry_run)
                 if again:   # the fast pass saw a problem: find it again, at its exact line
-                    report = ImportReport(fmt=fmt, dry_run=dry_run)
+                    report = ImportReport(fmt=fmt, dry_run=dry_run, who=who)
                     with _session(con) as cur:
                         import_csv(cur, path, report, create_teams, dry_run, steps, exact=True)
     report.errors = _cap(report.errors, report.unlisted)

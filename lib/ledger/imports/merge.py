@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lib.gate.terms import utcnow
+from lib.ledger import audit
 from lib.ledger.connection import transaction
 from lib.ledger.imports.columns import CSV_COLUMNS, REQUIRED_COLUMNS
 from lib.ledger.imports.report import Abort, ImportReport, RowErrors, Steps, _err
@@ -129,6 +130,9 @@ def check_and_write(cur, report: ImportReport, staged: Staged, create_teams: boo
             raise Abort
         steps(0.7, f"writing {report.inserted} new and {report.updated} changed runs")
         _write(cur, report, merged, now)
+        if report.who is not None:
+            audit.record(cur, report.who, "import", fmt=report.fmt, inserted=report.inserted,
+                         updated=report.updated, unchanged=report.unchanged)
         for sql in staged.drop:   # free the staging memory before the commit
             cur.execute(sql).fetchall()
         report.written = True

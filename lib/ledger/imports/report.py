@@ -29,6 +29,7 @@ class ImportReport:
     skipped: int = 0                                 # sacct: job lines without GPUs, folded steps
     notes: list = field(default_factory=list)        # non-blocking remarks
     unlisted: int = 0                                # errors counted but not itemised (beyond the cap)
+    who: dict | None = None                          # lib.ledger.audit.Who: recorded with the write
 
     @property
     def ok(self) -> bool:

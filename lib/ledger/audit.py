@@ -1,0 +1,75 @@
+"""The audit of who wrote: one row per import and per policy export in the ledger's `audit` table
+(schema version 3), written inside the same transaction as the write it records.
+
+actor: the signed-in identity (e-mail) in the dashboard, "local" for the dashboard in local mode, the OS
+user name on the command line (`os_user`). origin: "app" or "cli".
+"""
+from __future__ import annotations
+
+import getpass
+import os
+from typing import TypedDict
+
+from lib.gate.terms import utcnow
+from lib.ledger.connection import open_ledger, transaction
+
+ACTIONS = ("import", "policy-export")
+ORIGINS = ("app", "cli")
+
+
+class Who(TypedDict):
+    """Who is writing, and from where: `actor` (identity) and `origin` ("app" | "cli"), and the name
+    of the file the write came from or went to (as its user named it; None when there is none)."""
+    actor: str
+    origin: str
+    file_name: str | None
+
+
+def os_user() -> str:
+    """The OS login name of this process's user (what the command line records as the actor)."""
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return getpass.getuser()
+
+
+def unix_groups(user: str) -> list[str]:
+    """The names of the Unix groups `user` belongs to (primary and supplementary); [] for an unknown user."""
+    try:
+        import grp
+        import pwd
+        gids = os.getgrouplist(user, pwd.getpwnam(user).pw_gid)
+    except (ImportError, KeyError, OSError):
+        return []
+    names = []
+    for gid in gids:
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return sorted(set(names))
+
+
+def command_line(file_name: str | None = None) -> Who:
+    """The command line's Who: the OS user."""
+    return {"actor": os_user(), "origin": "cli", "file_name": file_name}
+
+
+def record(con, who: Who, action: str, *, fmt: str | None = None, inserted: int | None = None,
+           updated: int | None = None, unchanged: int | None = None, detail: str | None = None) -> None:
+    """Append one audit row on `con` (inside the caller's transaction): now (UTC), who, what."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown audit action {action!r} (known: {', '.join(ACTIONS)})")
+    if who["origin"] not in ORIGINS:
+        raise ValueError(f"unknown origin {who['origin']!r} (known: {', '.join(ORIGINS)})")
+    con.execute("INSERT INTO audit (written_at, actor, origin, action, file_name, format, rows_inserted, "
+                "rows_updated, rows_unchanged, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [utcnow(), who["actor"], who["origin"], action, who["file_name"], fmt, inserted, updated,
+                 unchanged, detail]).fetchall()
+
+
+def record_export(db, who: Who, *, detail: str | None = None, timeout_s: float | None = None) -> None:
+    """Record a policy export (a proposed teams.toml downloaded from the dashboard) in its own write."""
+    with open_ledger(db, timeout_s=timeout_s) as con, transaction(con):
+        record(con, who, "policy-export", fmt="toml", detail=detail)
