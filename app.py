@@ -8,6 +8,9 @@ Streamlit 1.67 runs a process in its classic multipage mode until st.navigation 
 a first request straight to a page URL then runs pages/<n>_<Title>.py without this file. So every page
 script starts with ui.frame() too (drawn once per run, whichever way the page runs), and each page's
 file name gives, in classic mode, the title and URL path it has here (`url_path` set explicitly).
+
+With sign-in configured ([auth] in .streamlit/secrets.toml) a signed-out session sees only the sign-in
+screen, and the navigation lists only the pages the signed-in role may use (ui.may_open).
 """
 import streamlit as st
 
@@ -32,7 +35,11 @@ def url_path(script: str) -> str:
     return script.removeprefix("pages/").removesuffix(".py").split("_", 1)[1]
 
 
+if ui.signed_out():   # sign-in configured and nobody signed in: the sign-in screen is the only page
+    st.navigation([st.Page(ui.sign_in_screen, title="Sign in", url_path="sign-in")], position="hidden").run()
+    st.stop()
+# a page this session's role may not use is not listed (and the page itself refuses: ui.require)
 page = st.navigation([st.Page(script, title=title, icon=icon, url_path=url_path(script), default=(i == 0))
-                      for i, (script, title, icon) in enumerate(PAGES)])
+                      for i, (script, title, icon) in enumerate(PAGES) if i == 0 or ui.may_open(script)])
 ui.frame()
 page.run()

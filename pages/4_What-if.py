@@ -9,16 +9,19 @@ import streamlit as st
 
 import ui
 from lib.dashboard import figures, whatif
+from lib.gate.access import may
 from lib.ledger.service import check_request
 
 ui.frame()
+grant = ui.require("what-if")   # planners for any team, members for their own teams
 
 st.title("What-if")
 st.caption("Nothing is written: this is the check `python -m lib check REQUEST.json` runs, against the ledger now.")
 
-teams = ui.all_teams()
+teams = [t for t in ui.all_teams() if may(grant, "what-if", t)]
 if not teams:
-    st.info("No teams in the ledger — load data/teams.toml (`python -m lib teams`) or upload history first.")
+    st.info("No teams in the ledger — load data/teams.toml (`python -m lib teams`) or upload history first."
+            if grant["role"] == "planner" else "None of your teams is in the ledger yet.")
     st.stop()
 
 estimate_from = st.radio("Estimate from", ["pilot", "estimate"], key="wi_estimate_from", horizontal=True,
@@ -79,6 +82,7 @@ values = {k[3:]: v for k, v in st.session_state.items() if isinstance(k, str) an
 request = whatif.build_request(values)
 
 if submitted:
+    ui.require("what-if", request.get("team"))   # the team as sent, not as the select box offered it
     with ui.ledger_errors():
         decision = check_request(request, db=ui.db_path())
     st.session_state["whatif_result"] = {"request": request, "decision": decision}

@@ -2,7 +2,8 @@
 
 A dry run checks the file and previews it; every error (line, column, value, message) is listed and
 downloadable. Nothing is written before the Import button, and a file with any error is never
-written. After an import every page shows the new data.
+written. After an import every page shows the new data, and the ledger's audit records who imported
+what (shown here). Only a planner (or the single user of local mode) reaches this page's widgets.
 """
 import hashlib
 from pathlib import Path
@@ -11,10 +12,12 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from lib.dashboard import audit
 from lib.ledger.imports import import_runs
 from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s
 
 ui.frame()
+grant = ui.require("import")   # before any widget that could write: a viewer's session stops here
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "runs_template.csv"
 
@@ -34,6 +37,14 @@ fmt_choice = c[0].radio("Format", ["auto", "csv", "sacct"], key="upload_fmt", ho
                         help="auto: .csv files are CSV, anything else sacct")
 create_teams = c[1].checkbox("Create teams the ledger does not know", value=False, key="upload_create_teams")
 
+with st.expander("Who imported what, and when", expanded=upload is None):
+    try:   # a busy ledger leaves the rest of the page usable: the import below says so itself
+        ui.table(audit.recent_writes(ui.db_path()), "audit", "dl_upload_audit", empty="Nothing imported or exported yet.",
+                 caption=f"The latest {audit.RECENT_WRITES} writes recorded in the ledger's audit, newest first "
+                         "(the command line records its OS user).")
+    except LedgerError as exc:
+        ui.caption(f"The audit cannot be read just now: {exc}")
+
 if upload is None:
     st.info("Choose a file to check it. Nothing is written until you press Import.")
     st.stop()
@@ -49,7 +60,7 @@ def import_or_stop(what: str, status=None, **options):
     written (never a traceback), and the page stops there."""
     try:
         return import_runs(data, fmt=fmt, db=ui.db_path(), create_teams=create_teams,
-                           timeout_s=default_timeout_s(), **options)
+                           timeout_s=default_timeout_s(), who=ui.who_writes(grant, upload.name), **options)
     except LedgerLocked as exc:
         label = "The ledger is busy"
         text = f"{ui.as_text(exc)}. Nothing was written; try again in a moment."

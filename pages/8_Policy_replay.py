@@ -1,17 +1,21 @@
 """Policy replay: edit a proposed policy for one or more teams and see what the gate would have done over a
 past window — the recorded requests decided again, in time order, by the same decide (lib.ledger.replay,
-exactly what `python -m lib replay` runs). Nothing is written; the proposal can be downloaded as teams.toml."""
+exactly what `python -m lib replay` runs). Nothing is written but the audit: the proposal can be downloaded as
+teams.toml, and the ledger records who downloaded it. Planners only."""
 import datetime as dt
 
 import pandas as pd
 import streamlit as st
 
 import ui
+from lib.ledger.audit import record_export as record_export_in
+from lib.ledger.connection import LedgerError
 from lib.ledger.replay import ledger_teams_file, policy_to_toml, propose, replay_ledger
 from lib.ledger.teams_file import TeamsFileError
 from lib.planning.replay import team_table
 
 f = ui.frame()
+grant = ui.require("policy")   # planners only; and never on an app that listens beyond loopback unsigned
 
 st.title("Policy replay")
 st.caption("Nothing is written: the recorded requests of the window are decided again by the gate, each with "
@@ -80,6 +84,7 @@ if run:
         p["colour"] = policies[p["team"]].get("colour")
     st.session_state["pr_result"] = result
     st.session_state["pr_toml"] = policy_to_toml(proposed, snapshots, prices)
+    st.session_state["pr_changed"] = sorted(p["team"] for p in changed)
 
 result = st.session_state.get("pr_result")
 if result is None:
@@ -116,6 +121,20 @@ ui.table(pd.DataFrame(result["excluded"]["requests"]), "policy_replay_excluded",
          caption="Requests the replay cannot decide as they were decided (no or incomplete request JSON, a team "
                  "without a policy); they are left out of the agreement and keep their recorded effect.")
 
+
+
+def record_export() -> None:
+    """The download is a policy export: the ledger's audit records who took it, and which teams it changes."""
+    changed = st.session_state.get("pr_changed") or []
+    try:
+        record_export_in(ui.db_path(), ui.who_writes(grant, "teams.toml"),
+                         detail="changes " + (", ".join(changed) if changed else "no team"))
+    except LedgerError as exc:
+        st.session_state["pr_export_error"] = str(exc)
+
+
 st.download_button("Download the proposed teams.toml", st.session_state["pr_toml"].encode("utf-8"),
-                   file_name="teams.toml", mime="application/toml", key="dl_pr_toml")
+                   file_name="teams.toml", mime="application/toml", key="dl_pr_toml", on_click=record_export)
+if problem := st.session_state.pop("pr_export_error", None):
+    st.warning(f"The download was not recorded in the ledger's audit: {ui.as_text(problem)}")
 st.caption("Load it with `python -m lib teams --file teams.toml` once it has been reviewed.")
