@@ -5,8 +5,11 @@ $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
 
+`submit` checks the OS user's teams first when the access file asks for it (check_submitter).
+
 Exit codes: 0 admit / success, 1 defer, 2 invalid request or input (message on stderr; also a --db
-that is not a ledger, or names no file for a command that only reads), 3 ledger locked past the
+that is not a ledger, or names no file for a command that only reads, or a submit for a team the
+access file does not give the OS user), 3 ledger locked past the
 timeout, or any other gate failure (a damaged ledger, one newer than this program, or an error of
 the gate's own code). Only errors raised on purpose for the user's input (InputError and its
 subclasses, an unknown run, an invalid teams file, a file that is not a ledger) exit 2.
@@ -126,9 +129,35 @@ def cmd_check(args) -> int:
     return _decision_exit(decision)
 
 
+def check_submitter(request, path=None) -> None:
+    """When the access file (lib.gate.access: $GATE_ACCESS, else data/access.toml) sets
+    check_command_line, the OS user may submit only for the teams it names the user or one of their Unix
+    groups in: InputError otherwise. A guard against mistakes, not a boundary (whoever can write the
+    ledger file can write it directly); on a shared login node the gate server is the boundary."""
+    from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
+    from lib.ledger.audit import os_user, unix_groups
+    path = access_path(path)
+    if not path.exists():
+        return
+    try:
+        access = load_access_file(path)
+    except AccessFileError as exc:
+        raise InputError(str(exc)) from None
+    if not access["check_command_line"]:
+        return
+    user = os_user()
+    allowed = teams_for(access, user, unix_groups(user))
+    team = request.get("team") if isinstance(request, dict) else None
+    if team not in allowed:
+        named = f"team {team!r}" if isinstance(team, str) else "a request that names no team"
+        raise InputError(f"user {user} may not submit {named}: the access file {path} gives {user} "
+                         + (f"the teams {', '.join(allowed)}" if allowed else "no team"))
+
+
 def cmd_submit(args) -> int:
     from lib.ledger.service import submit_request
     request = read_request(args.request)
+    check_submitter(request)
     decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
                               timeout_s=args.timeout)
     _report_decision(decision, "submit")
