@@ -119,10 +119,38 @@ def _report_decision(decision: Decision, verb: str) -> None:
         say(summary(decision))
 
 
+def via_gate_server(args, op: str, request) -> Decision | None:
+    """The decision of the warm gate server on $TG_GATE_SOCKET (lib.slurm.server), the one decider
+    while it runs; None when no server listens there (then decide in-process). Without a server,
+    first moves into the ledger what a stopped server journaled (lib.slurm.live.drain_left_over_journal);
+    a server that holds the ledger but does not listen is a gate failure for submit."""
+    from lib.slurm.live import ServerBusy, drain_left_over_journal
+    from lib.slurm.server import ask
+    sock = os.environ.get("TG_GATE_SOCKET")
+    if sock:
+        config = {"op": op, "db": str(ledger_path(args.db).resolve()), "origin": getattr(args, "origin", "cli"),
+                  "request": json.dumps(request, default=json_default, ensure_ascii=False),
+                  "now": args.now.isoformat() if args.now is not None else None, "timeout_s": args.timeout}
+        got = ask(sock, config, timeout_s=args.timeout + 30)
+        if got is not None:
+            code, rest = got
+            if code != 0:
+                raise LedgerError(f"gate server {sock}: {rest}")
+            return json.loads(rest)
+    try:
+        drain_left_over_journal(args.db, timeout_s=args.timeout)
+    except ServerBusy:
+        if op == "submit":
+            raise
+    return None
+
+
 def cmd_check(args) -> int:
     from lib.ledger.service import check_request
     request = read_request(args.request)
-    decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
+    decision = via_gate_server(args, "check", request)
+    if decision is None:
+        decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
     _report_decision(decision, "check")
     again = f", already recorded at {decision['recorded_at']}" if decision.get("replayed") else ""
     say(f"check: {decision['state']} {decision['run_id']}{again} (what-if: nothing written)")
@@ -158,8 +186,10 @@ def cmd_submit(args) -> int:
     from lib.ledger.service import submit_request
     request = read_request(args.request)
     check_submitter(request)
-    decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
-                              timeout_s=args.timeout)
+    decision = via_gate_server(args, "submit", request)
+    if decision is None:
+        decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
+                                  timeout_s=args.timeout)
     _report_decision(decision, "submit")
     if decision.get("replayed"):
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
