@@ -60,7 +60,7 @@ def main() -> int:
         print("the test cluster is not running: lib/slurm/cluster.sh start", file=sys.stderr)
         return 1
     sys.path.insert(0, str(REPO))
-    from tests.fixtures_slurm import make_ledger
+    from tests.fixtures_slurm import make_slurm_ledger as make_ledger
 
     tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
     saved = CONF.read_text()

@@ -158,3 +158,52 @@ def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(led
         assert [r["state"] for r in decisions(ledger, "while-held")] == ["admit"]
     finally:
         server.stop()
+
+
+def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(ledger, tmp_path):
+    from lib.slurm.hook import config_from_env, gate
+    server = GateServerProcess(ledger, tmp_path / "gate.sock", "--flush-interval-s", "3600")
+    assert server.ask(hook_request("journaled-only")).code == 0
+    server.stop(signal.SIGKILL)
+    assert _ledger_decisions(ledger) == []  # nothing flushed yet
+    config = {**config_from_env({}), "db": str(ledger)}
+    again = gate(hook_request("journaled-only"), config)  # in-process, as the Python fallback decides
+    assert again.code == 0 and again.decision.get("replayed") is True  # the same admit, not a second one
+    assert [r["state"] for r in _ledger_decisions(ledger)] == ["admit"]
+
+
+def _ledger_decisions(db):
+    with open_ledger(db, read_only=True) as con:
+        return [{"run_id": r[0], "state": r[1]} for r in con.execute(
+            "SELECT run_id, state FROM decisions ORDER BY decision_id").fetchall()]
+
+
+def test_the_command_line_goes_through_a_running_server_and_refuses_to_bypass_it(ledger, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.fixtures_slurm import COMMENT_REQUEST, REPO
+    sock = tmp_path / "gate.sock"
+    server = GateServerProcess(ledger, sock, "--flush-interval-s", "3600")
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({**COMMENT_REQUEST, "run_id": "cli-1", "team": "vision", "gpus": 2,
+                               "max_runtime_hours": 1, "capacity": "stable"}))
+
+    def cli(*argv, socket_env=True):
+        env = {**os.environ, "TG_GATE_SOCKET": str(sock)} if socket_env else \
+            {k: v for k, v in os.environ.items() if k != "TG_GATE_SOCKET"}
+        return subprocess.run([sys.executable, "-m", "lib", "--db", str(ledger), *argv], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+    try:
+        r = cli("submit", str(req))
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["state"] == "admit"
+        assert _ledger_decisions(ledger) == []  # decided by the server: in its journal, not yet flushed
+        again = cli("check", str(req))
+        assert again.returncode == 0 and json.loads(again.stdout)["replayed"] is True  # the server knows it
+        bypass = cli("submit", str(req), socket_env=False)
+        assert bypass.returncode == 3 and f"pid {server.proc.pid}" in bypass.stderr
+    finally:
+        server.stop()
+    assert [r["state"] for r in _ledger_decisions(ledger)] == ["admit"]  # moved in when it stopped

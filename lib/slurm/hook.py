@@ -295,6 +295,9 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     import lib.ledger.service as store
     from lib.gate.terms import utcnow
     from lib.ledger.connection import open_ledger, transaction
+    from lib.slurm.live import drain_left_over_journal
+
+    drain_left_over_journal(db, timeout_s=timeout_s)  # what a stopped gate server answered comes first
 
     team = request.get("team")
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
@@ -489,7 +492,8 @@ def main(argv=None) -> int:
             return argv[argv.index(name) + 1] if name in argv else default
         max_mb = opt("--journal-max-mb")
         serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
-              journal_max_mb=float(max_mb) if max_mb else None)
+              journal_max_mb=float(max_mb) if max_mb else None,
+              flush_interval_s=float(opt("--flush-interval-s", 0.25)))
         return 0
     fields = parse_args(argv)
     config = config_from_env()

@@ -160,12 +160,14 @@ def _read_bounded(conn, limit: int) -> bytes:
         chunks.append(b)
 
 
-def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None) -> None:
+def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None,
+          flush_interval_s: float = 0.25) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
-    once, and the server refuses to start when another server holds it."""
+    once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
+    between batches into the ledger."""
     import importlib
     importlib.import_module("lib.gate.admission")  # warm the imports before the first job
-    server = GateServer(journal_max_mb=journal_max_mb)
+    server = GateServer(journal_max_mb=journal_max_mb, flush_interval_s=flush_interval_s)
     db = db or os.environ.get("GATE_DB")
     if db:
         try:

@@ -1,0 +1,204 @@
+"""A burst of submissions through Slurm with the gate in the way, while the dashboard reads the ledger.
+
+    lib/slurm/cluster.sh start            # once
+    python -m bench.bench_slurm_burst [--n 1000] [--concurrency 16] [--single 30]
+
+On the running test cluster, with the hook pointed at a fresh ledger for the run (restored after):
+  1. pass-through: N jobs without GPUs (job_submit.lua returns at once), `--concurrency` sbatch callers;
+  2. gated: the same N jobs asking for 1 GPU each with a gate request in --comment (team vision, so
+     the burst runs into the team's quota: later jobs are deferred, which tests double-booking);
+  3. one sbatch at a time (`--single` each, 100 ms apart): the hook's added median for one sbatch.
+During 1 and 2 a dashboard read (lib.dashboard.queries.overview on the ledger, plus the decided run
+IDs) runs every 200 ms. Jobs are submitted held and cancelled at the end. Prints one table:
+sbatch/s, latency p50/p95, decisions in the ledger vs answered, the most GPUs a team held at once vs
+its quota, dashboard read failures and slowest read, and the longest time from an sbatch's answer
+until its decision was visible to the dashboard.
+Goals: gated >= half the pass-through rate, gated p95 < 1 s, +< 5 ms per single sbatch, every
+answered decision recorded, no over-quota, no failed read, no read > 1 s, visible within 2 s.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
+CONF = STATE / "etc" / "job_submit_gate.conf"
+SOCKET = STATE / "run" / "gate.sock"
+ENV = {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
+TEAM = "vision"
+REQUEST = {"kind": "exploratory", "gpu_mem_gb": 40, "budget_gpu_hours": 4, "estimated_gpu_hours": 0.1,
+           "checkpoint_supported": True, "expected_interruptions": 0, "data_snapshot": "imagenet-21k-2024"}
+
+
+def pct(xs, q):
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
+
+
+class DashboardReader(threading.Thread):
+    """Every 200 ms: the Overview read model and the decided run IDs, timed; first sight of each run ID."""
+
+    def __init__(self, db: Path):
+        super().__init__(daemon=True)
+        self.db, self.stop = db, threading.Event()
+        self.times, self.failures, self.first_seen = [], [], {}
+
+    def run(self):
+        from lib.dashboard import queries
+        from lib.dashboard.filters import Filters
+        from lib.ledger.connection import open_ledger
+        today = dt.date.today()
+        f = Filters(today - dt.timedelta(days=1), today + dt.timedelta(days=1), teams=(TEAM,))
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                queries.overview(f, db=self.db)
+                with open_ledger(self.db, read_only=True, timeout_s=10) as con:
+                    seen = [r[0] for r in con.execute("SELECT run_id FROM decisions").fetchall()]
+                now = time.perf_counter()
+                for run_id in seen:
+                    self.first_seen.setdefault(run_id, now)
+            except Exception as exc:  # noqa: BLE001 - a failed read is what is counted
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+            self.times.append(time.perf_counter() - t0)
+            self.stop.wait(max(0.0, 0.2 - (time.perf_counter() - t0)))
+
+
+def sbatch(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(seconds taken, perf_counter at the answer, result)."""
+    t0 = time.perf_counter()
+    r = subprocess.run(["sbatch", "--parsable", "--hold", *args, "--wrap", "true"], env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    t1 = time.perf_counter()
+    return t1 - t0, t1, r
+
+
+def burst(argv_for, n: int, concurrency: int) -> dict:
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda i: sbatch(argv_for(i)), range(n)))
+    wall = time.perf_counter() - t0
+    return {"rate": n / wall, "lat": [r[0] for r in results], "at": [r[1] for r in results],
+            "results": [r[2] for r in results]}
+
+
+def max_held(db: Path) -> tuple[int, int]:
+    """(most GPUs the team's admitted reservations held at one time, the team's reserved_gpus)."""
+    from lib.ledger.connection import open_ledger
+    with open_ledger(db, read_only=True) as con:
+        rows = con.execute("SELECT reserved_from, reserved_until, gpus FROM runs WHERE team = ? AND "
+                           "reserved_gpu_hours IS NOT NULL", [TEAM]).fetchall()
+        quota = con.execute("SELECT reserved_gpus FROM teams WHERE team = ?", [TEAM]).fetchone()[0]
+    events = sorted([(a, g) for a, _, g in rows] + [(b, -g) for _, b, g in rows if b is not None],
+                    key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    held = peak = 0
+    for _, g in events:
+        held += g
+        peak = max(peak, held)
+    return peak, int(quota)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="jobs per burst (default 1000)")
+    ap.add_argument("--concurrency", type=int, default=16, help="concurrent sbatch callers (default 16)")
+    ap.add_argument("--single", type=int, default=30, help="one-at-a-time sbatch per case (default 30)")
+    args = ap.parse_args()
+    if not CONF.exists() or subprocess.run(["scontrol", "ping"], env=ENV, capture_output=True).returncode:
+        print("the test cluster is not running: lib/slurm/cluster.sh start", file=sys.stderr)
+        return 1
+    sys.path.insert(0, str(REPO))
+    from lib.slurm.server import flush
+    from tests.fixtures_slurm import make_slurm_ledger
+
+    tmp = Path(tempfile.mkdtemp(prefix="tg-burst-"))
+    db = make_slurm_ledger(tmp / "gate.duckdb")
+    saved = CONF.read_text()
+    lines = [ln for ln in saved.splitlines() if not ln.startswith("GATE_DB=")]
+    CONF.write_text("\n".join(lines + [f"GATE_DB={db}"]) + "\n")
+    tag = f"burst{int(time.time())}"
+    gpu = [f"--account={TEAM}", "--gres=gpu:1", "--time=10"]
+    jobids: list[str] = []
+    reader = DashboardReader(db)
+    try:
+        reader.start()
+        plain = burst(lambda i: ["--time=10"], args.n, args.concurrency)
+        gated = burst(lambda i: [*gpu, "--comment=" + json.dumps({**REQUEST, "run_id": f"{tag}-{i}"})],
+                      args.n, args.concurrency)
+        time.sleep(2.5)  # let the reader see the last batch
+        reader.stop.set()
+        reader.join(timeout=30)
+        single = {}
+        for label, argv_for in (("plain", lambda i: ["--time=10"]),
+                                ("gated", lambda i: [*gpu, "--comment=" + json.dumps(
+                                    {**REQUEST, "run_id": f"{tag}-s{i}", "estimated_gpu_hours": 40})])):
+            times = []
+            for i in range(args.single):
+                times.append(sbatch(argv_for(i))[0])
+                time.sleep(0.1)
+            single[label] = statistics.median(times)
+        for r in plain["results"] + gated["results"]:
+            if r.returncode == 0:
+                jobids.append(r.stdout.strip().split(";")[0])
+        flush(str(SOCKET), db)
+    finally:
+        CONF.write_text(saved)
+        for k in range(0, len(jobids), 200):
+            subprocess.run(["scancel", *jobids[k:k + 200]], env=ENV, capture_output=True)
+
+    answered = {f"{tag}-{i}": r for i, r in enumerate(gated["results"])
+                if "training-gate: admitted" in r.stderr or "training-gate: deferred" in r.stderr
+                or "training-gate: rejected" in r.stderr}
+    admitted = sum(1 for r in answered.values() if r.returncode == 0)
+    from lib.ledger.connection import open_ledger
+    with open_ledger(db, read_only=True) as con:
+        recorded = dict(con.execute("SELECT run_id, count(*) FROM decisions WHERE run_id LIKE ? GROUP BY run_id",
+                                    [f"{tag}-%"]).fetchall())
+    in_ledger = sum(1 for k in answered if recorded.get(k) == 1)
+    twice = sum(1 for v in recorded.values() if v > 1)
+    lags = [reader.first_seen[k] - gated["at"][int(k.rsplit("-", 1)[1])]
+            for k in answered if k in reader.first_seen]
+    unseen = sum(1 for k in answered if k not in reader.first_seen)
+    peak, quota = max_held(db)
+    ratio = gated["rate"] / plain["rate"]
+    added_ms = (single["gated"] - single["plain"]) * 1000
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nburst of {args.n} sbatch, {args.concurrency} concurrent callers ({os.cpu_count()} CPUs, load average "
+          f"{load} at the end: other work on the machine inflates every number)\n")
+    print(f"{'':40s} {'sbatch/s':>9s} {'p50 ms':>8s} {'p95 ms':>8s}")
+    for label, b in (("jobs without GPUs (pass-through)", plain), ("GPU jobs through the gate", gated)):
+        print(f"{label:40s} {b['rate']:9.1f} {pct(b['lat'], .5) * 1000:8.0f} {pct(b['lat'], .95) * 1000:8.0f}")
+    rows = [
+        ("gated / pass-through rate", f"{ratio:.2f}", ratio >= 0.5, ">= 0.5"),
+        ("gated p95 latency", f"{pct(gated['lat'], .95) * 1000:.0f} ms", pct(gated["lat"], .95) < 1, "< 1 s"),
+        ("hook's added median, single sbatch", f"{added_ms:+.1f} ms", added_ms < 5, "< 5 ms"),
+        ("answered decisions in the ledger (once)", f"{in_ledger} of {len(answered)} ({admitted} admitted, "
+         f"{twice} twice)", in_ledger == len(answered) == args.n and twice == 0, "all"),
+        (f"most GPUs {TEAM} held at once vs quota", f"{peak} of {quota}", peak <= quota, "<= quota"),
+        ("dashboard reads failed", f"{len(reader.failures)} of {len(reader.times)}", not reader.failures, "0"),
+        ("slowest dashboard read", f"{max(reader.times) * 1000:.0f} ms", max(reader.times) < 1, "< 1 s"),
+        ("decision visible to the dashboard after", f"max {max(lags, default=float('nan')):.2f} s, "
+         f"median {statistics.median(lags) if lags else float('nan'):.2f} s ({unseen} never seen)",
+         bool(lags) and max(lags) < 2 and not unseen, "< 2 s"),
+    ]
+    print(f"\n{'measure':42s} {'value':44s} {'goal':>9s}  met")
+    for label, value, ok, goal in rows:
+        print(f"{label:42s} {value:44s} {goal:>9s}  {'yes' if ok else 'NO'}")
+    if reader.failures:
+        print("\nfirst failed read:", reader.failures[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
