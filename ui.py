@@ -193,6 +193,9 @@ def filter_widgets() -> Filters:
     `capacity`, `range` or `from` + `to`, only what differs from the default): a session's first run
     sets the widgets from the query string, and every run writes the widgets back to it."""
     opts = sidebar_options()
+    sees = who()["sees"]          # None: every team; else a member who sees only their own teams
+    if sees is not None:
+        opts = {**opts, "teams": [t for t in opts["teams"] if t in sees]}
     today = now_minute().date()   # UTC
     default = default_filters(opts["last_day"], today)
     _keep_filters(opts["teams"])
@@ -217,6 +220,8 @@ def filter_widgets() -> Filters:
         end = dates[1] if len(dates) > 1 else start
     else:
         start = end = dates
+    if sees is not None and not teams:   # "all teams" is all of theirs ("" matches none when none is left)
+        teams = opts["teams"] or [""]
     f = Filters(date_from=start, date_to=end, teams=tuple(teams), kinds=tuple(kinds),
                 capacity=None if cap == "all" else cap)
     sb.caption(as_text(f"Ledger: {Path(db_path()).name} · {opts['runs']:,} runs"))

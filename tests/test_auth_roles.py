@@ -142,3 +142,15 @@ def test_a_viewer_session_cannot_import_even_when_it_sends_the_upload_widgets_me
     audit = recent_writes(path)
     assert audit[["who", "origin", "action", "file_name", "runs_inserted"]].values.tolist() == \
         [[PLANNER, "app", "import", "history.csv", 1]]
+
+
+def test_a_member_sees_only_their_own_teams_when_the_file_says_own_teams(signed, tmp_path):
+    from tests.fixtures_auth import ACCESS
+    write_access(tmp_path, ACCESS.replace('unknown = "none"', 'unknown = "none"\nmembers_see = "own-teams"'))
+    at = signed(MEMBER)
+    assert not at.exception and not at.error
+    assert at.sidebar.multiselect(key="f_teams").options == ["vision"]
+    assert at.session_state["filters"].teams == ("vision",)     # "all teams" is all of theirs
+    planner = signed(PLANNER)
+    assert len(planner.sidebar.multiselect(key="f_teams").options) > 1
+    assert planner.session_state["filters"].teams == ()
