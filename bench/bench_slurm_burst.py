@@ -7,7 +7,8 @@ On the running test cluster, with the hook pointed at a fresh ledger for the run
   1. pass-through: N jobs without GPUs (job_submit.lua returns at once), `--concurrency` sbatch callers;
   2. gated: the same N jobs asking for 1 GPU each with a gate request in --comment (team vision, so
      the burst runs into the team's quota: later jobs are deferred, which tests double-booking);
-  3. one sbatch at a time (`--single` each, 100 ms apart): the hook's added median for one sbatch.
+  3. one sbatch at a time (`--single` each, 100 ms apart, plain and gated taking turns; the gated ones
+     admitted, on a second fresh ledger): the hook's added median for one sbatch.
 During 1 and 2 a dashboard read (lib.dashboard.queries.overview on the ledger, plus the decided run
 IDs) runs every 200 ms. Jobs are submitted held and cancelled at the end. Prints one table:
 sbatch/s, latency p50/p95, decisions in the ledger vs answered, the most GPUs a team held at once vs
@@ -139,19 +140,23 @@ def main() -> int:
         time.sleep(2.5)  # let the reader see the last batch
         reader.stop.set()
         reader.join(timeout=30)
-        single = {}
-        for label, argv_for in (("plain", lambda i: ["--time=10"]),
-                                ("gated", lambda i: [*gpu, "--comment=" + json.dumps(
-                                    {**REQUEST, "run_id": f"{tag}-s{i}", "estimated_gpu_hours": 40})])):
-            times = []
-            for i in range(args.single):
-                times.append(sbatch(argv_for(i))[0])
+        flush(str(SOCKET), db)
+        # one sbatch at a time, plain and gated (admitted, on a second fresh ledger) taking turns
+        CONF.write_text("\n".join(lines + [f"GATE_DB={make_slurm_ledger(tmp / 'single.duckdb')}"]) + "\n")
+        single = {"plain": [], "gated": []}
+        for i in range(-1, args.single):  # -1: untimed, loads the second ledger into the server
+            for label, argv in (("plain", ["--time=10"]), ("gated", [*gpu, "--comment=" + json.dumps(
+                    {**REQUEST, "run_id": f"{tag}-s{i}"})])):
+                took, _, r = sbatch(argv)
+                if r.returncode == 0:
+                    jobids.append(r.stdout.strip().split(";")[0])
+                if i >= 0:
+                    single[label].append(took)
                 time.sleep(0.1)
-            single[label] = statistics.median(times)
+        single = {k: statistics.median(v) for k, v in single.items()}
         for r in plain["results"] + gated["results"]:
             if r.returncode == 0:
                 jobids.append(r.stdout.strip().split(";")[0])
-        flush(str(SOCKET), db)
     finally:
         CONF.write_text(saved)
         for k in range(0, len(jobids), 200):

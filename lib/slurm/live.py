@@ -67,7 +67,7 @@ def _log(text: str) -> None:
 class LiveGate:
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
-    def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
+    def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.5,
                  journal_max_mb: float | None = None, flusher: bool = True):
         self.db = ledger_path(db).resolve()
         if not self.db.exists():

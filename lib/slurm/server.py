@@ -38,7 +38,7 @@ READ_TIMEOUT_S = 5.0
 class GateServer:
     """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
 
-    def __init__(self, *, journal_max_mb: float | None = None, flush_interval_s: float = 0.25):
+    def __init__(self, *, journal_max_mb: float | None = None, flush_interval_s: float = 0.5):
         self.gates: dict[Path, LiveGate] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.flush_interval_s = journal_max_mb, flush_interval_s
@@ -127,12 +127,17 @@ def _hook_answer(outcome: Outcome) -> str:
 
 
 def _send(conn, text: str) -> bool:
-    """True when the whole answer was handed to the caller's socket."""
+    """True when the whole answer was handed to the caller's socket. Ends our side of the connection,
+    so the caller has its answer at once (the journal's note about it comes after)."""
     try:
         conn.sendall(text.encode("utf-8", "surrogateescape"))
-        return True
     except OSError:
         return False
+    try:
+        conn.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    return True
 
 
 def _drain(conn, limit_s: float = 2.0) -> None:
@@ -161,7 +166,7 @@ def _read_bounded(conn, limit: int) -> bytes:
 
 
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None,
-          flush_interval_s: float = 0.25) -> None:
+          flush_interval_s: float = 0.5) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
     between batches into the ledger."""
