@@ -210,15 +210,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(db_path, log_path, timeout_s: float = 60.0):
-    """`python -m streamlit run app.py` on a free port with GATE_DB at `db_path`; yields the URL."""
-    port = free_port()
-    env = {**os.environ, "GATE_DB": str(db_path), "GATE_DEMO": "0"}
+def serve_app(db_path, log_path, timeout_s: float = 60.0, *, port: int | None = None, args=(), env=None):
+    """`python -m streamlit run app.py` on a free port (or `port`) with GATE_DB at `db_path`, more
+    `streamlit run` options in `args` and environment variables in `env`; yields the URL."""
+    port = port or free_port()
+    env = {**os.environ, "GATE_DB": str(db_path), "GATE_DEMO": "0", **(env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
              f"--server.port={port}", "--server.address=127.0.0.1",
-             "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
+             "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", *args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
