@@ -154,3 +154,15 @@ def test_a_member_sees_only_their_own_teams_when_the_file_says_own_teams(signed,
     planner = signed(PLANNER)
     assert len(planner.sidebar.multiselect(key="f_teams").options) > 1
     assert planner.session_state["filters"].teams == ()
+
+
+def test_a_planners_policy_download_is_recorded_as_theirs(signed, page_ledger):
+    path, _ = page_ledger
+    at = signed(PLANNER, page_script("policy_replay"))
+    next(b for b in at.button if b.label == "Replay").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.get("download_button")[-1].click().run()        # "Download the proposed teams.toml"
+    assert not at.exception and not at.warning
+    audit = recent_writes(path)
+    assert audit[["who", "origin", "action", "file_name", "format"]].values.tolist() == \
+        [[PLANNER, "app", "policy-export", "teams.toml", "toml"]]
