@@ -9,6 +9,11 @@ running the page; every page script calls it first too, and within one script ru
 page is framed the same whether it runs through app.py's st.navigation or on its own — as Streamlit runs
 a `pages/` script in its classic multipage mode (see README, "The dashboard").
 
+Who is asking: `who()` is the session's grant (lib.gate.access) — local mode's single user with every
+role, or, with [auth] in .streamlit/secrets.toml, the signed-in person's role from the access file;
+`require(action)` stops a page, saying why, before it draws anything its role may not use or that would
+write on an app exposed beyond loopback without sign-in.
+
 Pages reach queries and figures by reference: `PageData(queries.overview, f)` and
 `data.chart(figures.reserved_vs_used, "daily")`; cache keys use the function's qualified name.
 
