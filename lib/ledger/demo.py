@@ -94,8 +94,11 @@ def _ts(base: np.datetime64, hours: np.ndarray) -> np.ndarray:
     return out
 
 
-def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now: datetime) -> dict:
-    """The demo tables as DataFrames of codes and numbers (strings are made in SQL on insert)."""
+def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: datetime, *,
+             offset: int = 0, active: bool = True) -> dict:
+    """The demo tables as DataFrames of codes and numbers (strings are made in SQL on insert).
+    Rows are numbered from `offset` (column i); `active=False` leaves out the runs still running or
+    reserved ahead (a chunk of a large build that is not its last)."""
     rng = np.random.default_rng(seed)
     T = len(teams)
     names = [t["team"] for t in teams]
@@ -104,7 +107,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
 
     # the few runs still running or reserved in the future: per team a share of its GPUs
     active_rows = []
-    budget_active = max(0, min(runs // 10, 6 * T))
+    budget_active = max(0, min(runs // 10, 6 * T)) if active else 0
     if budget_active:
         for ti, t in enumerate(teams):
             free = t["reserved_gpus"] - t["retraining_reserved_gpus"]
@@ -297,7 +300,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     active = ~hist
 
     runs_df = pd.DataFrame({
-        "i": np.arange(n), "team_i": team_i, "kind_i": kind_i, "cap_i": preempt.astype(np.int64),
+        "i": np.arange(n) + offset, "team_i": team_i, "kind_i": kind_i, "cap_i": preempt.astype(np.int64),
         "gpus": gpus, "gpu_mem_gb": gpu_mem,
         "est": est, "src_i": np.where(pilot, 0, 1),
         "e_comp": np.round(e_comp, 3), "e_ckpt": e_ckpt, "e_eval": e_eval, "e_data": e_data,
@@ -321,7 +324,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     p = pilot
     sps = rng.uniform(0.5, 8.0, n)
     pilots_df = pd.DataFrame({
-        "i": np.arange(n)[p],
+        "i": (np.arange(n) + offset)[p],
         "measured_at": _ts(now_np, (t_sub - rng.uniform(1, 48, n))[p]),
         "sps": np.round(sps, 3)[p],
         "wc_sps": np.round(sps * rng.uniform(0.45, 0.9, n), 3)[p],
@@ -343,7 +346,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed: int, now
     c2 = np.where(c2 == c1, -1, c2)
     d_time = np.where(later, res_from[of_run] - rng.uniform(0.3, 36, n_def), -span_h * rng.random(n_def))
     deferred_df = pd.DataFrame({
-        "j": np.arange(n_def), "later": later, "i": of_run,
+        "j": np.arange(n_def) + offset, "later": later, "i": of_run + offset,
         "team_i": np.where(later, team_i[of_run], rng.choice(T, n_def, p=w / w.sum())),
         "kind_i": np.where(later, kind_i[of_run], rng.choice(3, n_def, p=[0.6, 0.3, 0.1])),
         "c_lo": np.where(c2 < 0, c1, np.minimum(c1, c2)), "c_hi": np.where(c2 < 0, -1, np.maximum(c1, c2)),
@@ -435,6 +438,7 @@ def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], ru
     codes = np.array(DEFER_CODES)
     rows = []
     run_gpus = data["runs"]["gpus"].to_numpy()
+    first = int(data["runs"]["i"].iloc[0]) if len(data["runs"]) else 0
     times = d["decided_at"].to_numpy().astype("datetime64[s]").astype(datetime)
     for j, later, i, ti, ki, lo, hi, at, judged in zip(
             d["j"].tolist(), d["later"].tolist(), d["i"].tolist(), d["team_i"].tolist(),
@@ -444,7 +448,7 @@ def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], ru
         run_id = run_ids[i] if later else f"{policy['team']}-deferred-{j:07d}"
         drawn = [str(codes[lo])] + ([str(codes[hi])] if hi >= 0 else [])
         kind = KINDS[ki]
-        gpus = int(run_gpus[i]) if later else int(GPU_CHOICES[j % 5])
+        gpus = int(run_gpus[i - first]) if later else int(GPU_CHOICES[j % 5])
         request = _deferred_request(policy, snapshots, run_id, kind, gpus, judged, drawn, at,
                                     (j * 0.6180339887) % 1.0)
         wanted = drawn
@@ -477,124 +481,173 @@ def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
 
 def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
                teams_file=None, timeout_s: float = 30.0) -> dict:
-    """Build the demo history into the ledger (replacing an earlier demo); returns row counts."""
+    """Build the demo history into the ledger (replacing an earlier demo) in one transaction;
+    returns row counts. Runs are generated and inserted CHUNK_RUNS at a time (memory stays bounded
+    at any size), each chunk in time order (reservation start; decisions by decision time), as a
+    ledger filled over time holds them, so the pages' time filters skip what lies outside them."""
     if type(runs) is not int or runs < 1:
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
     say = progress or (lambda fraction, message: None)
     now = now or utcnow().replace(second=0, microsecond=0)
     teams, snapshots = load_teams(teams_file)
-    say(0.02, f"generating {runs:,} runs")
-    data = generate(teams, snapshots, runs, seed, now)
-    say(0.30, "writing teams and snapshots")
-    counts = {}
+    names = [t["team"] for t in teams]
+    chunks = _chunks(runs, seed)
+    counts = {"runs": 0, "pilots": 0, "decisions": 0, "deferred": 0, "active": 0}
+    say(0.02, "writing teams and snapshots")
     with open_ledger(db, read_only=False, timeout_s=timeout_s) as con:
         con.execute("SET enable_progress_bar = false")
+        con.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
         counts.update(sync_teams(con, teams_file))
-        names = data["teams"]
         with transaction(con):
-            say(0.35, "removing the previous demo")
+            say(0.04, "removing the previous demo")
             counts["deleted_runs"] = con.execute(
                 "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
             con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
             con.execute("DELETE FROM runs WHERE source = 'demo'")
             con.execute("DELETE FROM decisions WHERE origin = 'demo'")
-            con.register("demo_runs", data["runs"])
-            T, K, C, S = (_sql_list(x) for x in (names, KINDS, CAPACITIES, STOPS))
-            run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(['x', 'p', 'r'])}[kind_i + 1] || '-' || "
-                      "strftime(submitted_at, '%y%m%d') || '-' || lpad(i::VARCHAR, 7, '0')")
-            say(0.40, "inserting runs")
-            con.execute(f"""
-                CREATE TEMP TABLE demo_ids AS
-                SELECT i, {run_id} AS run_id, {_snapshot_sql(names, snapshots)} AS snap FROM demo_runs""")
-            con.execute(f"""
-                INSERT INTO runs (run_id, team, kind, capacity, gpus, gpu_mem_gb, data_snapshot, job_name,
-                    estimated_gpu_hours, estimate_source, est_compute_gpu_hours, est_checkpoint_gpu_hours,
-                    est_eval_gpu_hours, est_data_loading_gpu_hours, est_restart_gpu_hours, budget_gpu_hours,
-                    max_runtime_hours, reserved_from, reserved_until, reserved_gpu_hours, started_at,
-                    ended_at, actual_gpu_hours, act_checkpoint_gpu_hours, act_retry_gpu_hours,
-                    act_eval_gpu_hours, act_lost_work_gpu_hours, stop_reason, interruptions, restarts,
-                    artifact_status, last_valid_checkpoint, full_evaluation, holdout_reads,
-                    holdout_allowance, source, updated_at)
-                SELECT d.run_id, {T}[team_i + 1], {K}[kind_i + 1], {C}[cap_i + 1], gpus, gpu_mem_gb, d.snap,
-                    {K}[kind_i + 1] || '-' || {_sql_list(['lm', 'vit', 'asr', 'rank', 'ctr', 'policy', 'rm', 'retr'])}[1 + i % 8]
-                        || '-v' || (1 + i % 13)::VARCHAR,
-                    est, {_sql_list(SOURCES)}[src_i + 1], e_comp, e_ckpt, e_eval, e_data, e_rst, budget,
-                    max_rt, reserved_from, reserved_until, reserved_gh, started_at, ended_at, actual,
-                    a_ckpt, a_retry, a_eval, a_lost,
-                    CASE WHEN stop_i >= 0 THEN {S}[stop_i + 1] END,
-                    CASE WHEN interrupts >= 0 THEN interrupts END, CASE WHEN restarts >= 0 THEN restarts END,
-                    CASE WHEN artifact_i >= 0 THEN {_sql_list(ARTIFACTS)}[artifact_i + 1] END,
-                    CASE WHEN has_ckpt THEN 'ckpt://' || d.run_id || '/step-' || ckpt_step::VARCHAR END,
-                    CASE WHEN NOT active THEN full_eval END, CASE WHEN reads >= 0 THEN reads END, allow,
-                    'demo', coalesce(ended_at, submitted_at)
-                FROM demo_runs JOIN demo_ids d USING (i)""")
-            counts["runs"] = con.execute("SELECT count(*) FROM demo_ids").fetchall()[0][0]
-            say(0.60, "inserting pilots")
-            con.register("demo_pilots", data["pilots"])
-            con.execute("""
-                INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second,
-                    worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps,
-                    checkpoint_interval_steps, pilot_json)
-                SELECT d.run_id, measured_at, sps, wc_sps, wc_share, peak_mem, ckpt_s, steps, interval,
-                    to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
-                        worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
-                        planned_steps := steps, checkpoint_interval_steps := interval,
-                        eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
-                        restart_minutes := restart_min))::VARCHAR
-                FROM demo_pilots JOIN demo_ids d USING (i)""")
-            counts["pilots"] = len(data["pilots"])
-            say(0.70, "inserting decisions")
-            pv = "(SELECT policy_version FROM teams t WHERE t.team = r.team)"
-            # the admitted request, as a submit records it (a run that cannot checkpoint stated no
-            # interruptions: the gate would not have admitted it otherwise)
-            admit_request = (
-                "run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus, "
-                "gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours, "
-                "budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity, "
-                "data_snapshot := r.data_snapshot, checkpoint_supported := x.ckpt_ok, "
-                "expected_interruptions := CASE WHEN x.ckpt_ok THEN x.exp_int ELSE 0.0 END, "
-                "skip_full_evaluation := x.skip_eval, holdout_allowance := r.holdout_allowance, "
-                "submitted_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S')")
-            con.execute(f"""
-                INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours,
-                    reserved_gpu_hours, policy_version, origin, request_json, decision_json)
-                SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
-                    'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
-                    CASE WHEN p.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
-                        estimated_gpu_hours := r.estimated_gpu_hours))
-                    ELSE to_json(struct_pack({admit_request}, pilot := p.pilot_json::JSON)) END::VARCHAR,
-                    to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
-                        reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
-                        estimate := struct_pack(source := r.estimate_source,
-                            raw_gpu_hours := r.estimated_gpu_hours, judged_gpu_hours := r.reserved_gpu_hours,
-                            wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
-                        decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
-                        origin := 'demo'))::VARCHAR
-                FROM runs r JOIN demo_ids d ON d.run_id = r.run_id JOIN demo_runs x ON x.i = d.i
-                LEFT JOIN pilots p ON p.run_id = r.run_id""")
-            n_def = len(data["deferred"])
-            if n_def:
-                say(0.80, f"deciding {n_def:,} deferred requests")
-                wanted = sorted(set(data["deferred"]["i"][data["deferred"]["later"]].tolist()))
-                run_ids = dict(con.execute("SELECT i, run_id FROM demo_ids WHERE i IN (SELECT unnest(?))",
-                                           [wanted]).fetchall())
-                con.register("demo_deferred", _deferred_decisions(data, teams, snapshots, run_ids))
-                con.execute("""
-                    INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
-                        judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
-                        decision_json)
-                    SELECT decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, NULL,
-                        policy_version, 'demo', request_json, decision_json FROM demo_deferred""")
-            counts["decisions"] = counts["runs"] + n_def
-            counts["deferred"] = n_def
-            counts["active"] = data["active"]
-            for name in ("demo_runs", "demo_pilots", "demo_deferred"):
-                with contextlib.suppress(Exception):
-                    con.unregister(name)
-            con.execute("DROP TABLE demo_ids")
-            say(0.95, "committing")
+            for k, (size, offset, chunk_seed, last) in enumerate(chunks):
+                def step(part: float, message: str, k=k, offset=offset, size=size) -> None:
+                    where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
+                    say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
+                step(0.0, f"generating {size:,} runs")
+                data = generate(teams, snapshots, size, chunk_seed, now, offset=offset, active=last)
+                _insert_chunk(con, data, names, teams, snapshots, counts, step)
+                del data
+            say(0.96, "committing")
     say(1.0, f"demo ledger built: {counts['runs']:,} runs")
     return counts
+
+
+CHUNK_RUNS = 1_000_000   # runs generated and inserted at a time by build_demo
+DEMO_MEMORY_LIMIT = "1GB"  # DuckDB's buffer limit while building (it writes or spills beyond)
+
+
+def _chunks(runs: int, seed: int) -> list[tuple[int, int, object, bool]]:
+    """(size, offset, seed, last) per chunk: one chunk (seeded `seed`, as every build up to
+    CHUNK_RUNS is) or CHUNK_RUNS-sized chunks seeded (seed, k); the last holds the active runs."""
+    sizes = [CHUNK_RUNS] * (runs // CHUNK_RUNS) + ([runs % CHUNK_RUNS] if runs % CHUNK_RUNS else [])
+    offsets = np.cumsum([0] + sizes[:-1]).tolist()
+    return [(size, int(offset), seed if len(sizes) == 1 else [seed, k], k == len(sizes) - 1)
+            for k, (size, offset) in enumerate(zip(sizes, offsets))]
+
+
+def _insert_chunk(con, data: dict, names: list[str], teams: list[dict], snapshots: list[dict],
+                  counts: dict, step) -> None:
+    """Insert one generated chunk: its runs (in reservation order), pilots, the admit of every run
+    and the deferred decisions (in decision order); adds to `counts`."""
+    con.register("demo_runs", data["runs"])
+    T, K, C, S = (_sql_list(x) for x in (names, KINDS, CAPACITIES, STOPS))
+    run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(['x', 'p', 'r'])}[kind_i + 1] || '-' || "
+              "strftime(submitted_at, '%y%m%d') || '-' || lpad(i::VARCHAR, 7, '0')")
+    step(0.05, "inserting runs")
+    con.execute(f"""
+        CREATE TEMP TABLE demo_ids AS
+        SELECT i, {run_id} AS run_id, {_snapshot_sql(names, snapshots)} AS snap FROM demo_runs""")
+    con.execute(f"""
+        CREATE TEMP TABLE demo_chunk AS
+        SELECT d.i, d.run_id, {T}[team_i + 1] AS team, {K}[kind_i + 1] AS kind, {C}[cap_i + 1] AS capacity,
+            gpus, gpu_mem_gb, d.snap AS data_snapshot,
+            {K}[kind_i + 1] || '-' || {_sql_list(['lm', 'vit', 'asr', 'rank', 'ctr', 'policy', 'rm', 'retr'])}[1 + i % 8]
+                || '-v' || (1 + i % 13)::VARCHAR AS job_name,
+            est AS estimated_gpu_hours, {_sql_list(SOURCES)}[src_i + 1] AS estimate_source,
+            e_comp AS est_compute_gpu_hours, e_ckpt AS est_checkpoint_gpu_hours,
+            e_eval AS est_eval_gpu_hours, e_data AS est_data_loading_gpu_hours,
+            e_rst AS est_restart_gpu_hours, budget AS budget_gpu_hours, max_rt AS max_runtime_hours,
+            reserved_from, reserved_until, reserved_gh AS reserved_gpu_hours, started_at, ended_at,
+            actual AS actual_gpu_hours, a_ckpt AS act_checkpoint_gpu_hours, a_retry AS act_retry_gpu_hours,
+            a_eval AS act_eval_gpu_hours, a_lost AS act_lost_work_gpu_hours,
+            CASE WHEN stop_i >= 0 THEN {S}[stop_i + 1] END AS stop_reason,
+            CASE WHEN interrupts >= 0 THEN interrupts END AS interruptions,
+            CASE WHEN restarts >= 0 THEN restarts END AS restarts,
+            CASE WHEN artifact_i >= 0 THEN {_sql_list(ARTIFACTS)}[artifact_i + 1] END AS artifact_status,
+            CASE WHEN has_ckpt THEN 'ckpt://' || d.run_id || '/step-' || ckpt_step::VARCHAR END
+                AS last_valid_checkpoint,
+            CASE WHEN NOT active THEN full_eval END AS full_evaluation,
+            CASE WHEN reads >= 0 THEN reads END AS holdout_reads, allow AS holdout_allowance,
+            'demo' AS source, coalesce(ended_at, submitted_at) AS updated_at,
+            ckpt_ok, skip_eval, exp_int
+        FROM demo_runs JOIN demo_ids d USING (i)
+        ORDER BY reserved_from, d.run_id""")
+    con.execute(f"INSERT INTO runs ({RUN_COLUMNS}) SELECT {RUN_COLUMNS} FROM demo_chunk")
+    counts["runs"] += con.execute("SELECT count(*) FROM demo_ids").fetchall()[0][0]
+    step(0.25, "inserting pilots")
+    con.register("demo_pilots", data["pilots"])
+    con.execute("""
+        CREATE TEMP TABLE demo_chunk_pilots AS
+        SELECT d.run_id, measured_at, sps AS steps_per_second, wc_sps AS worst_case_steps_per_second,
+            wc_share AS worst_case_share, peak_mem AS peak_mem_gb, ckpt_s AS checkpoint_write_s,
+            steps AS planned_steps, interval AS checkpoint_interval_steps,
+            to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
+                worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
+                planned_steps := steps, checkpoint_interval_steps := interval,
+                eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
+                restart_minutes := restart_min))::VARCHAR AS pilot_json
+        FROM demo_pilots JOIN demo_ids d USING (i)""")
+    con.execute("INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second, "
+                "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
+                "pilot_json) SELECT * FROM demo_chunk_pilots")
+    counts["pilots"] += len(data["pilots"])
+    step(0.35, "inserting decisions")
+    pv = "(SELECT policy_version FROM teams t WHERE t.team = r.team)"
+    # the admitted request, as a submit records it (a run that cannot checkpoint stated no
+    # interruptions: the gate would not have admitted it otherwise)
+    admit_request = (
+        "run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus, "
+        "gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours, "
+        "budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity, "
+        "data_snapshot := r.data_snapshot, checkpoint_supported := r.ckpt_ok, "
+        "expected_interruptions := CASE WHEN r.ckpt_ok THEN r.exp_int ELSE 0.0 END, "
+        "skip_full_evaluation := r.skip_eval, holdout_allowance := r.holdout_allowance, "
+        "submitted_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S')")
+    con.execute(f"""
+        INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours,
+            reserved_gpu_hours, policy_version, origin, request_json, decision_json)
+        SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
+            'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
+            CASE WHEN p.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
+                estimated_gpu_hours := r.estimated_gpu_hours))
+            ELSE to_json(struct_pack({admit_request}, pilot := p.pilot_json::JSON)) END::VARCHAR,
+            to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
+                reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
+                estimate := struct_pack(source := r.estimate_source,
+                    raw_gpu_hours := r.estimated_gpu_hours, judged_gpu_hours := r.reserved_gpu_hours,
+                    wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
+                decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
+                origin := 'demo'))::VARCHAR
+        FROM demo_chunk r LEFT JOIN demo_chunk_pilots p ON p.run_id = r.run_id
+        ORDER BY decided_at, r.run_id""")
+    n_def = len(data["deferred"])
+    if n_def:
+        step(0.55, f"deciding {n_def:,} deferred requests")
+        wanted = sorted(set(data["deferred"]["i"][data["deferred"]["later"]].tolist()))
+        run_ids = dict(con.execute("SELECT i, run_id FROM demo_ids WHERE i IN (SELECT unnest(?))",
+                                   [wanted]).fetchall())
+        con.register("demo_deferred", _deferred_decisions(data, teams, snapshots, run_ids))
+        con.execute("""
+            INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
+                judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
+                decision_json)
+            SELECT decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, NULL,
+                policy_version, 'demo', request_json, decision_json FROM demo_deferred
+            ORDER BY decided_at, run_id""")
+    counts["decisions"] += len(data["runs"]) + n_def
+    counts["deferred"] += n_def
+    counts["active"] += data["active"]
+    for name in ("demo_runs", "demo_pilots", "demo_deferred"):
+        with contextlib.suppress(Exception):
+            con.unregister(name)
+    for table in ("demo_ids", "demo_chunk", "demo_chunk_pilots"):
+        con.execute(f"DROP TABLE {table}")
+
+
+RUN_COLUMNS = ", ".join((
+    "run_id", "team", "kind", "capacity", "gpus", "gpu_mem_gb", "data_snapshot", "job_name",
+    "estimated_gpu_hours", "estimate_source", "est_compute_gpu_hours", "est_checkpoint_gpu_hours",
+    "est_eval_gpu_hours", "est_data_loading_gpu_hours", "est_restart_gpu_hours", "budget_gpu_hours",
+    "max_runtime_hours", "reserved_from", "reserved_until", "reserved_gpu_hours", "started_at", "ended_at",
+    "actual_gpu_hours", "act_checkpoint_gpu_hours", "act_retry_gpu_hours", "act_eval_gpu_hours",
+    "act_lost_work_gpu_hours", "stop_reason", "interruptions", "restarts", "artifact_status",
+    "last_valid_checkpoint", "full_evaluation", "holdout_reads", "holdout_allowance", "source", "updated_at"))
 
 
 def ensure_demo_history(db=None, **kwargs) -> bool:
