@@ -24,7 +24,7 @@ import pytest
 from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
 from tests.fixtures_gate import NOW
 from tests.fixtures_imports import make_import_ledger
-from tests.fixtures_ledger import DEMO_RUNS, TINY_TEAMS
+from tests.fixtures_ledger import BUSY_RUNS, DEMO_RUNS, TINY_TEAMS
 from tests.fixtures_replay import build_submitted_ledger
 
 
@@ -41,6 +41,15 @@ def demo_ledger(demo_template, tmp_path) -> Path:
     """A private copy of the small demo ledger."""
     path = tmp_path / "gate.duckdb"
     shutil.copyfile(demo_template, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def busy_ledger(tmp_path_factory) -> Path:
+    """A read-only demo ledger of BUSY_RUNS runs: busy teams finish dozens of runs a week. Do not write to it."""
+    from lib.ledger.demo import build_demo
+    path = tmp_path_factory.mktemp("busy-ledger") / "busy.duckdb"
+    build_demo(path, runs=BUSY_RUNS, seed=3, now=NOW)
     return path
 
 

@@ -16,6 +16,7 @@ from tests.fixtures_gate import request
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_RUNS = 300
+BUSY_RUNS = 20_000   # the busy_ledger fixture's runs
 
 TINY_TEAMS = """
 [defaults]

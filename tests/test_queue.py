@@ -1,5 +1,6 @@
 """The queue of waiting requests on the Reservations page: every request deferred and not admitted
-since, whatever its date, with the earliest time it would fit — the very time the gate's fix names."""
+since, whatever the period shown (up to QUEUE_DAYS after its latest deferral), with the earliest time
+it would fit — the very time the gate's fix names."""
 from __future__ import annotations
 
 import datetime as dt
@@ -89,6 +90,7 @@ def queue_ledger(safety_ledger):
     path, now = safety_ledger
     with open_ledger(path) as con, transaction(con):
         defer(con, "old-wait", now - 60 * 24 * H)                     # two months ago, still waiting
+        defer(con, "given-up", now - (queries.QUEUE_DAYS + 1) * 24 * H)  # never decided since: left the queue
         defer(con, "old-wait", now - 3 * H)                           # deferred again since
         defer(con, "fits-now", now - 5 * H, gpus=2)                   # 13 + 2 <= 16
         defer(con, "prod-wait", now - 2 * H, kind="production", capacity="preemptible")

@@ -40,6 +40,16 @@ CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today in
 BUDGET_MONTHS = 36            # months the budget month picker offers at most
 
 _ANCHOR = "coalesce(r.reserved_from, r.started_at, r.ended_at)"
+
+
+def _anchored(where: str) -> str:
+    """The runs of the period ($start, $end) by their anchor that also meet `where` (alias r), as a
+    subquery aliased r. The period is tested on reserved_from itself, so DuckDB skips the stored row
+    groups that lie outside it (zone maps work on a raw column, not on an expression of it); only
+    the runs without a reservation start fall back on the started and ended times."""
+    return (f"(SELECT * FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end "
+            f"UNION ALL SELECT * FROM runs r WHERE {where} AND r.reserved_from IS NULL "
+            "AND coalesce(r.started_at, r.ended_at) >= $start AND coalesce(r.started_at, r.ended_at) < $end) r")
 _H = "(epoch_us({b}) - epoch_us({a})) / 3600e6"          # hours between two timestamps
 _IDLE = f"""
   CASE WHEN r.reserved_from IS NULL OR r.reserved_until IS NULL OR r.started_at IS NULL THEN 0
@@ -64,9 +74,11 @@ def sidebar_options(db=None) -> dict:
     """Teams (from the policy table and the runs), the span of the data, and the run count."""
     with reader(db) as con:
         teams = frame(con, "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1")
-        span = one_row(con, f"""SELECT count(*) AS runs, min({_ANCHOR})::DATE AS first_day,
-                              max(coalesce(r.ended_at, r.started_at, r.reserved_from))::DATE AS last_day
-                              FROM runs r""")
+        # each time column's own min and max: DuckDB reads them from its statistics, no scan
+        span = one_row(con, """SELECT count(*) AS runs,
+                              least(min(reserved_from), min(started_at), min(ended_at))::DATE AS first_day,
+                              greatest(max(reserved_from), max(started_at), max(ended_at))::DATE AS last_day
+                              FROM runs""")
     return {"teams": teams["team"].tolist(), "runs": int(span.get("runs") or 0),
             "first_day": span.get("first_day"), "last_day": span.get("last_day")}
 
@@ -88,8 +100,7 @@ def _overview_metrics(con, f: Filters, now: dt.datetime) -> tuple[dict, pd.DataF
     where, p = f.where("r")
     p.update(period_params(f), now=now)
     by_capacity = frame(con, f"""
-      WITH x AS (SELECT r.*, {_IDLE} FROM runs r
-                 WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end)
+      WITH x AS (SELECT r.*, {_IDLE} FROM {_anchored(where)})
       SELECT capacity, coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
              coalesce(sum(actual_gpu_hours), 0) AS used_gpu_hours,
              coalesce(sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
@@ -139,7 +150,7 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT {_ANCHOR}::DATE AS day, r.team,
                  coalesce(sum(r.reserved_gpu_hours), 0) AS reserved_gpu_hours,
                  coalesce(sum(r.actual_gpu_hours), 0) AS used_gpu_hours
-          FROM runs r WHERE {where} AND {_ANCHOR} >= $start AND {_ANCHOR} < $end
+          FROM {_anchored(where)}
           GROUP BY ALL ORDER BY day, r.team""", p)
     return {"current": cur, "previous": prev, "deferred_by_reason": reasons, "daily": daily,
             "spend_by_capacity": cur_by_capacity, "previous_spend_by_capacity": prev_by_capacity}
@@ -195,7 +206,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        waiting = _waiting_requests(con, f)
+        waiting = _waiting_requests(con, f, now)
         held = held_reservations(con, now)
         all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
     queue = request_queue(waiting, held, all_quotas, now)
@@ -258,25 +269,35 @@ def budget_months(first_day: dt.date | None, now: dt.datetime) -> list[dt.date]:
     return out
 
 
-def _waiting_requests(con, f: Filters) -> pd.DataFrame:
-    """Requests waiting now, whatever their date: the latest decision of the run ID is a deferral and
-    no run under that ID holds a reservation (admitted since). Team, kind and capacity filters apply
-    to that latest request; first_deferred_at is the run ID's first deferral."""
+QUEUE_DAYS = 90   # a deferred request not decided again for this many days has left the queue
+
+
+def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
+    """Requests waiting now, whatever the period filter: the run ID's latest decision of the last
+    QUEUE_DAYS is a deferral and no run under that ID holds a reservation (admitted since). A
+    request deferred longer ago and never decided again has left the queue (its team gave up on
+    it or resubmitted it under another ID); so the queue costs the last QUEUE_DAYS of decisions,
+    not the whole history. Team, kind and capacity filters apply to that latest request;
+    first_deferred_at is the run ID's first deferral in those days."""
     dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
-    # run IDs deferred and never booked first (few), then their latest decision by its ID
+    dp["horizon"] = now - dt.timedelta(days=QUEUE_DAYS)
+    # An admit books its run, so the latest decision that matters is among the others; a run booked
+    # after a deferral (by the gate or an import) was written after it, so after the horizon.
     return frame(con, f"""
-      WITH waiting AS (
-        SELECT x.run_id, min(x.decided_at) AS first_deferred_at FROM decisions x
-        WHERE x.state = 'defer' AND x.run_id IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = x.run_id AND r.reserved_gpu_hours IS NOT NULL)
-        GROUP BY x.run_id),
-      latest AS (
-        SELECT max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
-        FROM decisions x SEMI JOIN waiting w ON x.run_id = w.run_id GROUP BY x.run_id)
+      WITH recent AS (
+        SELECT * FROM decisions x
+        WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
+      waiting AS (
+        SELECT x.run_id, min(x.decided_at) FILTER (WHERE x.state = 'defer') AS first_deferred_at,
+               max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
+        FROM recent x
+        WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = x.run_id AND r.reserved_gpu_hours IS NOT NULL
+                          AND r.updated_at >= $horizon)
+        GROUP BY x.run_id)
       SELECT d.run_id, d.team, d.kind, coalesce(d.request_json->>'capacity', 'stable') AS capacity,
              TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus,
              array_to_string(d.reason_codes, ', ') AS reason_codes, w.first_deferred_at
-      FROM latest l JOIN decisions d ON d.decision_id = l.decision_id JOIN waiting w ON w.run_id = d.run_id
+      FROM waiting w JOIN recent d ON d.decision_id = w.decision_id
       WHERE d.state = 'defer' AND {dwhere}""", dp)
 
 
@@ -490,8 +511,16 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     with reader(db) as con:
         teams = list(f.teams) or [t for (t,) in con.execute(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
-        sql = f"CREATE TEMP TABLE cal AS {store.CALIBRATION_ROWS_SQL}"
-        con.execute(sql, used_params(sql, p))
+        # each team x kind's newest rows only (enough for the replay and for the team and
+        # everyone scopes, whose newest rows are among their team x kinds' newest)
+        cut = _calibration_cutoffs(con, p, max_runs + BACKTEST_RUNS)
+        sql = f"""CREATE TEMP TABLE cal AS
+          WITH cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind,
+                              unnest($cut_since::TIMESTAMP[]) AS cut_since)
+          SELECT c.* FROM ({store.CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
+        q = {**p, "since": min(cut.values(), default=p["since"]), "cut_team": [t for t, _ in cut],
+             "cut_kind": [k for _, k in cut], "cut_since": list(cut.values())}
+        con.execute(sql, used_params(sql, q))
         order = "ORDER BY c.ended_at DESC, c.run_id"
         # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
         # then the exact order (ties broken by run_id, as the store does) runs on the few rows left
@@ -513,8 +542,8 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
                        FROM cal GROUP BY team, kind)
           SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored,
-                 coalesce(least(r.reserved_from, r.started_at), c.ended_at) AS decided_at
-          FROM cal c JOIN runs r USING (run_id) JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+                 c.admitted_at AS decided_at
+          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $replay
           ORDER BY c.team, c.kind, c.ended_at, c.run_id DESC""", p)
         con.execute("DROP TABLE cal")
@@ -571,6 +600,31 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
 
 
 DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
+
+
+def _calibration_cutoffs(con, p: dict, need: int) -> dict[tuple[str, str], dt.datetime]:
+    """{(team, kind): since} for every team x kind with calibration rows (lib.ledger.service.
+    CALIBRATION_ROWS_SQL, parameters `p`) in the window: the latest of the newest-first starts
+    (lib.ledger.service.NEWEST_FIRST_DAYS before $now) whose window holds `need` of its rows, else
+    the whole window's $since. The scopes still short after the widest newest-first start are
+    counted over the whole window, for their teams only, so a busy ledger never scans a year."""
+    from lib.ledger import service as store
+    from lib.gate.terms import KINDS
+    count = (f"SELECT team, kind, count(*) FROM ({store.CALIBRATION_ROWS_SQL}) c "
+             "WHERE $teams IS NULL OR list_contains($teams::VARCHAR[], team) GROUP BY ALL")
+    teams = [t for (t,) in con.execute("SELECT team FROM teams UNION SELECT DISTINCT team FROM runs").fetchall()]
+    starts = [p["now"] - dt.timedelta(days=d) for d in store.NEWEST_FIRST_DAYS]
+    cut: dict[tuple[str, str], dt.datetime] = {}
+    for since in [s for s in starts if s > p["since"]] + [p["since"]]:
+        whole = since == p["since"]
+        short = sorted({t for t in teams for k in KINDS if (t, k) not in cut})
+        if not short:
+            break
+        q = used_params(count, {**p, "since": since, "teams": short if whole else None})
+        for team, kind, n in con.execute(count, q).fetchall():
+            if (team, kind) not in cut and (n >= need or whole):
+                cut[(team, kind)] = since
+    return cut
 
 
 # ------------------------------------------------------------------------- stops and promotion

@@ -139,7 +139,8 @@ def interruption_rate(con, team: str, now: datetime, *,
 # as censored). Parameters: `calibration_params`.
 CALIBRATION_ROWS_SQL = (
     "SELECT team, kind, run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, "
-    "list_contains($censored::VARCHAR[], stop_reason) AS censored "
+    "list_contains($censored::VARCHAR[], stop_reason) AS censored, "
+    "coalesce(least(reserved_from, started_at), ended_at) AS admitted_at "
     "FROM runs WHERE ended_at > $since AND ended_at <= $now "
     "AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
     "AND estimate_source IS DISTINCT FROM 'requested' "
@@ -156,13 +157,13 @@ def calibration_params(now: datetime, window_days: int = CALIBRATION_WINDOW_DAYS
 def calibration(con, team: str, kind: str, now: datetime, *,
                 window_days: int = CALIBRATION_WINDOW_DAYS, max_runs: int = DEFAULT_MAX_RUNS) -> Calibration:
     """lib.gate.calibration for `team`'s `kind` runs, reading CALIBRATION_ROWS_SQL one scope at a time
-    (team × kind, team, everyone), each scope's `max_runs` most recent rows."""
+    (team × kind, team, everyone), each scope's `max_runs` most recent rows (`newest_rows`)."""
     params = calibration_params(now, window_days)
 
     def rows(scope_sql: str, scope_params: dict) -> list[CalibrationRow]:
         sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored, ended_at FROM ({CALIBRATION_ROWS_SQL}) "
                f"WHERE {scope_sql} {CALIBRATION_ORDER} LIMIT $max_runs")
-        got = con.execute(sql, {**params, **scope_params, "max_runs": max_runs}).fetchall()
+        got = newest_rows(con, sql, {**params, **scope_params, "max_runs": max_runs}, max_runs)
         # oldest first, ties as the store orders them, so the change search reads them in time order
         return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
                 for e, a, c, t in reversed(got)]
@@ -172,6 +173,29 @@ def calibration(con, team: str, kind: str, now: datetime, *,
         yield "team", rows("team = $team", {"team": team})
         yield "all", rows("TRUE", {})
     return calibrate_scopes(scoped())
+
+
+# Days back from now in which a scope's newest runs are looked for first, before the whole window.
+NEWEST_FIRST_DAYS = (7, 28, 112)
+
+
+def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:
+    """The rows of `sql` (a query over runs ended after $since, newest first, LIMIT `limit`) with
+    $since moved forward to NEWEST_FIRST_DAYS before $now, narrowest first, while that leaves fewer
+    than `limit` rows; the last try is the whole window ($since as given). The answer is the same
+    as the whole window's: when a narrower window already holds `limit` rows, they are the newest.
+    Why: runs are stored roughly in the order they arrive, so DuckDB skips the row groups that end
+    before $since (zone maps); a busy scope then costs the few days that hold its newest runs, not
+    a year of a 10-million-run history."""
+    since, now = params["since"], params["now"]
+    for days in NEWEST_FIRST_DAYS:
+        nearer = now - timedelta(days=days)
+        if nearer <= since:
+            break
+        got = con.execute(sql, {**params, "since": nearer}).fetchall()
+        if len(got) >= limit:
+            return got
+    return con.execute(sql, params).fetchall()
 
 
 # ---------------------------------------------------------------------------------------- deciding
