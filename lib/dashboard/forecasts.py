@@ -53,23 +53,36 @@ def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None) -> pd.
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["team", "week", "gpu_hours"])
 
 
-def _burn_inputs(con, team: str, as_of: dt.datetime, live: bool):
+def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
+    """{team: (consumed GPU-hours this month up to as_of, its daily spend over the BURN_HISTORY_DAYS
+    days before as_of's day, oldest first, the reservations it holds (reserved_until, GPU-hours))},
+    read for every team at once, each over its time range only (so a long history is not scanned).
+    `live`: the reservations the gate holds now; else those held at as_of as the ledger shows them."""
     start = month_start(as_of)
-    consumed = con.execute("SELECT coalesce(sum(actual_gpu_hours), 0) FROM runs WHERE team = ? AND ended_at >= ? "
-                           "AND ended_at < ?", [team, start, as_of]).fetchone()[0]
     day0 = dt.datetime.combine(as_of.date(), dt.time())
-    daily = con.execute("""
-        SELECT coalesce(sum(r.actual_gpu_hours), 0) FROM range(?::TIMESTAMP, ?::TIMESTAMP, INTERVAL 1 DAY) d(day)
-        LEFT JOIN runs r ON r.team = ? AND r.ended_at >= d.day AND r.ended_at < d.day + INTERVAL 1 DAY
-        GROUP BY d.day ORDER BY d.day""",
-                        [day0 - dt.timedelta(days=BURN_HISTORY_DAYS), day0, team]).fetchall()
+    first = day0 - dt.timedelta(days=BURN_HISTORY_DAYS)
+    consumed = dict(con.execute(
+        "SELECT team, sum(actual_gpu_hours) FROM runs WHERE ended_at >= $start AND ended_at < $as_of "
+        "AND list_contains($teams::VARCHAR[], team) GROUP BY team",
+        {"start": start, "as_of": as_of, "teams": teams}).fetchall())
+    daily = {t: [0.0] * BURN_HISTORY_DAYS for t in teams}
+    for team, day, hours in con.execute(
+            "SELECT team, date_diff('day', $first, date_trunc('day', ended_at)) AS day, sum(actual_gpu_hours) "
+            "FROM runs WHERE ended_at >= $first AND ended_at < $day0 AND list_contains($teams::VARCHAR[], team) "
+            "GROUP BY ALL", {"first": first, "day0": day0, "teams": teams}).fetchall():
+        daily[team][day] = float(hours or 0.0)
+    held = {t: [] for t in teams}
     if live:
-        held = [(r["reserved_until"], r["reserved_gpu_hours"]) for r in held_reservations(con, as_of, team)]
+        for r in held_reservations(con, as_of):
+            if r["team"] in held:
+                held[r["team"]].append((r["reserved_until"], r["reserved_gpu_hours"]))
     else:
-        held = con.execute("""SELECT reserved_until, reserved_gpu_hours FROM runs WHERE team = ?
-            AND reserved_gpu_hours IS NOT NULL AND reserved_from <= ? AND (ended_at IS NULL OR ended_at > ?)
-            AND (reserved_until IS NULL OR reserved_until > ?)""", [team, as_of, as_of, as_of]).fetchall()
-    return float(consumed), [float(v) for (v,) in daily], held
+        for team, until, hours in con.execute("""SELECT team, reserved_until, reserved_gpu_hours FROM runs
+                WHERE list_contains($teams::VARCHAR[], team) AND reserved_gpu_hours IS NOT NULL
+                AND reserved_from <= $as_of AND (ended_at IS NULL OR ended_at > $as_of)
+                AND (reserved_until IS NULL OR reserved_until > $as_of)""", {"teams": teams, "as_of": as_of}).fetchall():
+            held[team].append((until, hours))
+    return {t: (float(consumed.get(t) or 0.0), daily[t], held[t]) for t in teams}
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
@@ -86,7 +99,7 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
         names = sorted(set(usage["team"]) | ({t for t in policy if teams is None or t in teams}))
-        burn = {t: _burn_inputs(con, t, as_of, live) for t in names if t in policy}
+        burn = _burn_inputs(con, [t for t in names if t in policy], as_of, live)
     series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
     pooled = pooled_ratios(series.values(), weeks)
     first = week_start(as_of)
@@ -127,12 +140,9 @@ def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
     month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
     with open_ledger(db, read_only=True) as con:
         policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
-        burns = {}
-        for team, budget in policy.items():
-            if f.teams and team not in f.teams:
-                continue
-            consumed, daily, held = _burn_inputs(con, team, now, True)
-            burns[team] = burn_down(budget, consumed, now.date(), month_end, daily, held)
+        teams = [t for t in policy if not f.teams or t in f.teams]
+        burns = {team: burn_down(policy[team], consumed, now.date(), month_end, daily, held)
+                 for team, (consumed, daily, held) in _burn_inputs(con, teams, now, True).items()}
     burn, path = _burn_frames(burns)
     return {"burn": burn, "burn_path": path}
 

@@ -67,6 +67,7 @@ def options_table(outcome: dict) -> pd.DataFrame:
 
 MIN_LIFETIME_SAMPLES = 30     # fewer empirical lifetimes than this: simulate exponential lifetimes
 MAX_LIFETIME_SAMPLES = 5000   # empirical lifetimes returned per team x capacity at most (a fixed sample)
+LIFETIME_DIGITS = 3           # significant digits a lifetime is grouped by (0.1 %: far below what a run's count-based lifetime knows)
 RESTART_DEFAULT_MINUTES = ((8, 5.0), (64, 10.0))   # (up to GPUs, minutes); larger jobs: 15 minutes
 RESTART_DEFAULT_LARGE_MINUTES = 15.0
 
@@ -101,7 +102,7 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     Lifetimes (lib.planning.lifetimes, approximation: the ledger keeps counts, not interruption
     times): a run of h wall hours with n interruptions gives n lifetimes of h / (n + 1) that ended in
     an interruption and one of that length censored by the run's end (a run never interrupted: one
-    censored lifetime of h). `lifetimes` is the Kaplan-Meier curve's quantiles at evenly spaced
+    censored lifetime of h), each to LIFETIME_DIGITS significant digits. `lifetimes` is the Kaplan-Meier curve's quantiles at evenly spaced
     probabilities, one per lifetime up to MAX_LIFETIME_SAMPLES per row, with an exponential tail
     (mean mtbf of the same lifetimes) beyond the last interruption; none without interruptions.
     Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
@@ -109,7 +110,7 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     censored_lifetimes, enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
     """
     where, p = f.where("r")
-    p.update(period_params(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS)
+    p.update(period_params(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS, digits=LIFETIME_DIGITS)
     with reader(db) as con:
         sql = f"""CREATE TEMP TABLE fin AS
           SELECT r.run_id, r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
@@ -131,10 +132,14 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
                    AS lifetime_samples
           FROM fin GROUP BY GROUPING SETS ((team, capacity), (capacity))
           ORDER BY grouping(team) DESC, team, capacity""", p)
-        # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption, censored)
+        # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption,
+        # censored), each length to LIFETIME_DIGITS significant digits, so a busy period makes a few
+        # thousand groups, not one per run
         gaps = frame(con, """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
-                 run_hours / (interruptions + 1) AS lifetime_h, sum(interruptions)::DOUBLE AS events,
+                 round(run_hours / (interruptions + 1),
+                       $digits - 1 - floor(log10(run_hours / (interruptions + 1)))::INTEGER) AS lifetime_h,
+                 sum(interruptions)::DOUBLE AS events,
                  count(*)::DOUBLE AS censored
           FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
         con.execute("DROP TABLE fin")
