@@ -101,6 +101,7 @@ def test_other_writers_changes_are_seen_before_the_next_decision(live):
     for i in range(2):
         finish_run(f"cli-{i}", actual_gpu_hours=0.2, stop_reason="completed", db=live.db)
     assert same_as_ledger("after-finish", gpus=8)["state"] == "admit"
+    assert same_as_ledger("cli-0", gpus=2)["state"] == "reject"  # booked by the other writer: it has run
     # a policy change (as `python -m lib teams` writes it) applies to the next decision
     with open_ledger(live.db) as con:
         con.execute("UPDATE teams SET max_gpus_per_job = 1 WHERE team = 'vision'")

@@ -31,6 +31,7 @@ from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_en
                             gate)
 from lib.slurm.live import LiveGate
 
+TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
 READ_TIMEOUT_S = 5.0
 
@@ -62,6 +63,8 @@ class GateServer:
     # ------------------------------------------------------------------ one connection
 
     def handle(self, conn: socket.socket) -> None:
+        import time
+        t0 = time.perf_counter()
         with conn:
             conn.settimeout(READ_TIMEOUT_S)
             try:
@@ -81,8 +84,12 @@ class GateServer:
                 seq = self._hook(conn, got, config, (uid, pid))
             else:
                 seq = self._op(conn, op, config, (uid, pid))
+            answered_ms = (time.perf_counter() - t0) * 1000
             if seq is not None:
                 seq[0].settle(seq[1], answered=seq[2])
+        if TIMING:
+            print(f"lib.slurm.server: answered in {answered_ms:.2f} ms, settled at "
+                  f"{(time.perf_counter() - t0) * 1000:.2f} ms", file=sys.stderr, flush=True)
 
     def _hook(self, conn, got: dict, config: dict, caller):
         fields = {k: got.get(k) for k in FIELDS}
