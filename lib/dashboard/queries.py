@@ -285,7 +285,7 @@ def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
     # after a deferral (by the gate or an import) was written after it, so after the horizon.
     return frame(con, f"""
       WITH recent AS (
-        SELECT * FROM decisions x
+        SELECT x.decision_id, x.run_id, x.decided_at, x.state FROM decisions x
         WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
       waiting AS (
         SELECT x.run_id, min(x.decided_at) FILTER (WHERE x.state = 'defer') AS first_deferred_at,
@@ -297,8 +297,8 @@ def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
       SELECT d.run_id, d.team, d.kind, coalesce(d.request_json->>'capacity', 'stable') AS capacity,
              TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus,
              array_to_string(d.reason_codes, ', ') AS reason_codes, w.first_deferred_at
-      FROM waiting w JOIN recent d ON d.decision_id = w.decision_id
-      WHERE d.state = 'defer' AND {dwhere}""", dp)
+      FROM waiting w JOIN decisions d ON d.decision_id = w.decision_id
+      WHERE d.decided_at >= $horizon AND d.state = 'defer' AND {dwhere}""", dp)
 
 
 def request_queue(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
