@@ -5,8 +5,9 @@
 
 On the running test cluster, with the hook pointed at a fresh ledger for the run (restored after):
   1. pass-through: N jobs without GPUs (job_submit.lua returns at once), `--concurrency` sbatch callers;
-  2. gated: the same N jobs asking for 1 GPU each with a gate request in --comment (team vision, so
-     the burst runs into the team's quota: later jobs are deferred, which tests double-booking);
+  2. gated: the same N jobs asking for 1 GPU each with a gate request in --comment, the teams of
+     data/teams.toml in turn (a big burst runs into their quotas: later jobs are deferred, which
+     tests double-booking);
   3. one sbatch at a time (`--single` each, 100 ms apart, plain and gated taking turns; the gated ones
      admitted, on a second fresh ledger): the hook's added median for one sbatch.
 During 1 and 2 a dashboard read (lib.dashboard.queries.overview on the ledger, plus the decided run
@@ -37,9 +38,8 @@ STATE = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
 CONF = STATE / "etc" / "job_submit_gate.conf"
 SOCKET = STATE / "run" / "gate.sock"
 ENV = {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
-TEAM = "vision"
 REQUEST = {"kind": "exploratory", "gpu_mem_gb": 40, "budget_gpu_hours": 4, "estimated_gpu_hours": 0.1,
-           "checkpoint_supported": True, "expected_interruptions": 0, "data_snapshot": "imagenet-21k-2024"}
+           "checkpoint_supported": True, "expected_interruptions": 0, "data_snapshot": "common-crawl-2024-10"}
 
 
 def pct(xs, q):
@@ -60,7 +60,7 @@ class DashboardReader(threading.Thread):
         from lib.dashboard.filters import Filters
         from lib.ledger.connection import open_ledger
         today = dt.date.today()
-        f = Filters(today - dt.timedelta(days=1), today + dt.timedelta(days=1), teams=(TEAM,))
+        f = Filters(today - dt.timedelta(days=1), today + dt.timedelta(days=1))
         while not self.stop.is_set():
             t0 = time.perf_counter()
             try:
@@ -94,20 +94,24 @@ def burst(argv_for, n: int, concurrency: int) -> dict:
             "results": [r[2] for r in results]}
 
 
-def max_held(db: Path) -> tuple[int, int]:
-    """(most GPUs the team's admitted reservations held at one time, the team's reserved_gpus)."""
+def max_held(db: Path) -> dict[str, tuple[int, int]]:
+    """team -> (most GPUs its admitted reservations held at one time, its reserved_gpus)."""
     from lib.ledger.connection import open_ledger
     with open_ledger(db, read_only=True) as con:
-        rows = con.execute("SELECT reserved_from, reserved_until, gpus FROM runs WHERE team = ? AND "
-                           "reserved_gpu_hours IS NOT NULL", [TEAM]).fetchall()
-        quota = con.execute("SELECT reserved_gpus FROM teams WHERE team = ?", [TEAM]).fetchone()[0]
-    events = sorted([(a, g) for a, _, g in rows] + [(b, -g) for _, b, g in rows if b is not None],
-                    key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
-    held = peak = 0
-    for _, g in events:
-        held += g
-        peak = max(peak, held)
-    return peak, int(quota)
+        quotas = dict(con.execute("SELECT team, reserved_gpus FROM teams").fetchall())
+        rows = con.execute("SELECT team, reserved_from, reserved_until, gpus FROM runs "
+                           "WHERE reserved_gpu_hours IS NOT NULL").fetchall()
+    out = {}
+    for team, quota in quotas.items():
+        mine = [r[1:] for r in rows if r[0] == team]
+        events = sorted([(a, g) for a, _, g in mine] + [(b, -g) for _, b, g in mine if b is not None],
+                        key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+        held = peak = 0
+        for _, g in events:
+            held += g
+            peak = max(peak, held)
+        out[team] = (peak, int(quota))
+    return out
 
 
 def main() -> int:
@@ -129,14 +133,19 @@ def main() -> int:
     lines = [ln for ln in saved.splitlines() if not ln.startswith("GATE_DB=")]
     CONF.write_text("\n".join(lines + [f"GATE_DB={db}"]) + "\n")
     tag = f"burst{int(time.time())}"
-    gpu = [f"--account={TEAM}", "--gres=gpu:1", "--time=10"]
+    quotas = {t: q for t, (_, q) in max_held(db).items()}
+    teams = sorted(quotas)
+    biggest = teams.index(max(teams, key=quotas.get))  # single sbatch: admitted all along
+
+    def gpu_job(i, **changes):
+        return [f"--account={teams[i % len(teams)]}", "--gres=gpu:1", "--time=10",
+                "--comment=" + json.dumps({**REQUEST, "run_id": f"{tag}-{i}", **changes})]
     jobids: list[str] = []
     reader = DashboardReader(db)
     try:
         reader.start()
         plain = burst(lambda i: ["--time=10"], args.n, args.concurrency)
-        gated = burst(lambda i: [*gpu, "--comment=" + json.dumps({**REQUEST, "run_id": f"{tag}-{i}"})],
-                      args.n, args.concurrency)
+        gated = burst(gpu_job, args.n, args.concurrency)
         time.sleep(2.5)  # let the reader see the last batch
         reader.stop.set()
         reader.join(timeout=30)
@@ -145,8 +154,7 @@ def main() -> int:
         CONF.write_text("\n".join(lines + [f"GATE_DB={make_slurm_ledger(tmp / 'single.duckdb')}"]) + "\n")
         single = {"plain": [], "gated": []}
         for i in range(-1, args.single):  # -1: untimed, loads the second ledger into the server
-            for label, argv in (("plain", ["--time=10"]), ("gated", [*gpu, "--comment=" + json.dumps(
-                    {**REQUEST, "run_id": f"{tag}-s{i}"})])):
+            for label, argv in (("plain", ["--time=10"]), ("gated", gpu_job(biggest, run_id=f"{tag}-s{i}"))):
                 took, _, r = sbatch(argv)
                 if r.returncode == 0:
                     jobids.append(r.stdout.strip().split(";")[0])
@@ -175,7 +183,8 @@ def main() -> int:
     lags = [reader.first_seen[k] - gated["at"][int(k.rsplit("-", 1)[1])]
             for k in answered if k in reader.first_seen]
     unseen = sum(1 for k in answered if k not in reader.first_seen)
-    peak, quota = max_held(db)
+    held = max_held(db)
+    over = [t for t, (peak, quota) in held.items() if peak > quota]
     ratio = gated["rate"] / plain["rate"]
     added_ms = (single["gated"] - single["plain"]) * 1000
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -190,7 +199,8 @@ def main() -> int:
         ("hook's added median, single sbatch", f"{added_ms:+.1f} ms", added_ms < 5, "< 5 ms"),
         ("answered decisions in the ledger (once)", f"{in_ledger} of {len(answered)} ({admitted} admitted, "
          f"{twice} twice)", in_ledger == len(answered) == args.n and twice == 0, "all"),
-        (f"most GPUs {TEAM} held at once vs quota", f"{peak} of {quota}", peak <= quota, "<= quota"),
+        ("most GPUs a team held at once vs quota", ", ".join(f"{t} {p}/{q}" for t, (p, q) in held.items())[:44],
+         not over, "<= quota"),
         ("dashboard reads failed", f"{len(reader.failures)} of {len(reader.times)}", not reader.failures, "0"),
         ("slowest dashboard read", f"{max(reader.times) * 1000:.0f} ms", max(reader.times) < 1, "< 1 s"),
         ("decision visible to the dashboard after", f"max {max(lags, default=float('nan')):.2f} s, "

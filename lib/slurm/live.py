@@ -70,23 +70,23 @@ class LiveGate:
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
     def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.5,
-                 journal_max_mb: float | None = None, flusher: bool = True):
+                 journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True):
         self.db = ledger_path(db).resolve()
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
         self._lock_fd = hold_server_lock(self.db)
         try:
-            self._start(journal_max_mb, flusher)
+            self._start(journal_max_mb, journal_sync, flusher)
         except BaseException:
             if getattr(self, "journal", None) is not None:
                 self.journal.close()
             os.close(self._lock_fd)
             raise
 
-    def _start(self, journal_max_mb, flusher: bool) -> None:
+    def _start(self, journal_max_mb, journal_sync: str, flusher: bool) -> None:
         self.journal = None
-        self.journal = Journal(journal_path(self.db), max_mb=journal_max_mb)
+        self.journal = Journal(journal_path(self.db), max_mb=journal_max_mb, sync=journal_sync)
         self._mu = threading.Lock()          # the live state and the order of decisions
         self._ledger_mu = threading.Lock()   # this process opens the ledger once at a time
         self._flush_mu = threading.Lock()

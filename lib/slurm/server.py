@@ -2,6 +2,7 @@
 the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix socket.
 
     python -m lib.slurm.hook serve --socket PATH [--db LEDGER] [--journal-max-mb MB]
+                                   [--journal-sync FULL|NORMAL] [--flush-interval-s S]
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
 caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Each connection is
@@ -39,10 +40,12 @@ READ_TIMEOUT_S = 5.0
 class GateServer:
     """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
 
-    def __init__(self, *, journal_max_mb: float | None = None, flush_interval_s: float = 0.5):
+    def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
+                 flush_interval_s: float = 0.5):
         self.gates: dict[Path, LiveGate] = {}
         self._mu = threading.Lock()
-        self.journal_max_mb, self.flush_interval_s = journal_max_mb, flush_interval_s
+        self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
+        self.flush_interval_s = flush_interval_s
 
     def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
         key = ledger_path(db).resolve()
@@ -50,6 +53,7 @@ class GateServer:
             live = self.gates.get(key)
             if live is None:
                 live = LiveGate(key, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
+                                journal_sync=self.journal_sync,
                                 flush_interval_s=self.flush_interval_s)
                 self.gates[key] = live
             return live
@@ -172,14 +176,15 @@ def _read_bounded(conn, limit: int) -> bytes:
         chunks.append(b)
 
 
-def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None,
+def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
           flush_interval_s: float = 0.5) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
     between batches into the ledger."""
     import importlib
     importlib.import_module("lib.gate.admission")  # warm the imports before the first job
-    server = GateServer(journal_max_mb=journal_max_mb, flush_interval_s=flush_interval_s)
+    server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
+                        flush_interval_s=flush_interval_s)
     db = db or os.environ.get("GATE_DB")
     if db:
         try:
@@ -187,18 +192,20 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None,
         except Exception as exc:
             print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
-    try:
-        os.unlink(socket_path)
-    except FileNotFoundError:
-        pass
     old = os.umask(0o077)  # owner-only from the start: no moment where others could connect
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    binding = f"{socket_path}.{os.getpid()}"
     try:
-        srv.bind(socket_path)
+        try:
+            os.unlink(binding)
+        except FileNotFoundError:
+            pass
+        srv.bind(binding)
     finally:
         os.umask(old)
-    os.chmod(socket_path, 0o600)
+    os.chmod(binding, 0o600)
     srv.listen(128)
+    os.replace(binding, socket_path)  # the path appears only once the server listens
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,
           flush=True)
