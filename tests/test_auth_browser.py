@@ -1,8 +1,8 @@
 """Sign-in through a real OpenID Connect provider, in a real browser: oidc-provider-mock on a free
 loopback port, `streamlit run app.py` with an [auth] secrets file pointing at it, and Debian's Chromium
 following the real redirects. A planner, a team member and a viewer each sign in and see what their
-role may use; signing out ends the session. Skips, saying why, without Chromium or when the provider
-cannot start."""
+role may use; signing out ends the session. And, in local mode, a file over the upload limit is refused
+with the limit. Skips, saying why, without Chromium or when the provider cannot start."""
 from __future__ import annotations
 
 import pytest
@@ -124,3 +124,24 @@ def test_a_viewer_reads_dashboards_and_sign_out_ends_the_session(served, context
     page.wait_for_selector(IDLE)
     assert page.locator(NAV).count() == 0
     assert page.get_by_text(f"Signed in as {VIEWER}").count() == 0
+
+
+def test_a_file_over_the_upload_limit_is_refused_with_the_limit(browser, tmp_path):
+    db = tmp_path / "gate.duckdb"
+    fill_ledger(db, n_runs=50)
+    big = tmp_path / "history.csv"
+    big.write_bytes(b"run_id,team\n" + b"x" * (2 * 1024 * 1024))    # 2 MB against a 1 MB limit
+    with serve_app(db, tmp_path / "streamlit.log", args=["--server.maxUploadSize=1"]) as url:
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        try:
+            page = ctx.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url + "/Upload")
+            page.get_by_role("heading", name="Upload run history").wait_for()
+            page.wait_for_selector(IDLE)
+            page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(big))
+            page.get_by_text("File must be 1.0MB or smaller.").wait_for()
+            page.wait_for_selector(IDLE)
+            assert page.get_by_text("The file is valid.").count() == 0
+        finally:
+            ctx.close()
