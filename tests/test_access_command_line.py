@@ -52,3 +52,15 @@ def test_a_malformed_access_file_refuses_the_submit_with_its_line(tiny_ledger, t
     p = submit(tmp_path, tiny_ledger, '[access]\ncheck_command_line = "yes"\n')
     assert p.returncode == 2 and "line 2" in p.stderr
     assert counts(tiny_ledger) == before
+
+
+def test_the_gate_servers_question_by_peer_uid_gets_the_same_answer(tmp_path):
+    """What a server holding a caller's peer uid asks: the user name of the uid, their Unix groups, and
+    teams_for over the access file."""
+    import os
+
+    from lib.gate.access import parse_access, teams_for
+    access = parse_access(CHECKED.format(check="true", who=f'users = ["{os_user()}"]'))
+    user = os_user(os.getuid())
+    assert user == os_user() and teams_for(access, user, unix_groups(user)) == ("tiny",)
+    assert os_user(2_000_000_000) == "2000000000"        # no passwd entry: the number, never a crash

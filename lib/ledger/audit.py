@@ -25,13 +25,16 @@ class Who(TypedDict):
     file_name: str | None
 
 
-def os_user() -> str:
-    """The OS login name of this process's user (what the command line records as the actor)."""
+def os_user(uid: int | None = None) -> str:
+    """The OS login name of `uid` (default: this process's user, what the command line records as the
+    actor; a server passes its caller's peer uid). A uid with no passwd entry is its number as text."""
     try:
         import pwd
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
-        return getpass.getuser()
+        return pwd.getpwuid(os.getuid() if uid is None else uid).pw_name
+    except ImportError:
+        return getpass.getuser() if uid is None else str(uid)
+    except KeyError:
+        return str(os.getuid() if uid is None else uid)
 
 
 def unix_groups(user: str) -> list[str]:
