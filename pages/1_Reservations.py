@@ -29,9 +29,10 @@ ui.table(data["calendar"], "capacity_calendar", "dl_res_calendar",
          empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.")
 
 st.subheader("Queue: requests waiting now, and when they would fit")
-st.caption("Every request whose latest decision is a deferral and that has not been admitted since, "
-           "whatever its date (a queue is now); the team, kind and capacity filters apply. Waited = hours "
-           "since the run's first deferral. The earliest fit is the rule of the gate's fix, over the "
+st.caption(f"Every request whose latest decision is a deferral and that has not been admitted since, "
+           f"whatever the dates above (a queue is now), up to {queries.QUEUE_DAYS} days after its latest "
+           "deferral (a request never decided again by then has left the queue); the team, kind and capacity "
+           "filters apply. Waited = hours since the run's first deferral in those days. The earliest fit is the rule of the gate's fix, over the "
            "reservations held now, each released at its reserved end; reasons that waiting cannot cure say "
            "so. Ordered by earliest fit, then longest wait.")
 shown, total = len(data["waiting"]), data["queue_count"]
