@@ -33,6 +33,7 @@ Same seed and same `now` -> the same ledger.
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -430,7 +431,7 @@ def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: st
     return req
 
 
-def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], run_ids: dict) -> pd.DataFrame:
+def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict]) -> pd.DataFrame:
     """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
     team's policy and demo_state, and serialised as lib.ledger.service.record_decision records it."""
     from lib.ledger.service import canonical_json
@@ -439,6 +440,8 @@ def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict], ru
     rows = []
     run_gpus = data["runs"]["gpus"].to_numpy()
     first = int(data["runs"]["i"].iloc[0]) if len(data["runs"]) else 0
+    later_rows = np.unique(d["i"].to_numpy()[d["later"].to_numpy()]) - first
+    run_ids = dict(zip((later_rows + first).tolist(), _run_ids(data, later_rows)))
     times = d["decided_at"].to_numpy().astype("datetime64[s]").astype(datetime)
     for j, later, i, ti, ki, lo, hi, at, judged in zip(
             d["j"].tolist(), d["later"].tolist(), d["i"].tolist(), d["team_i"].tolist(),
@@ -481,10 +484,12 @@ def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
 
 def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
                teams_file=None, timeout_s: float = 30.0) -> dict:
-    """Build the demo history into the ledger (replacing an earlier demo) in one transaction;
-    returns row counts. Runs are generated and inserted CHUNK_RUNS at a time (memory stays bounded
-    at any size), each chunk in time order (reservation start; decisions by decision time), as a
-    ledger filled over time holds them, so the pages' time filters skip what lies outside them."""
+    """Build the demo history into the ledger (replacing an earlier demo); returns row counts.
+    Runs are generated and inserted CHUNK_RUNS at a time, one transaction each, so memory stays
+    bounded at any size: a build of up to CHUNK_RUNS runs (the default included) is all or nothing;
+    a larger one that is interrupted leaves whole chunks, which the next build replaces. Each chunk
+    is stored in time order (runs by reservation start, decisions by decision time), as a ledger
+    filled over time holds them, so the pages' time filters skip what lies outside them."""
     if type(runs) is not int or runs < 1:
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
     say = progress or (lambda fraction, message: None)
@@ -498,22 +503,31 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
         con.execute("SET enable_progress_bar = false")
         con.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
         counts.update(sync_teams(con, teams_file))
-        with transaction(con):
-            say(0.04, "removing the previous demo")
-            counts["deleted_runs"] = con.execute(
-                "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
-            con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
-            con.execute("DELETE FROM runs WHERE source = 'demo'")
-            con.execute("DELETE FROM decisions WHERE origin = 'demo'")
-            for k, (size, offset, chunk_seed, last) in enumerate(chunks):
+        # the next chunk is generated (and its deferrals decided, in Python) in a thread while
+        # DuckDB, which releases the GIL, inserts this one
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0])
+            for k, (size, offset, _, _) in enumerate(chunks):
                 def step(part: float, message: str, k=k, offset=offset, size=size) -> None:
                     where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
                     say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
                 step(0.0, f"generating {size:,} runs")
-                data = generate(teams, snapshots, size, chunk_seed, now, offset=offset, active=last)
-                _insert_chunk(con, data, names, teams, snapshots, counts, step)
+                data = ahead.result()
+                if k + 1 < len(chunks):
+                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1])
+                # one transaction per chunk: DuckDB keeps a transaction's rows (and its key index)
+                # in memory until it commits
+                with transaction(con):
+                    if k == 0:
+                        step(0.01, "removing the previous demo")
+                        counts["deleted_runs"] = con.execute(
+                            "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
+                        con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
+                        con.execute("DELETE FROM runs WHERE source = 'demo'")
+                        con.execute("DELETE FROM decisions WHERE origin = 'demo'")
+                    _insert_chunk(con, data, names, snapshots, counts, step)
+                    step(0.95, "committing")
                 del data
-            say(0.96, "committing")
     say(1.0, f"demo ledger built: {counts['runs']:,} runs")
     return counts
 
@@ -531,18 +545,52 @@ def _chunks(runs: int, seed: int) -> list[tuple[int, int, object, bool]]:
             for k, (size, offset) in enumerate(zip(sizes, offsets))]
 
 
-def _insert_chunk(con, data: dict, names: list[str], teams: list[dict], snapshots: list[dict],
-                  counts: dict, step) -> None:
+def _prepare(teams: list[dict], snapshots: list[dict], now: datetime, chunk: tuple) -> dict:
+    """One chunk's generated tables (`generate`) with its deferred decisions decided
+    (`_deferred_decisions`) as "deferred_rows"."""
+    size, offset, seed, last = chunk
+    data = generate(teams, snapshots, size, seed, now, offset=offset, active=last)
+    data["deferred_rows"] = _deferred_decisions(data, teams, snapshots) if len(data["deferred"]) else None
+    return data
+
+
+def _run_ids(data: dict, rows: np.ndarray) -> list[str]:
+    """The run IDs of the generated runs at positions `rows` of the chunk, as _insert_chunk's SQL
+    makes them: team-k-yymmdd-i, k the kind's letter, yymmdd the submission day, i the row number."""
+    runs = data["runs"]
+    team = np.array(data["teams"], dtype=object)[runs["team_i"].to_numpy()[rows]]
+    kind = np.array(KIND_LETTERS, dtype=object)[runs["kind_i"].to_numpy()[rows]]
+    day = pd.DatetimeIndex(runs["submitted_at"].to_numpy()[rows]).strftime("%y%m%d")
+    return [f"{t}-{k}-{d}-{str(i).rjust(7, '0')[:7]}"
+            for t, k, d, i in zip(team, kind, day, runs["i"].to_numpy()[rows].tolist())]
+
+
+KIND_LETTERS = ("x", "p", "r")   # a demo run ID's letter per kind (KINDS order)
+
+
+def _insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], counts: dict, step) -> None:
     """Insert one generated chunk: its runs (in reservation order), pilots, the admit of every run
     and the deferred decisions (in decision order); adds to `counts`."""
     con.register("demo_runs", data["runs"])
     T, K, C, S = (_sql_list(x) for x in (names, KINDS, CAPACITIES, STOPS))
-    run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(['x', 'p', 'r'])}[kind_i + 1] || '-' || "
+    run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(KIND_LETTERS)}[kind_i + 1] || '-' || "
               "strftime(submitted_at, '%y%m%d') || '-' || lpad(i::VARCHAR, 7, '0')")
     step(0.05, "inserting runs")
     con.execute(f"""
         CREATE TEMP TABLE demo_ids AS
         SELECT i, {run_id} AS run_id, {_snapshot_sql(names, snapshots)} AS snap FROM demo_runs""")
+    con.register("demo_pilots", data["pilots"])
+    con.execute("""
+        CREATE TEMP TABLE demo_chunk_pilots AS
+        SELECT d.run_id, measured_at, sps AS steps_per_second, wc_sps AS worst_case_steps_per_second,
+            wc_share AS worst_case_share, peak_mem AS peak_mem_gb, ckpt_s AS checkpoint_write_s,
+            steps AS planned_steps, interval AS checkpoint_interval_steps,
+            to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
+                worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
+                planned_steps := steps, checkpoint_interval_steps := interval,
+                eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
+                restart_minutes := restart_min))::VARCHAR AS pilot_json
+        FROM demo_pilots JOIN demo_ids d USING (i)""")
     con.execute(f"""
         CREATE TEMP TABLE demo_chunk AS
         SELECT d.i, d.run_id, {T}[team_i + 1] AS team, {K}[kind_i + 1] AS kind, {C}[cap_i + 1] AS capacity,
@@ -565,24 +613,12 @@ def _insert_chunk(con, data: dict, names: list[str], teams: list[dict], snapshot
             CASE WHEN NOT active THEN full_eval END AS full_evaluation,
             CASE WHEN reads >= 0 THEN reads END AS holdout_reads, allow AS holdout_allowance,
             'demo' AS source, coalesce(ended_at, submitted_at) AS updated_at,
-            ckpt_ok, skip_eval, exp_int
-        FROM demo_runs JOIN demo_ids d USING (i)
+            ckpt_ok, skip_eval, exp_int, p.pilot_json
+        FROM demo_runs JOIN demo_ids d USING (i) LEFT JOIN demo_chunk_pilots p ON p.run_id = d.run_id
         ORDER BY reserved_from, d.run_id""")
     con.execute(f"INSERT INTO runs ({RUN_COLUMNS}) SELECT {RUN_COLUMNS} FROM demo_chunk")
     counts["runs"] += con.execute("SELECT count(*) FROM demo_ids").fetchall()[0][0]
     step(0.25, "inserting pilots")
-    con.register("demo_pilots", data["pilots"])
-    con.execute("""
-        CREATE TEMP TABLE demo_chunk_pilots AS
-        SELECT d.run_id, measured_at, sps AS steps_per_second, wc_sps AS worst_case_steps_per_second,
-            wc_share AS worst_case_share, peak_mem AS peak_mem_gb, ckpt_s AS checkpoint_write_s,
-            steps AS planned_steps, interval AS checkpoint_interval_steps,
-            to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
-                worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
-                planned_steps := steps, checkpoint_interval_steps := interval,
-                eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
-                restart_minutes := restart_min))::VARCHAR AS pilot_json
-        FROM demo_pilots JOIN demo_ids d USING (i)""")
     con.execute("INSERT INTO pilots (run_id, measured_at, steps_per_second, worst_case_steps_per_second, "
                 "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
                 "pilot_json) SELECT * FROM demo_chunk_pilots")
@@ -604,9 +640,9 @@ def _insert_chunk(con, data: dict, names: list[str], teams: list[dict], snapshot
             reserved_gpu_hours, policy_version, origin, request_json, decision_json)
         SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
             'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
-            CASE WHEN p.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
+            CASE WHEN r.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
                 estimated_gpu_hours := r.estimated_gpu_hours))
-            ELSE to_json(struct_pack({admit_request}, pilot := p.pilot_json::JSON)) END::VARCHAR,
+            ELSE to_json(struct_pack({admit_request}, pilot := r.pilot_json::JSON)) END::VARCHAR,
             to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
                 reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
                 estimate := struct_pack(source := r.estimate_source,
@@ -614,15 +650,11 @@ def _insert_chunk(con, data: dict, names: list[str], teams: list[dict], snapshot
                     wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
                 decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
                 origin := 'demo'))::VARCHAR
-        FROM demo_chunk r LEFT JOIN demo_chunk_pilots p ON p.run_id = r.run_id
-        ORDER BY decided_at, r.run_id""")
+        FROM demo_chunk r""")   # in demo_chunk's order: reserved_from (= decided_at), run ID
     n_def = len(data["deferred"])
     if n_def:
-        step(0.55, f"deciding {n_def:,} deferred requests")
-        wanted = sorted(set(data["deferred"]["i"][data["deferred"]["later"]].tolist()))
-        run_ids = dict(con.execute("SELECT i, run_id FROM demo_ids WHERE i IN (SELECT unnest(?))",
-                                   [wanted]).fetchall())
-        con.register("demo_deferred", _deferred_decisions(data, teams, snapshots, run_ids))
+        step(0.55, f"inserting {n_def:,} deferred requests")
+        con.register("demo_deferred", data["deferred_rows"])
         con.execute("""
             INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
                 judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
