@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from lib.gate.contracts import Decision, Request
 from lib.ledger.connection import transaction
-from lib.ledger.service import record_decision
+from lib.ledger.service import record_decisions
 
 
 class JournalEntry(TypedDict):
@@ -40,16 +40,13 @@ def apply_batch(con, journal_id: str, entries: list[JournalEntry]) -> int:
     last entry, all in one transaction. Returns how many decisions were recorded."""
     if not entries:
         return 0
-    recorded = 0
     with transaction(con):
         done = applied_through(con, journal_id)
-        for e in sorted(entries, key=lambda e: e["seq"]):
-            if e["seq"] <= done:
-                continue
-            if e["record"]:
-                record_decision(con, e["request"], e["decision"], e["origin"], e["decided_at"],
-                                actor=e.get("actor"))
-                recorded += 1
-            done = e["seq"]
-        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [_key(journal_id), str(done)])
-    return recorded
+        fresh = [e for e in sorted(entries, key=lambda e: e["seq"]) if e["seq"] > done]
+        if not fresh:
+            return 0
+        todo = [(e["request"], e["decision"], e["origin"], e["decided_at"], e.get("actor"))
+                for e in fresh if e["record"]]
+        record_decisions(con, todo)
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [_key(journal_id), str(fresh[-1]["seq"])])
+    return len(todo)
