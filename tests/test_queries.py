@@ -280,3 +280,17 @@ def test_the_what_if_form_builds_a_contract_request():
     assert p["pilot"] == {"steps_per_second": 3.0, "peak_mem_gb": 30.0, "planned_steps": 1000}
     assert p["stop_policy"] == {"max_wall_clock_hours": 10.0, "early_stop": {"metric": "val_loss", "mode": "min",
                                                                                "patience": 3, "min_delta": 0.0}}
+
+
+def test_every_write_path_registers_a_runs_team_so_the_team_list_reads_only_the_teams_table(demo_ledger, tmp_path):
+    from lib.ledger.imports import import_runs
+    from lib.ledger.service import finish_run, submit_request
+    from tests.fixtures_ledger import demo_request, query
+    csv = tmp_path / "new-team.csv"
+    csv.write_text("run_id,team,kind,gpus\nnew-team-001,brand-new,exploratory,2\n", encoding="utf-8")
+    import_runs(csv, db=demo_ledger, create_teams=True)
+    decision = submit_request(demo_request(run_id="listed-001"), db=demo_ledger)
+    assert decision["state"] == "admit"
+    finish_run("listed-001", actual_gpu_hours=1.0, stop_reason="completed", db=demo_ledger)
+    assert query(demo_ledger, "SELECT count(*) FROM runs WHERE team NOT IN (SELECT team FROM teams)") == [(0,)]
+    assert "brand-new" in queries.sidebar_options(demo_ledger)["teams"]

@@ -40,6 +40,10 @@ CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today in
 BUDGET_MONTHS = 36            # months the budget month picker offers at most
 
 _ANCHOR = "coalesce(r.reserved_from, r.started_at, r.ended_at)"
+# Every team a run names: each write path registers a run's team in `teams` before the run (an
+# import refuses an unknown team unless told to create it; the gate decides only for teams with a
+# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
+KNOWN_TEAMS = "SELECT team FROM teams"
 
 
 def _anchored(where: str) -> str:
@@ -73,7 +77,7 @@ _IDLE = f"""
 def sidebar_options(db=None) -> dict:
     """Teams (from the policy table and the runs), the span of the data, and the run count."""
     with reader(db) as con:
-        teams = frame(con, "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1")
+        teams = frame(con, f"{KNOWN_TEAMS} ORDER BY 1")
         # each time column's own min and max: DuckDB reads them from its statistics, no scan
         span = one_row(con, """SELECT count(*) AS runs,
                               least(min(reserved_from), min(started_at), min(ended_at))::DATE AS first_day,
@@ -510,7 +514,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with reader(db) as con:
         teams = list(f.teams) or [t for (t,) in con.execute(
-            "SELECT team FROM teams UNION SELECT DISTINCT team FROM runs ORDER BY 1").fetchall()]
+            f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         # each team x kind's newest rows only (enough for the replay and for the team and
         # everyone scopes, whose newest rows are among their team x kinds' newest)
         cut = _calibration_cutoffs(con, p, max_runs + BACKTEST_RUNS)
@@ -612,7 +616,7 @@ def _calibration_cutoffs(con, p: dict, need: int) -> dict[tuple[str, str], dt.da
     from lib.gate.terms import KINDS
     count = (f"SELECT team, kind, count(*) FROM ({store.CALIBRATION_ROWS_SQL}) c "
              "WHERE $teams IS NULL OR list_contains($teams::VARCHAR[], team) GROUP BY ALL")
-    teams = [t for (t,) in con.execute("SELECT team FROM teams UNION SELECT DISTINCT team FROM runs").fetchall()]
+    teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
     starts = [p["now"] - dt.timedelta(days=d) for d in store.NEWEST_FIRST_DAYS]
     cut: dict[tuple[str, str], dt.datetime] = {}
     for since in [s for s in starts if s > p["since"]] + [p["since"]]:
