@@ -10,7 +10,7 @@ import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
-from lib.dashboard.reading import frame, period_params, reader, used_params
+from lib.dashboard.reading import frame, period_params, reader
 from lib.planning import interval_curve as ic
 
 OPTION_NUMBERS = ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simulated_extra_gpu_hours_mean",
@@ -112,13 +112,14 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     where, p = f.where("r")
     p.update(period_params(f), cap=MAX_LIFETIME_SAMPLES, all=ALL_TEAMS, digits=LIFETIME_DIGITS)
     with reader(db) as con:
-        sql = f"""CREATE TEMP TABLE fin AS
-          SELECT r.run_id, r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
+        # the period's rows, read by each query straight from runs (the time filter skips the rest
+        # of the history; copying them into a table first cost more than reading them twice)
+        fin = f"""WITH fin AS (
+          SELECT r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
                  r.interruptions, r.restarts, r.act_retry_gpu_hours
           FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
-            AND r.actual_gpu_hours > 0 AND r.gpus > 0 AND r.interruptions IS NOT NULL"""
-        con.execute(sql, used_params(sql, p))
-        rates = frame(con, """
+            AND r.actual_gpu_hours > 0 AND r.gpus > 0 AND r.interruptions IS NOT NULL)"""
+        rates = frame(con, fin + """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
                  count(*) AS runs, count(*) FILTER (WHERE interruptions > 0) AS interrupted_runs,
                  sum(run_hours) AS run_hours, sum(actual_gpu_hours) AS gpu_hours,
@@ -135,14 +136,13 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
         # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption,
         # censored), each length to LIFETIME_DIGITS significant digits, so a busy period makes a few
         # thousand groups, not one per run
-        gaps = frame(con, """
+        gaps = frame(con, fin + """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
                  round(run_hours / (interruptions + 1),
                        $digits - 1 - floor(log10(run_hours / (interruptions + 1)))::INTEGER) AS lifetime_h,
                  sum(interruptions)::DOUBLE AS events,
                  count(*)::DOUBLE AS censored
           FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
-        con.execute("DROP TABLE fin")
     from lib.planning.lifetimes import km_sample
     samples, censored_n = [], {}
     for (team, capacity), g in gaps.groupby(["team", "capacity"], sort=False):
