@@ -11,10 +11,11 @@ On the running test cluster, with the hook pointed at a fresh ledger for the run
   3. one sbatch at a time (`--single` each, 100 ms apart, plain and gated taking turns; the gated ones
      admitted, on a second fresh ledger): the hook's added median for one sbatch.
 During 1 and 2 a dashboard read (lib.dashboard.queries.overview on the ledger, plus the decided run
-IDs) runs every 200 ms. Jobs are submitted held and cancelled at the end. Prints one table:
+IDs) runs, pausing 200 ms after each. Jobs are submitted held and cancelled at the end. Prints one table:
 sbatch/s, latency p50/p95, decisions in the ledger vs answered, the most GPUs a team held at once vs
 its quota, dashboard read failures and slowest read, and the longest time from an sbatch's answer
-until its decision was visible to the dashboard.
+until its decision was visible to the dashboard (to the first read of the decided run IDs that
+started after the answer and saw it; resolution: one read cycle).
 Goals: gated >= half the pass-through rate, gated p95 < 1 s, +< 5 ms per single sbatch, every
 answered decision recorded, no over-quota, no failed read, no read > 1 s, visible within 2 s.
 """
@@ -53,7 +54,7 @@ class DashboardReader(threading.Thread):
     def __init__(self, db: Path):
         super().__init__(daemon=True)
         self.db, self.stop = db, threading.Event()
-        self.times, self.failures, self.first_seen = [], [], {}
+        self.times, self.started, self.failures, self.first_seen = [], [], [], {}
 
     def run(self):
         from lib.dashboard import queries
@@ -65,15 +66,16 @@ class DashboardReader(threading.Thread):
             t0 = time.perf_counter()
             try:
                 queries.overview(f, db=self.db)
+                asked = time.perf_counter()  # what this read sees was in the ledger when it started
                 with open_ledger(self.db, read_only=True, timeout_s=10) as con:
                     seen = [r[0] for r in con.execute("SELECT run_id FROM decisions").fetchall()]
-                now = time.perf_counter()
                 for run_id in seen:
-                    self.first_seen.setdefault(run_id, now)
+                    self.first_seen.setdefault(run_id, asked)
             except Exception as exc:  # noqa: BLE001 - a failed read is what is counted
                 self.failures.append(f"{type(exc).__name__}: {exc}")
             self.times.append(time.perf_counter() - t0)
-            self.stop.wait(max(0.0, 0.2 - (time.perf_counter() - t0)))
+            self.started.append(t0)
+            self.stop.wait(0.2)  # a read, then 200 ms (a read at this load takes longer than 200 ms)
 
 
 def sbatch(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -145,6 +147,7 @@ def main() -> int:
     try:
         reader.start()
         plain = burst(lambda i: ["--time=10"], args.n, args.concurrency)
+        gated_from = time.perf_counter()
         gated = burst(gpu_job, args.n, args.concurrency)
         time.sleep(2.5)  # let the reader see the last batch
         reader.stop.set()
@@ -184,6 +187,8 @@ def main() -> int:
             for k in answered if k in reader.first_seen]
     unseen = sum(1 for k in answered if k not in reader.first_seen)
     held = max_held(db)
+    plain_reads = [d for t, d in zip(reader.started, reader.times) if t < gated_from]
+    gated_reads = [d for t, d in zip(reader.started, reader.times) if t >= gated_from]
     over = [t for t, (peak, quota) in held.items() if peak > quota]
     ratio = gated["rate"] / plain["rate"]
     added_ms = (single["gated"] - single["plain"]) * 1000
@@ -202,7 +207,10 @@ def main() -> int:
         ("most GPUs a team held at once vs quota", ", ".join(f"{t} {p}/{q}" for t, (p, q) in held.items())[:44],
          not over, "<= quota"),
         ("dashboard reads failed", f"{len(reader.failures)} of {len(reader.times)}", not reader.failures, "0"),
-        ("slowest dashboard read", f"{max(reader.times) * 1000:.0f} ms", max(reader.times) < 1, "< 1 s"),
+        ("slowest dashboard read (pass-through)", f"{max(plain_reads, default=0) * 1000:.0f} ms "
+         f"(median {statistics.median(plain_reads or [0]) * 1000:.0f} ms)", max(plain_reads, default=0) < 1, "< 1 s"),
+        ("slowest dashboard read (gated)", f"{max(gated_reads, default=0) * 1000:.0f} ms "
+         f"(median {statistics.median(gated_reads or [0]) * 1000:.0f} ms)", max(gated_reads, default=0) < 1, "< 1 s"),
         ("decision visible to the dashboard after", f"max {max(lags, default=float('nan')):.2f} s, "
          f"median {statistics.median(lags) if lags else float('nan'):.2f} s ({unseen} never seen)",
          bool(lags) and max(lags) < 2 and not unseen, "< 2 s"),

@@ -494,7 +494,7 @@ def main(argv=None) -> int:
         serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
               journal_max_mb=float(max_mb) if max_mb else None,
               journal_sync=opt("--journal-sync", os.environ.get("TG_GATE_JOURNAL_SYNC") or "FULL").upper(),
-              flush_interval_s=float(opt("--flush-interval-s", 0.5)))
+              flush_interval_s=float(opt("--flush-interval-s", 0.25)))
         return 0
     fields = parse_args(argv)
     config = config_from_env()

@@ -69,7 +69,7 @@ def _log(text: str) -> None:
 class LiveGate:
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
-    def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.5,
+    def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
                  journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True):
         self.db = ledger_path(db).resolve()
         if not self.db.exists():
@@ -96,6 +96,7 @@ class LiveGate:
         self._stale = True
         self.flush_error: str | None = None
         self._inflight: dict[int, str] = {}  # journal seq -> run ID of an admit not yet settled
+        self._unsettled: set[int] = set()    # journal seqs whose answer is on its way
         unsure = self.journal.settle_left_over()
         if unsure:
             _log(f"{len(unsure)} decision(s) of a stopped server may not have reached their caller; recorded "
@@ -242,6 +243,7 @@ class LiveGate:
                 decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
                 caller_pid=caller[1])
             self._remember(request, decision, now, seq)
+            self._unsettled.add(seq)
             return decision, seq
 
     def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
@@ -259,6 +261,7 @@ class LiveGate:
             return
         self.journal.settle(seq, ANSWERED if answered else UNANSWERED)
         with self._mu:
+            self._unsettled.discard(seq)
             run_id = self._inflight.pop(seq, None)
             if not answered and run_id is not None:
                 self.held.pop(run_id, None)
@@ -284,6 +287,19 @@ class LiveGate:
                 self.journal.forget_through(self.applied)
             return n
 
+    def flush_answered(self, wait_s: float = 10.0) -> int:
+        """`flush` once every decision already answered (or going out now) is noted as such, so a
+        caller that has its answer finds its decision in the ledger afterwards."""
+        deadline = time.monotonic() + wait_s
+        with self._mu:
+            waiting = set(self._unsettled)
+        while time.monotonic() < deadline:
+            with self._mu:
+                if not waiting & self._unsettled:
+                    break
+            time.sleep(0.002)
+        return self.flush()
+
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
             try:
@@ -299,7 +315,7 @@ class LiveGate:
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
-            self.flush()
+            self.flush_answered()  # answers on their way get their note first
         except Exception as exc:
             _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
         self.journal.close()

@@ -5,9 +5,9 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
-caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Each connection is
-read on its own thread (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds); decisions are
-taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
+caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. WORKERS threads
+accept connections and read each (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds);
+decisions are taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
 
 Wire format (lib.slurm.hook.encode_request): NUL-separated "f:<job field>", value, ...,
 "c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
@@ -33,6 +33,7 @@ from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_en
 from lib.slurm.live import LiveGate
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
+WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
 MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
 READ_TIMEOUT_S = 5.0
 
@@ -41,7 +42,7 @@ class GateServer:
     """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-                 flush_interval_s: float = 0.5):
+                 flush_interval_s: float = 0.25):
         self.gates: dict[Path, LiveGate] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
@@ -117,7 +118,7 @@ class GateServer:
         try:
             if op == "flush":  # only a ledger this server already serves
                 live = self.gates.get(ledger_path(config.get("db")).resolve())
-                _send(conn, f"0\n{live.flush() if live is not None else 0}\n")
+                _send(conn, f"0\n{live.flush_answered() if live is not None else 0}\n")
                 return None
             live = self.gate_for(config.get("db"), float(config.get("timeout_s") or 5.0))
             if op not in ("check", "submit"):
@@ -177,7 +178,7 @@ def _read_bounded(conn, limit: int) -> bytes:
 
 
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-          flush_interval_s: float = 0.5) -> None:
+          flush_interval_s: float = 0.25) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
     between batches into the ledger."""
@@ -209,11 +210,16 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,
           flush=True)
+    # WORKERS threads each accept and answer in turn: no hand-off between threads on the way (each
+    # wake-up costs milliseconds on a busy machine), and a slow caller holds up only its own worker
+    stop = threading.Event()
+    for _ in range(WORKERS):
+        threading.Thread(target=_accept_loop, args=(server, srv, stop), daemon=True).start()
     try:
-        while True:
-            conn, _ = srv.accept()
-            threading.Thread(target=_handle_logged, args=(server, conn), daemon=True).start()
+        while not stop.wait(3600):
+            pass
     finally:
+        stop.set()
         srv.close()
         try:
             os.unlink(socket_path)
@@ -222,11 +228,16 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
         server.close()
 
 
-def _handle_logged(server: GateServer, conn) -> None:
-    try:
-        server.handle(conn)
-    except Exception as exc:  # a broken client must not stop the server
-        print(f"lib.slurm.server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return  # the listening socket was closed: the server is stopping
+        try:
+            server.handle(conn)
+        except Exception as exc:  # a broken client must not stop the server
+            print(f"lib.slurm.server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ clients (the command line, tests)
