@@ -245,3 +245,19 @@ def test_the_comment_reaches_the_gate_verbatim_and_is_never_run_by_a_shell(clust
     assert not marker.exists()
     (d,) = decisions(cluster.db, run_id)
     assert d["request"]["note"] == note
+
+
+def test_a_small_burst_through_the_gate_server_records_every_answered_decision_once(cluster):
+    from concurrent.futures import ThreadPoolExecutor
+    run_ids = [f"{TAG}-burst-{i}" for i in range(12)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda r: cluster.sbatch(
+            "--account=vision", "--gres=gpu:1", "--time=5", "--hold", f"--comment={comment(run_id=r)}"), run_ids))
+    jobids = [r.stdout.strip().split(";")[0] for r in results if r.returncode == 0]
+    if jobids:
+        cluster.slurm("scancel", *jobids)
+    assert all("training-gate:" in r.stderr for r in results)  # every sbatch got the gate's answer
+    recorded = [d["run_id"] for d in decisions(cluster.db) if d["run_id"] in run_ids]
+    assert sorted(recorded) == sorted(run_ids)  # each once
+    admitted = {d["run_id"] for d in decisions(cluster.db) if d["run_id"] in run_ids and d["state"] == "admit"}
+    assert admitted == {r for r, res in zip(run_ids, results) if res.returncode == 0}
