@@ -115,7 +115,7 @@ class Journal:
     def settle(self, seq: int, status: int) -> None:
         """Mark entry `seq` answered or unanswered. Not fsync'ed (synchronous=NORMAL in WAL mode): the
         mark survives the server's crash, not the machine's; an entry whose mark a power loss took
-        back counts as unanswered (the decision itself was on disk before the answer)."""
+        back is still `decided`, and the next start takes it as answered (see the module docstring)."""
         with self._mu:
             self._con.execute("PRAGMA synchronous=NORMAL")
             try:
