@@ -30,7 +30,7 @@ from lib.gate.terms import json_default, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
 from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
                             gate)
-from lib.slurm.live import LiveGate
+from lib.slurm.live import LiveGate, ServerBusy
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
@@ -186,13 +186,20 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     importlib.import_module("lib.gate.admission")  # warm the imports before the first job
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
                         flush_interval_s=flush_interval_s)
-    db = db or os.environ.get("GATE_DB")
-    if db:
+    named = db or os.environ.get("GATE_DB")
+    if named:
         try:
-            server.gate_for(db)
-        except Exception as exc:
+            server.gate_for(named)
+        except ServerBusy as exc:
             print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
+        except Exception as exc:
+            if db:  # named on the command line: the operator wants that ledger served
+                print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
+                raise SystemExit(3) from None
+            # only $GATE_DB: start anyway, the ledger is loaded at its first job (a failure then is a
+            # gate failure for that job, under the failure policy)
+            print(f"lib.slurm.server: $GATE_DB not loaded yet: {exc}", file=sys.stderr, flush=True)
     old = os.umask(0o077)  # owner-only from the start: no moment where others could connect
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     binding = f"{socket_path}.{os.getpid()}"
