@@ -517,7 +517,8 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
             f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         # each team x kind's newest rows only (enough for the replay and for the team and
         # everyone scopes, whose newest rows are among their team x kinds' newest)
-        cut = _calibration_cutoffs(con, p, max_runs + BACKTEST_RUNS)
+        cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS,
+                                   [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()])
         sql = f"""CREATE TEMP TABLE cal AS
           WITH cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind,
                               unnest($cut_since::TIMESTAMP[]) AS cut_since)
@@ -604,31 +605,6 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
 
 
 DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
-
-
-def _calibration_cutoffs(con, p: dict, need: int) -> dict[tuple[str, str], dt.datetime]:
-    """{(team, kind): since} for every team x kind with calibration rows (lib.ledger.service.
-    CALIBRATION_ROWS_SQL, parameters `p`) in the window: the latest of the newest-first starts
-    (lib.ledger.service.NEWEST_FIRST_DAYS before $now) whose window holds `need` of its rows, else
-    the whole window's $since. The scopes still short after the widest newest-first start are
-    counted over the whole window, for their teams only, so a busy ledger never scans a year."""
-    from lib.ledger import service as store
-    from lib.gate.terms import KINDS
-    count = (f"SELECT team, kind, count(*) FROM ({store.CALIBRATION_ROWS_SQL}) c "
-             "WHERE $teams IS NULL OR list_contains($teams::VARCHAR[], team) GROUP BY ALL")
-    teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
-    starts = [p["now"] - dt.timedelta(days=d) for d in store.NEWEST_FIRST_DAYS]
-    cut: dict[tuple[str, str], dt.datetime] = {}
-    for since in [s for s in starts if s > p["since"]] + [p["since"]]:
-        whole = since == p["since"]
-        short = sorted({t for t in teams for k in KINDS if (t, k) not in cut})
-        if not short:
-            break
-        q = used_params(count, {**p, "since": since, "teams": short if whole else None})
-        for team, kind, n in con.execute(count, q).fetchall():
-            if (team, kind) not in cut and (n >= need or whole):
-                cut[(team, kind)] = since
-    return cut
 
 
 # ------------------------------------------------------------------------- stops and promotion

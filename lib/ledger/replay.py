@@ -15,7 +15,8 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import CALIBRATION_ROWS_SQL, MIN_RATE_RUNS, calibration_params, team_policy
+from lib.ledger.service import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, MIN_RATE_RUNS, calibration_params,
+                                newest_cutoffs, team_policy)
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
 
@@ -30,17 +31,23 @@ _RATE_INTERRUPTIONS = ("CASE WHEN r.capacity = 'preemptible' AND r.interruptions
 
 # the run IDs the window's requests control: named by a request in the window and admitted inside
 # it (or never admitted); every other run is background, as recorded
-_CONTROLLED = """
+_NAMED = """
 WITH win AS (SELECT DISTINCT run_id FROM decisions
              WHERE decided_at >= $start AND decided_at < $end AND run_id IS NOT NULL),
 adm AS (SELECT run_id, max(decided_at) AS admitted_at FROM decisions
-        WHERE state = 'admit' AND run_id IN (SELECT run_id FROM win) GROUP BY run_id),
-named AS (SELECT r.*, coalesce(a.admitted_at, r.reserved_from) AS admitted_at,
-                 (r.reserved_gpu_hours IS NULL OR coalesce(a.admitted_at, r.reserved_from) IS NULL
-                  OR coalesce(a.admitted_at, r.reserved_from) >= $start) AS controlled
-          FROM runs r JOIN win USING (run_id) LEFT JOIN adm a USING (run_id)),
-controlled AS (SELECT run_id FROM named WHERE controlled)
+        WHERE state = 'admit' AND run_id IN (SELECT run_id FROM win) GROUP BY run_id)
+SELECT r.*, coalesce(a.admitted_at, r.reserved_from) AS admitted_at,
+       (r.reserved_gpu_hours IS NULL OR coalesce(a.admitted_at, r.reserved_from) IS NULL
+        OR coalesce(a.admitted_at, r.reserved_from) >= $start) AS controlled
+FROM runs r JOIN win USING (run_id) LEFT JOIN adm a USING (run_id)
 """
+# read_world reads the named runs once into this temp table; the queries after it start with:
+_CONTROLLED = ("WITH named AS (SELECT * FROM replay_named), "
+               "controlled AS (SELECT run_id FROM replay_named WHERE controlled)")
+# a calibration row's (estimate, censored) from a runs row's own columns (NULL: not a calibration row)
+_CALIBRATION_FLAGS = (f"CASE WHEN ended_at IS NOT NULL AND {CALIBRATION_ROW} THEN estimated_gpu_hours END, "
+                      f"CASE WHEN ended_at IS NOT NULL AND {CALIBRATION_ROW} "
+                      "THEN list_contains($censored::VARCHAR[], stop_reason) END")
 
 
 def window_bounds(start=None, end=None, now=None) -> tuple[datetime, datetime]:
@@ -81,15 +88,24 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
             "reserved_gpu_hours FROM decisions WHERE decided_at >= $start AND decided_at < $end "
             "ORDER BY decided_at, decision_id", p).fetchall()]
 
-    cal_all = calibration_params(_FAR_FUTURE)
-    cal_all["since"] = _FAR_PAST
+    con.execute(f"CREATE OR REPLACE TEMP TABLE replay_named AS {_NAMED}", p)
+    try:
+        return requests, _read_world(con, start, end, p, max_runs, window_days)
+    finally:
+        con.execute("DROP TABLE IF EXISTS replay_named")
+
+
+def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, window_days: int) -> World:
+    """read_world's world, once the named runs are in the temp table replay_named."""
+    def run(sql: str, params: dict):
+        return con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql})
+    flags = calibration_params(_FAR_FUTURE)
     runs: dict[str, RunRecord] = {}
     for r in con.execute(
-            f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
-            "SELECT n.run_id, n.team, n.kind, n.gpus, n.reserved_until, n.reserved_gpu_hours, n.started_at, "
-            "n.ended_at, n.actual_gpu_hours, n.admitted_at, n.controlled, c.estimated_gpu_hours, c.censored, "
-            f"{_RATE_INTERRUPTIONS.replace('r.', 'n.')} "
-            "FROM named n LEFT JOIN cal c USING (run_id)", {**p, **cal_all}).fetchall():
+            "SELECT run_id, team, kind, gpus, reserved_until, reserved_gpu_hours, started_at, "
+            f"ended_at, actual_gpu_hours, admitted_at, controlled, {_CALIBRATION_FLAGS}, "
+            f"{_RATE_INTERRUPTIONS.replace('r.', '')} FROM replay_named",
+            {"stops": flags["stops"], "censored": flags["censored"]}).fetchall():
         runs[r[0]] = {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": r[3], "reserved_until": r[4],
                       "reserved_gpu_hours": r[5], "started_at": r[6], "ended_at": r[7],
                       "actual_gpu_hours": r[8], "admitted_at": r[9], "controlled": bool(r[10]),
@@ -101,33 +117,44 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
     window = timedelta(days=window_days)
     # calibration rows that ended in the window before start: each scope's most recent (older ones are
     # never among the most recent again)
+    # (each team x kind read from where its newest start: newest_cutoffs)
     pre = calibration_params(start - _US, window_days)
-    top = [r[0] for r in con.execute(
-        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} SELECT run_id FROM cal "
-        "WHERE run_id NOT IN (SELECT run_id FROM controlled) "
+    background = (f"{_CONTROLLED}, {_calibration_flag_sql('cal')} SELECT * FROM cal "
+                  "WHERE run_id NOT IN (SELECT run_id FROM controlled)")
+    teams = [t for (t,) in con.execute("SELECT team FROM teams").fetchall()]
+    cut = newest_cutoffs(con, background, pre, max_runs, teams)
+    top = [r[0] for r in run(
+        f"{_CONTROLLED}, {_calibration_flag_sql('cal')}, "
+        "cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind, "
+        "unnest($cut_since::TIMESTAMP[]) AS cut_since) "
+        "SELECT run_id FROM cal JOIN cut USING (team, kind) "
+        "WHERE cal.ended_at > cut.cut_since AND run_id NOT IN (SELECT run_id FROM controlled) "
         "QUALIFY (row_number() OVER (PARTITION BY team, kind ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (PARTITION BY team ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (ORDER BY ended_at DESC, run_id) <= $max_runs)",
-        {**p, **pre, "max_runs": max_runs}).fetchall()]
+        {**pre, "since": min(cut.values(), default=pre["since"]), "max_runs": max_runs,
+         "cut_team": [t for t, _ in cut], "cut_kind": [k for _, k in cut],
+         "cut_since": list(cut.values())}).fetchall()] if cut else []
     # background ends, one by one: from start's month on (spend), those top rows, and the rate's runs
     # that leave its window during the replay; the rate's runs that stay in it all along are summed
     flags = calibration_params(end, window_days)
     flags["since"] = start - window - _US
     stay_from = end - window
-    rows = con.execute(
-        f"{_CONTROLLED}, {_calibration_flag_sql('cal')} "
-        "SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, c.estimated_gpu_hours, c.censored, r.run_id, "
-        f"{_RATE_INTERRUPTIONS} AS rate_n FROM runs r LEFT JOIN cal c USING (run_id) "
+    rows = run(
+        f"{_CONTROLLED} "
+        f"SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, {_CALIBRATION_FLAGS}, r.run_id, "
+        f"{_RATE_INTERRUPTIONS} AS rate_n FROM runs r "
         "WHERE r.ended_at > $since AND r.ended_at <= $end AND r.run_id NOT IN (SELECT run_id FROM controlled) "
         "AND (r.ended_at >= $month OR r.run_id IN (SELECT unnest($top::VARCHAR[])) "
         f"OR ({_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at <= $stay_from))",
-        {**p, **flags, "month": first_month, "top": top, "stay_from": stay_from}).fetchall()
+        {"since": flags["since"], "end": end, "stops": flags["stops"], "censored": flags["censored"],
+         "month": first_month, "top": top, "stay_from": stay_from}).fetchall()
     # end order; ties newest-run-ID-first so each scope's last rows are the SQL's first (ended_at DESC, run_id)
     rows.sort(key=lambda r: r[6], reverse=True)
     rows.sort(key=lambda r: r[0])
     ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None,
              r[7] if r[7] is not None and not stay_from < r[0] < start else None) for r in rows]
-    rate_base = {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in con.execute(
+    rate_base = {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in run(
         f"{_CONTROLLED} SELECT r.team, count(*), sum(r.actual_gpu_hours), sum(r.interruptions) FROM runs r "
         f"WHERE {_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at > $stay_from AND r.ended_at < $start "
         "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
@@ -137,18 +164,23 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
         {"start": r[5] or _FAR_PAST, "release": r[7],
          "reservation": {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
                          "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6]}}
-        for r in con.execute(
+        for r in run(
             f"{_CONTROLLED} SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
             "least(ended_at, reserved_until) AS release FROM runs "
             "WHERE reserved_gpu_hours IS NOT NULL AND run_id NOT IN (SELECT run_id FROM controlled) "
-            "AND (least(ended_at, reserved_until) IS NULL OR least(ended_at, reserved_until) > $start) "
+            # released after start (least(ended_at, reserved_until) unset or later), one column at a
+            # time so DuckDB skips the row groups that ended before
+            "AND (ended_at IS NULL OR ended_at > $start) AND (reserved_until IS NULL OR reserved_until > $start) "
             "AND (reserved_from IS NULL OR reserved_from < $end) "
             "ORDER BY reserved_from NULLS FIRST, run_id", p).fetchall()]
     snapshots: dict = {}
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
-    return requests, {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
-                      "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS}
+    return {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
+            "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS}
+
+
+READ_MEMORY_LIMIT = "256MB"   # DuckDB's buffer limit while a replay reads its world
 
 
 def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,
@@ -162,6 +194,8 @@ def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, en
     say(0.0, "reading the ledger")
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
         policies = ledger_policies(con)
+        # DuckDB's cache of the blocks read is not needed once the world is in Python's hands
+        con.execute(f"SET memory_limit = '{READ_MEMORY_LIMIT}'")
         requests, world = read_world(con, start, end)
     for t in proposed or ():
         policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}

@@ -137,14 +137,15 @@ def interruption_rate(con, team: str, now: datetime, *,
 # once) alike: finished runs in the window ($since, $now] whose estimate was measured or stated (not
 # 'requested') and whose stop reason says something about the estimate ($stops; $censored of them
 # as censored). Parameters: `calibration_params`.
+# CALIBRATION_ROW: which finished runs calibrate, whatever the window (a condition on a runs row).
+CALIBRATION_ROW = ("estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
+                   "AND estimate_source IS DISTINCT FROM 'requested' "
+                   "AND list_contains($stops::VARCHAR[], stop_reason)")
 CALIBRATION_ROWS_SQL = (
     "SELECT team, kind, run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, "
     "list_contains($censored::VARCHAR[], stop_reason) AS censored, "
     "coalesce(least(reserved_from, started_at), ended_at) AS admitted_at "
-    "FROM runs WHERE ended_at > $since AND ended_at <= $now "
-    "AND estimated_gpu_hours > 0 AND actual_gpu_hours IS NOT NULL "
-    "AND estimate_source IS DISTINCT FROM 'requested' "
-    "AND list_contains($stops::VARCHAR[], stop_reason)")
+    f"FROM runs WHERE ended_at > $since AND ended_at <= $now AND {CALIBRATION_ROW}")
 CALIBRATION_ORDER = "ORDER BY ended_at DESC, run_id"  # most recent first; a scope keeps the first max_runs
 
 
@@ -177,6 +178,31 @@ def calibration(con, team: str, kind: str, now: datetime, *,
 
 # Days back from now in which a scope's newest runs are looked for first, before the whole window.
 NEWEST_FIRST_DAYS = (7, 28, 112)
+
+
+def newest_cutoffs(con, rows_sql: str, params: dict, need: int, teams: list[str]) -> dict[tuple[str, str], datetime]:
+    """{(team, kind): since} for every team x kind with rows in `rows_sql` (calibration rows with
+    team, kind and ended_at, over the window ($since, $now] of `params`): the latest of the
+    newest-first starts (NEWEST_FIRST_DAYS before $now) whose window holds `need` of its rows, else
+    the whole window's $since. Reading each team x kind from its since on gives its `need` newest
+    rows and so every team's and everyone's `need` newest (each of those is among its own team x
+    kind's newest). The scopes still short after the widest newest-first start are counted over the
+    whole window for their `teams` only, so a busy ledger never reads a year of runs."""
+    from lib.gate.terms import KINDS
+    count = (f"SELECT team, kind, count(*) FROM ({rows_sql}) c "
+             "WHERE $teams IS NULL OR list_contains($teams::VARCHAR[], team) GROUP BY ALL")
+    starts = [params["now"] - timedelta(days=d) for d in NEWEST_FIRST_DAYS]
+    cut: dict[tuple[str, str], datetime] = {}
+    for since in [s for s in starts if s > params["since"]] + [params["since"]]:
+        whole = since == params["since"]
+        short = sorted({t for t in teams for k in KINDS if (t, k) not in cut})
+        if not short:
+            break
+        q = {**params, "since": since, "teams": short if whole else None}
+        for team, kind, n in con.execute(count, {k: v for k, v in q.items() if f"${k}" in count}).fetchall():
+            if (team, kind) not in cut and (n >= need or whole):
+                cut[(team, kind)] = since
+    return cut
 
 
 def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:
