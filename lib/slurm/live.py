@@ -103,7 +103,7 @@ class LiveGate:
                  f"as answered (journal entries {unsure[:10]})")
         self.flush()  # what a stopped server answered but did not move into the ledger
         with self._mu:
-            self._reload()
+            self._reload(all_facts=True)
         self._thread = None
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
@@ -121,9 +121,12 @@ class LiveGate:
                 out.append(None)
         return tuple(out)
 
-    def _reload(self) -> None:
+    def _reload(self, all_facts: bool = False) -> None:
         """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
-        Holds the ledger lock throughout, so no batch lands between the two reads."""
+        Holds the ledger lock throughout, so no batch lands between the two reads. Per-team facts:
+        every team's and kind's with `all_facts` (the first load: a ledger held later by an import
+        does not stop the gate), else each on its first use (a reload after another writer's
+        change then costs tens of ms, not one team_state per team and kind)."""
         with self._ledger_mu:
             with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
                 sig = self._signature()
@@ -138,7 +141,8 @@ class LiveGate:
                     "OR started_at IS NOT NULL OR ended_at IS NOT NULL").fetchnumpy()["h"])
                 applied = applied_through(con, self.journal.journal_id)
                 now = utcnow()
-                facts = {(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
+                facts = ({(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
+                         if all_facts else {})
             pending = self.journal.pending(applied)
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
