@@ -133,3 +133,22 @@ def test_a_second_live_gate_on_one_ledger_is_refused_naming_the_holder(live):
     import os
     with pytest.raises(ServerBusy, match=f"pid {os.getpid()}"):
         LiveGate(live.db, flusher=False)
+
+
+def test_an_import_that_ends_a_held_run_frees_its_gpus_for_the_next_decision(live, tmp_path):
+    from lib.ledger.imports import import_runs
+    at = utcnow().replace(microsecond=0)
+    assert _submit(live, _req("big-a", gpus=32), at)["state"] == "admit"
+    assert _submit(live, _req("big-b", gpus=32), at)["state"] == "admit"
+    assert _submit(live, _req("big-c", gpus=32), at)["state"] == "defer"
+    live.flush()
+    ended = (at + timedelta(seconds=1)).isoformat() + "Z"
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run_id,team,kind,gpus,started_at,ended_at,actual_gpu_hours,stop_reason\n"
+                   f"big-a,vision,exploratory,32,{at.isoformat()}Z,{ended},0.4,completed\n")
+    report = import_runs(csv, db=live.db)
+    assert report.written, report.errors
+    now = utcnow() + timedelta(seconds=2)
+    expected = check_request(_req("big-d", gpus=32), db=live.db, now=now)
+    got = _submit(live, _req("big-d", gpus=32), now)
+    assert got == expected and got["state"] == "admit"
