@@ -188,8 +188,9 @@ def cmd_submit(args) -> int:
     check_submitter(request)
     decision = via_gate_server(args, "submit", request)
     if decision is None:
+        from lib.ledger.audit import os_user
         decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
-                                  timeout_s=args.timeout)
+                                  timeout_s=args.timeout, actor=os_user())
     _report_decision(decision, "submit")
     if decision.get("replayed"):
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "

@@ -58,3 +58,10 @@ def test_an_unknown_action_or_origin_is_refused(import_ledger):
             record(con, {"actor": "x", "origin": "app", "file_name": None}, "delete")
         with pytest.raises(ValueError, match="unknown origin"):
             record(con, {"actor": "x", "origin": "web", "file_name": None}, "import")
+
+
+def test_a_command_line_submit_records_the_os_user_as_who_asked(demo_ledger, tmp_path):
+    from tests.fixtures_ledger import demo_request, query, write_json
+    p = run_cli("submit", write_json(tmp_path / "req.json", demo_request(run_id="vision-who-001")), db=demo_ledger)
+    assert p.returncode == 0, p.stderr
+    assert query(demo_ledger, "SELECT actor, state FROM decisions WHERE run_id = 'vision-who-001'") == [(os_user(), "admit")]

@@ -463,8 +463,9 @@ def _write_ledger(db, timeout_s: float):
 
 
 def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
-                   timeout_s: float = 10.0) -> Decision:
-    """Decide and record, in one write transaction; on admit the run becomes a reservation.
+                   timeout_s: float = 10.0, actor: str | None = None) -> Decision:
+    """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
+    the run becomes a reservation.
 
     Resubmitting the very request that was admitted (the caller lost the answer) records nothing
     new: the answer is the recorded admit, marked "replayed" (see `_recorded_admit`). Waits at most
@@ -474,7 +475,7 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
     with _write_ledger(db, timeout_s) as con:
         with transaction(con):
             decision, policy = decide_in_ledger(con, request, now)
-            record_decision(con, request, decision, origin, now)
+            record_decision(con, request, decision, origin, now, actor=actor)
     return decision
 
 
