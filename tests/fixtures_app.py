@@ -222,20 +222,29 @@ def serve_app(db_path, log_path, timeout_s: float = 60.0, *, port: int | None = 
              "--browser.gatherUsageStats=false", "--server.fileWatcherType=none", *args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    with serving(proc, url + "/_stcore/health", lambda r: r.read().decode().strip() == "ok", log_path,
+                 timeout_s, lambda why: pytest.fail(f"streamlit {why}")):
+        yield url
+
+
+@contextlib.contextmanager
+def serving(proc: subprocess.Popen, probe: str, ready, log_path, timeout_s: float, fail):
+    """Wait until a GET of `probe` answers `ready(response)`, hand over, then stop `proc`. When the
+    process exits first or `timeout_s` passes: `fail(why)` (pytest.fail, or pytest.skip), with its log."""
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
+                with urllib.request.urlopen(probe, timeout=2) as r:
+                    if ready(r):
                         break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 text = Path(log_path).read_text(errors="replace")
-                pytest.fail(f"streamlit did not start (exit {proc.poll()}); log:\n{text}")
+                fail(f"did not start (exit {proc.poll()}); log:\n{text}")
             time.sleep(0.2)
-        yield url
+        yield
     finally:
         proc.terminate()
         try:

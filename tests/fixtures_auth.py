@@ -7,13 +7,11 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import free_port
+from tests.fixtures_app import free_port, serving
 
 PLANNER, MEMBER, VIEWER = "planner@example.org", "member@example.org", "viewer@example.org"
 STRANGER = "stranger@example.org"
@@ -81,24 +79,6 @@ def oidc_provider(log_path: Path, timeout_s: float = 60.0):
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/.well-known/openid-configuration", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                text = Path(log_path).read_text(errors="replace")
-                pytest.skip(f"the OpenID Connect provider did not start (exit {proc.poll()}); log:\n{text}")
-            time.sleep(0.2)
+    with serving(proc, url + "/.well-known/openid-configuration", lambda r: r.status == 200, log_path, timeout_s,
+                 lambda why: pytest.skip(f"the OpenID Connect provider {why}")):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
