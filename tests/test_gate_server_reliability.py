@@ -7,6 +7,7 @@ import signal
 import socket
 import stat
 import threading
+import time
 
 import pytest
 
@@ -45,10 +46,13 @@ def _burst(server, prefix: str, n: int, threads: int = 4) -> dict:
 def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_once(ledger, tmp_path):
     sock = tmp_path / "gate.sock"
     server = GateServerProcess(ledger, sock)
-    answered, threads = _burst(server, "k", 200)
-    while len(answered) < 40:  # some decisions answered, the burst still going
-        threading.Event().wait(0.01)
-    server.stop(signal.SIGKILL)
+    try:
+        answered, threads = _burst(server, "k", 200)
+        deadline = time.monotonic() + 120
+        while len(answered) < 40 and time.monotonic() < deadline:  # some answered, the burst still going
+            time.sleep(0.01)
+    finally:
+        server.stop(signal.SIGKILL)
     for t in threads:
         t.join(timeout=120)
     assert 40 <= len(answered) < 200
@@ -163,8 +167,10 @@ def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(led
 def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(ledger, tmp_path):
     from lib.slurm.hook import config_from_env, gate
     server = GateServerProcess(ledger, tmp_path / "gate.sock", "--flush-interval-s", "3600")
-    assert server.ask(hook_request("journaled-only")).code == 0
-    server.stop(signal.SIGKILL)
+    try:
+        assert server.ask(hook_request("journaled-only")).code == 0
+    finally:
+        server.stop(signal.SIGKILL)
     assert _ledger_decisions(ledger) == []  # nothing flushed yet
     config = {**config_from_env({}), "db": str(ledger)}
     again = gate(hook_request("journaled-only"), config)  # in-process, as the Python fallback decides
