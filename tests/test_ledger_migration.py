@@ -1,6 +1,6 @@
-"""A ledger written by schema version 1 (before team colours and prices) or 2 (before the audit of who
-wrote) is upgraded, its data kept: by any write open, by `upgrade_ledger`, and by the app on start,
-whose pages only read."""
+"""A ledger written by schema version 1 (before team colours and prices), 2 (before the audit of who
+wrote) or 3 (before the weekly usage kept beside runs) is upgraded, its data kept: by any write open,
+by `upgrade_ledger`, and by the app on start, whose pages only read."""
 from __future__ import annotations
 
 import pytest
@@ -14,10 +14,19 @@ from tests.fixtures_ledger import query, run_cli
 TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 
-def make_version_2(path) -> None:
-    """A version-2 ledger with page-shaped data: today's schema without what version 3 added."""
+def make_version_3(path) -> None:
+    """A version-3 ledger with page-shaped data: today's schema without what version 4 added."""
     fill_ledger(path, n_runs=200)
     with open_ledger(path) as con:
+        _drop_version_4(con)
+        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+
+
+def make_version_2(path) -> None:
+    """A version-2 ledger with page-shaped data: today's schema without what versions 3 and 4 added."""
+    fill_ledger(path, n_runs=200)
+    with open_ledger(path) as con:
+        _drop_version_4(con)
         _drop_version_3(con)
         con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
 
@@ -26,10 +35,15 @@ def make_version_1(path) -> None:
     """A version-1 ledger with page-shaped data: today's schema without what versions 2 and 3 added."""
     fill_ledger(path, n_runs=200)
     with open_ledger(path) as con:
+        _drop_version_4(con)
         _drop_version_3(con)
         con.execute("ALTER TABLE teams DROP COLUMN colour")
         con.execute("DROP TABLE prices")
         con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+
+def _drop_version_4(con) -> None:
+    con.execute("DROP TABLE team_weeks")
 
 
 def _drop_version_3(con) -> None:
@@ -121,3 +135,16 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(path, "SELECT count(*) FROM audit") == [(0,)]
     assert_kept(before, contents(path), new_columns=("decisions",))
+
+
+def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v3.duckdb"
+    make_version_3(path)
+    before = contents(path)
+    assert upgrade_ledger(path) is True
+    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert_kept(before, contents(path), new_columns=())
+    weeks = query(path, "SELECT team, week, gpu_hours FROM team_weeks ORDER BY ALL")
+    assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
+        IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
+        FROM runs WHERE started_at IS NOT NULL GROUP BY ALL ORDER BY ALL""")

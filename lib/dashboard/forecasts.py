@@ -32,19 +32,26 @@ def week_start(t: dt.datetime | dt.date) -> dt.date:
     return d - dt.timedelta(days=d.weekday())
 
 
-def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None) -> pd.DataFrame:
+def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None, *, live: bool = False) -> pd.DataFrame:
     """team, week (Monday), gpu_hours for every complete week before as_of's week, as known at as_of
-    (missing weeks between a team's first week and the last complete week filled with 0)."""
+    (missing weeks between a team's first week and the last complete week filled with 0). `live`
+    (as_of is now): read from the ledger's team_weeks, which every write keeps (each run as the
+    ledger holds it now: actual once ended, else reserved), instead of summing the whole history."""
     last = week_start(as_of)
-    df = con.execute("""
-        SELECT team, date_trunc('week', started_at)::DATE AS week,
-               sum(CASE WHEN ended_at IS NOT NULL AND ended_at <= $as_of THEN coalesce(actual_gpu_hours, 0)
-                        ELSE coalesce(reserved_gpu_hours, 0) END) AS gpu_hours
-        FROM runs WHERE started_at IS NOT NULL AND started_at < $last
-          AND ($teams IS NULL OR list_contains($teams::VARCHAR[], team))
-        GROUP BY ALL ORDER BY team, week""",
-                     {"as_of": as_of, "last": dt.datetime.combine(last, dt.time()),
-                      "teams": teams}).df()
+    if live:
+        df = con.execute("""
+            SELECT team, week, gpu_hours FROM team_weeks WHERE week < $last
+              AND ($teams IS NULL OR list_contains($teams::VARCHAR[], team)) ORDER BY team, week""",
+                         {"last": last, "teams": teams}).df()
+    else:
+        df = con.execute("""
+            SELECT team, date_trunc('week', started_at)::DATE AS week,
+                   sum(CASE WHEN ended_at IS NOT NULL AND ended_at <= $as_of THEN coalesce(actual_gpu_hours, 0)
+                            ELSE coalesce(reserved_gpu_hours, 0) END) AS gpu_hours
+            FROM runs WHERE started_at IS NOT NULL AND started_at < $last
+              AND ($teams IS NULL OR list_contains($teams::VARCHAR[], team))
+            GROUP BY ALL ORDER BY team, week""",
+                         {"as_of": as_of, "last": dt.datetime.combine(last, dt.time()), "teams": teams}).df()
     frames = []
     for team, g in df.groupby("team", sort=True):
         weeks = pd.date_range(pd.Timestamp(g["week"].min()), pd.Timestamp(last) - pd.Timedelta(weeks=1), freq="7D")
@@ -95,7 +102,7 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
     live = as_of is None if live is None else live
     as_of = utcnow() if as_of is None else as_of
     with open_ledger(db, read_only=True) as con:
-        usage = weekly_usage(con, as_of, teams)
+        usage = weekly_usage(con, as_of, teams, live=live)
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
         names = sorted(set(usage["team"]) | ({t for t in policy if teams is None or t in teams}))

@@ -42,6 +42,7 @@ import pandas as pd
 from lib.gate.admission import decide
 from lib.gate.calibration import calibrate
 from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, finite_number, naive_utc, utcnow
+from lib.ledger import team_weeks
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.teams_file import load_teams, sync_teams
 
@@ -526,6 +527,7 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
                         con.execute("DELETE FROM runs WHERE source = 'demo'")
                         con.execute("DELETE FROM decisions WHERE origin = 'demo'")
                     _insert_chunk(con, data, names, snapshots, counts, step)
+                    team_weeks.rebuild(con)
                     step(0.95, "committing")
                 del data
     say(1.0, f"demo ledger built: {counts['runs']:,} runs")

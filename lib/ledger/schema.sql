@@ -145,3 +145,13 @@ CREATE TABLE IF NOT EXISTS audit (
     rows_unchanged  INTEGER CHECK (rows_unchanged >= 0),
     detail          VARCHAR             -- e.g. the teams a policy export changes
 );
+
+-- Derived (version 4): each team's GPU-hours per week for the demand forecast, kept by every write
+-- that changes runs (lib/ledger/team_weeks.py says how, and rebuilds it from runs). week: the
+-- Monday (UTC) of the week runs started; gpu_hours: their actual GPU-hours once ended, else reserved.
+CREATE TABLE IF NOT EXISTS team_weeks (
+    team        VARCHAR NOT NULL,
+    week        DATE NOT NULL,
+    gpu_hours   DOUBLE NOT NULL,
+    PRIMARY KEY (team, week)
+);

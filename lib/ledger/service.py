@@ -34,6 +34,7 @@ from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS
                             checked_number, finite_number, json_default, month_start, naive_utc,
                             next_month_start, utcnow)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
+from lib.ledger import team_weeks
 from lib.ledger.teams_file import POLICY_FIELDS
 
 CALIBRATION_WINDOW_DAYS = 365
@@ -669,7 +670,9 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
                     "holdout_reads", *items}
             assignments = ", ".join(
                 f"{c} = coalesce(?, {c})" if c in keep else f"{c} = ?" for c in sets)
+            weeks = team_weeks.weeks_of(con, "SELECT ?", [run_id])
             con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*sets.values(), run_id])
+            team_weeks.refresh(con, weeks | team_weeks.weeks_of(con, "SELECT ?", [run_id]))
             cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
             names = [d[0] for d in cur.description]
             out = dict(zip(names, cur.fetchone()))

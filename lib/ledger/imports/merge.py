@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lib.gate.terms import utcnow
-from lib.ledger import audit
+from lib.ledger import audit, team_weeks
 from lib.ledger.connection import transaction
 from lib.ledger.imports.columns import CSV_COLUMNS, REQUIRED_COLUMNS
 from lib.ledger.imports.report import Abort, ImportReport, RowErrors, Steps, _err
@@ -222,6 +222,9 @@ def _write(cur, report: ImportReport, merged: _Merged, now: dt.datetime) -> None
     """Upsert the changed runs (`source` keeps the run's creator), then append the new ones; both
     stamped updated_at = now and, for new runs, source = the file's format."""
     cols = ", ".join(CSV_COLUMNS)
+    # the weekly usage (team_weeks) of the weeks its runs leave and join; a large import rebuilds it
+    rebuild = report.updated + report.inserted > team_weeks.REFRESH_AT_MOST
+    weeks = team_weeks.weeks_of(cur, "SELECT run_id FROM typed") if report.updated and not rebuild else set()
     if report.updated:
         cur.execute(f"CREATE TEMP TABLE changed AS SELECT {merged.columns} FROM typed t "
                     f"JOIN runs r ON r.run_id = t.run_id WHERE {merged.changed}").fetchall()
@@ -236,3 +239,7 @@ def _write(cur, report: ImportReport, merged: _Merged, now: dt.datetime) -> None
                     " WHERE NOT EXISTS (SELECT 1 FROM runs x WHERE x.run_id = t.run_id)")
         cur.execute(f"INSERT INTO runs ({cols}, source, updated_at) SELECT {new_cols}, ?, ? "
                     f"FROM typed t{only_new}", [report.fmt, now]).fetchall()
+    if rebuild:
+        team_weeks.rebuild(cur)
+    elif report.updated or report.inserted:
+        team_weeks.refresh(cur, weeks | team_weeks.weeks_of(cur, "SELECT run_id FROM typed"))
