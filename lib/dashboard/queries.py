@@ -176,16 +176,18 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     p.update(period_params(f), now=now)
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
     with reader(db) as con:
+        # each reservation's days in the period (one row per day it touches), not every day x every reservation
         over_time = frame(con, f"""
-          WITH days AS (SELECT d::TIMESTAMP AS day FROM range($start::TIMESTAMP, $end::TIMESTAMP, INTERVAL 1 DAY) t(d)),
-          res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
+          WITH res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
                   WHERE {where} AND r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL
-                    AND r.reserved_from < $end AND r.reserved_until > $start)
-          SELECT days.day::DATE AS day, res.team,
-                 sum(res.gpus * (epoch_us(least(res.reserved_until, days.day + INTERVAL 1 DAY))
-                                 - epoch_us(greatest(res.reserved_from, days.day))) / 86400e6) AS reserved_gpus
-          FROM days JOIN res ON res.reserved_from < days.day + INTERVAL 1 DAY AND res.reserved_until > days.day
-          GROUP BY ALL ORDER BY day, team""", p)
+                    AND r.reserved_from < $end AND r.reserved_until > $start),
+          each_day AS (SELECT team, gpus, reserved_from, reserved_until,
+                              unnest(range(greatest(date_trunc('day', reserved_from), $start::TIMESTAMP),
+                                           least(reserved_until, $end::TIMESTAMP), INTERVAL 1 DAY)) AS day FROM res)
+          SELECT day::DATE AS day, team,
+                 sum(gpus * (epoch_us(least(reserved_until, day + INTERVAL 1 DAY))
+                             - epoch_us(greatest(reserved_from, day))) / 86400e6) AS reserved_gpus
+          FROM each_day GROUP BY ALL ORDER BY day, team""", p)
         quotas = frame(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
                          f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
         budget = _monthly_budget(con, f, now, now.date())
