@@ -212,16 +212,15 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        waiting = _waiting_requests(con, f, now)
         held = held_reservations(con, now)
         all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
-    queue = request_queue(waiting, held, all_quotas, now)
+        waiting, queue_count = request_queue(con, f, held, all_quotas, now)
     calendar = capacity_calendar(held, quotas, now)
     return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
             "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
             "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)
                                                             & (calendar["team"] != ALL_TEAMS), "team"])),
-            "waiting": queue.head(ROW_LIMIT).reset_index(drop=True), "queue_count": len(queue)}
+            "waiting": waiting, "queue_count": queue_count}
 
 
 def _monthly_budget(con, f: Filters, now: dt.datetime, month: dt.date) -> dict:
@@ -278,8 +277,8 @@ def budget_months(first_day: dt.date | None, now: dt.datetime) -> list[dt.date]:
 QUEUE_DAYS = 90   # a deferred request not decided again for this many days has left the queue
 
 
-def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
-    """Requests waiting now, whatever the period filter: the run ID's latest decision of the last
+def _waiting_requests(con, f: Filters, now: dt.datetime) -> None:
+    """Into the temp table `queue`: the requests waiting now, whatever the period filter: the run ID's latest decision of the last
     QUEUE_DAYS is a deferral and no run under that ID holds a reservation (admitted since). A
     request deferred longer ago and never decided again has left the queue (its team gave up on
     it or resubmitted it under another ID); so the queue costs the last QUEUE_DAYS of decisions,
@@ -289,7 +288,7 @@ def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
     dp["horizon"] = now - dt.timedelta(days=QUEUE_DAYS)
     # An admit books its run, so the latest decision that matters is among the others; a run booked
     # after a deferral (by the gate or an import) was written after it, so after the horizon.
-    return frame(con, f"""
+    sql = f"""CREATE OR REPLACE TEMP TABLE queue AS
       WITH recent AS (
         SELECT x.decision_id, x.run_id, x.decided_at, x.state FROM decisions x
         WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
@@ -304,20 +303,38 @@ def _waiting_requests(con, f: Filters, now: dt.datetime) -> pd.DataFrame:
              TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus,
              array_to_string(d.reason_codes, ', ') AS reason_codes, w.first_deferred_at
       FROM waiting w JOIN decisions d ON d.decision_id = w.decision_id
-      WHERE d.decided_at >= $horizon AND d.state = 'defer' AND {dwhere}""", dp)
+      WHERE d.decided_at >= $horizon AND d.state = 'defer' AND {dwhere}"""
+    con.execute(sql, used_params(sql, dp))
 
 
-def request_queue(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.DataFrame,
-                  now: dt.datetime) -> pd.DataFrame:
-    """The queue of waiting requests (`_waiting_requests`) with `earliest_fit`, `fit_note` (see
-    `earliest_fits`) and `waited_hours` (hours from the first deferral to `now`), ordered by earliest
-    fit (never last), then longest wait, then run ID."""
-    out = earliest_fits(waiting, held, quotas, now)
+def request_queue(con, f: Filters, held: list[Reservation], quotas: pd.DataFrame, now: dt.datetime,
+                  limit: int | None = None) -> tuple[pd.DataFrame, int]:
+    """(the first `limit` (default ROW_LIMIT) requests of the queue, how many wait in all): the
+    waiting requests (`_waiting_requests`) with `waited_hours` (hours from the first deferral to
+    `now`), `earliest_fit` and `fit_note` (`earliest_fits`, reckoned once per distinct team, kind,
+    GPUs and reasons), ordered by earliest fit (never last), then longest wait, then run ID. The
+    ordering and the limit run in DuckDB, so a long queue is never fetched whole."""
+    _waiting_requests(con, f, now)
+    keys = frame(con, "SELECT team, kind, gpus, reason_codes, count(*) AS requests FROM queue GROUP BY ALL")
+    fits = earliest_fits(keys, held, quotas, now)
+    out = frame(con, """
+      WITH fit AS (SELECT unnest($team::VARCHAR[]) AS team, unnest($kind::VARCHAR[]) AS kind,
+                          unnest($gpus::INTEGER[]) AS gpus, unnest($codes::VARCHAR[]) AS reason_codes,
+                          unnest($fit::TIMESTAMP[]) AS earliest_fit, unnest($note::VARCHAR[]) AS fit_note)
+      SELECT q.*, fit.earliest_fit, fit.fit_note FROM queue q
+      JOIN fit ON fit.team = q.team AND fit.kind = q.kind AND fit.gpus IS NOT DISTINCT FROM q.gpus
+              AND fit.reason_codes = q.reason_codes
+      ORDER BY fit.earliest_fit NULLS LAST, q.first_deferred_at, q.run_id LIMIT $limit""",
+                {"team": fits["team"].tolist(), "kind": fits["kind"].tolist(),
+                 "gpus": [None if pd.isna(g) else int(g) for g in fits["gpus"]],
+                 "codes": fits["reason_codes"].tolist(),
+                 "fit": [None if pd.isna(t) else t.to_pydatetime() for t in fits["earliest_fit"]],
+                 "note": [None if pd.isna(n) else n for n in fits["fit_note"]],
+                 "limit": ROW_LIMIT if limit is None else limit})
+    con.execute("DROP TABLE queue")
     out.insert(out.columns.get_loc("first_deferred_at") + 1, "waited_hours",
                ((now - out["first_deferred_at"]).dt.total_seconds() / 3600.0).astype("float64"))
-    out = out.sort_values(["earliest_fit", "waited_hours", "run_id"], ascending=[True, False, True],
-                          na_position="last", kind="stable")
-    return out.reset_index(drop=True)
+    return out, int(keys["requests"].sum())
 
 
 def capacity_calendar(held: list[Reservation], quotas: pd.DataFrame, now: dt.datetime,
