@@ -462,8 +462,9 @@ def decode_request(data: bytes) -> tuple[dict, dict]:
     return fields, config
 
 
-def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: float):
-    """The warm server's Outcome, or None when no server listens (then decide in-process)."""
+def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> tuple[int, str] | None:
+    """(exit code, the rest of the answer) for one request to the warm server, or None when no
+    server listens there. A timeout or a broken answer raises (the caller's gate failure)."""
     import _socket  # the C module: socket.py would import enum and selectors (~5-10 ms)
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(timeout_s)
@@ -473,13 +474,21 @@ def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: floa
         s.close()
         return None
     try:
-        s.sendall(encode_request(fields, env_config))
+        s.sendall(encode_request(fields, config))
         s.shutdown(_socket.SHUT_WR)
-        text = _recv_all(s).decode("utf-8", "replace")  # a timeout raises: gate failure
+        text = _recv_all(s).decode("utf-8", "replace")
     finally:
         s.close()
     head, _, rest = text.partition("\n")
-    code = int(head)  # an empty or broken answer raises: gate failure
+    return int(head), rest
+
+
+def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: float):
+    """The warm server's Outcome, or None when no server listens (then decide in-process)."""
+    got = exchange(socket_path, fields, env_config, timeout_s)
+    if got is None:
+        return None
+    code, rest = got
     return Outcome(code, raw_lines=[ln for ln in rest.split("\n") if ln])
 
 

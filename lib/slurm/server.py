@@ -251,22 +251,9 @@ def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
 
 def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
     """(exit code, rest of the answer) from the server, or None when no server listens there."""
-    from lib.slurm.hook import encode_request
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    try:
-        s.connect(socket_path)
-    except (FileNotFoundError, ConnectionRefusedError):
-        s.close()
-        return None
-    with s:
-        s.sendall(encode_request({}, config))
-        s.shutdown(socket.SHUT_WR)
-        chunks = []
-        while b := s.recv(65536):
-            chunks.append(b)
-    head, _, rest = b"".join(chunks).decode("utf-8", "replace").partition("\n")
-    return int(head), rest.strip()
+    from lib.slurm.hook import exchange
+    got = exchange(socket_path, {}, config, timeout_s)
+    return None if got is None else (got[0], got[1].strip())
 
 
 def flush(socket_path: str, db) -> int | None:
