@@ -14,42 +14,23 @@ from tests.fixtures_ledger import query, run_cli
 TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 
-def make_version_3(path) -> None:
-    """A version-3 ledger with page-shaped data: today's schema without what version 4 added."""
+# what each schema version added, undone: a ledger of an older version is today's without them
+ADDED_BY = {
+    4: ("DROP TABLE team_weeks",),
+    3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
+    2: ("ALTER TABLE teams DROP COLUMN colour", "DROP TABLE prices"),
+}
+
+
+def make_version(path, version: int) -> None:
+    """A ledger of schema `version` with page-shaped data: today's schema without what the later
+    versions added."""
     fill_ledger(path, n_runs=200)
     with open_ledger(path) as con:
-        _drop_version_4(con)
-        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-
-
-def make_version_2(path) -> None:
-    """A version-2 ledger with page-shaped data: today's schema without what versions 3 and 4 added."""
-    fill_ledger(path, n_runs=200)
-    with open_ledger(path) as con:
-        _drop_version_4(con)
-        _drop_version_3(con)
-        con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-
-
-def make_version_1(path) -> None:
-    """A version-1 ledger with page-shaped data: today's schema without what versions 2 and 3 added."""
-    fill_ledger(path, n_runs=200)
-    with open_ledger(path) as con:
-        _drop_version_4(con)
-        _drop_version_3(con)
-        con.execute("ALTER TABLE teams DROP COLUMN colour")
-        con.execute("DROP TABLE prices")
-        con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-
-
-def _drop_version_4(con) -> None:
-    con.execute("DROP TABLE team_weeks")
-
-
-def _drop_version_3(con) -> None:
-    con.execute("ALTER TABLE decisions DROP COLUMN actor")
-    con.execute("DROP TABLE audit")
-    con.execute("DROP SEQUENCE audit_seq")
+        for later in range(SCHEMA_VERSION, version, -1):
+            for statement in ADDED_BY[later]:
+                con.execute(statement)
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
 
 
 def contents(path) -> dict:
@@ -66,7 +47,7 @@ def assert_kept(before: dict, after: dict, new_columns: tuple[str, ...]) -> None
 @pytest.fixture
 def v1_ledger(tmp_path):
     path = tmp_path / "v1.duckdb"
-    make_version_1(path)
+    make_version(path, 1)
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     return path
 
@@ -126,7 +107,7 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
 
 def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v2.duckdb"
-    make_version_2(path)
+    make_version(path, 2)
     before = contents(path)
     with pytest.raises(LedgerError, match="needs migrating from schema version 2"):
         with open_ledger(path, read_only=True):
@@ -139,7 +120,7 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
 
 def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v3.duckdb"
-    make_version_3(path)
+    make_version(path, 3)
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
