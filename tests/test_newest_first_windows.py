@@ -50,7 +50,7 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
     f = Filters(NOW.date(), NOW.date())
     with open_ledger(busy_ledger, read_only=True) as con:
         p = {**store.calibration_params(NOW), "max_runs": max_runs}
-        teams = [t for (t,) in con.execute(queries.KNOWN_TEAMS).fetchall()]
+        teams = [t for (t,) in con.execute(store.KNOWN_TEAMS).fetchall()]
         cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + queries.BACKTEST_RUNS, teams)
     fast = queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
     monkeypatch.setattr(store, "NEWEST_FIRST_DAYS", ())

@@ -30,7 +30,7 @@ from lib.gate.terms import month_start as month_start_of, next_month_start, utcn
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, one_row, period_params, reader, used_params
-from lib.ledger.service import held_condition, held_reservations
+from lib.ledger.service import KNOWN_TEAMS, held_condition, held_reservations
 
 REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
@@ -40,10 +40,6 @@ CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today in
 BUDGET_MONTHS = 36            # months the budget month picker offers at most
 
 _ANCHOR = "coalesce(r.reserved_from, r.started_at, r.ended_at)"
-# Every team a run names: each write path registers a run's team in `teams` before the run (an
-# import refuses an unknown team unless told to create it; the gate decides only for teams with a
-# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
-KNOWN_TEAMS = "SELECT team FROM teams"
 
 
 def _anchored(where: str) -> str:
@@ -54,6 +50,8 @@ def _anchored(where: str) -> str:
     return (f"(SELECT * FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end "
             f"UNION ALL SELECT * FROM runs r WHERE {where} AND r.reserved_from IS NULL "
             "AND coalesce(r.started_at, r.ended_at) >= $start AND coalesce(r.started_at, r.ended_at) < $end) r")
+
+
 _H = "(epoch_us({b}) - epoch_us({a})) / 3600e6"          # hours between two timestamps
 _IDLE = f"""
   CASE WHEN r.reserved_from IS NULL OR r.reserved_until IS NULL OR r.started_at IS NULL THEN 0
@@ -278,8 +276,9 @@ QUEUE_DAYS = 90   # a deferred request not decided again for this many days has 
 
 
 def _waiting_requests(con, f: Filters, now: dt.datetime) -> None:
-    """Into the temp table `queue`: the requests waiting now, whatever the period filter: the run ID's latest decision of the last
-    QUEUE_DAYS is a deferral and no run under that ID holds a reservation (admitted since). A
+    """Into the temp table `queue`: the requests waiting now, whatever the period filter: the run
+    ID's latest decision of the last QUEUE_DAYS is a deferral and no run under that ID holds a
+    reservation (admitted since). A
     request deferred longer ago and never decided again has left the queue (its team gave up on
     it or resubmitted it under another ID); so the queue costs the last QUEUE_DAYS of decisions,
     not the whole history. Team, kind and capacity filters apply to that latest request;
@@ -532,18 +531,14 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     p = {**store.calibration_params(now, window_days), "max_runs": max_runs}
     cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with reader(db) as con:
-        teams = list(f.teams) or [t for (t,) in con.execute(
-            f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
+        known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
+        teams = list(f.teams) or known
         # each team x kind's newest rows only (enough for the replay and for the team and
         # everyone scopes, whose newest rows are among their team x kinds' newest)
-        cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS,
-                                   [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()])
-        sql = f"""CREATE TEMP TABLE cal AS
-          WITH cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind,
-                              unnest($cut_since::TIMESTAMP[]) AS cut_since)
+        cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS, known)
+        sql = f"""CREATE TEMP TABLE cal AS WITH {store.CUT_SQL}
           SELECT c.* FROM ({store.CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
-        q = {**p, "since": min(cut.values(), default=p["since"]), "cut_team": [t for t, _ in cut],
-             "cut_kind": [k for _, k in cut], "cut_since": list(cut.values())}
+        q = {**p, **store.cut_params(cut, p["since"])}
         con.execute(sql, used_params(sql, q))
         order = "ORDER BY c.ended_at DESC, c.run_id"
         # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,

@@ -67,7 +67,7 @@ def options_table(outcome: dict) -> pd.DataFrame:
 
 MIN_LIFETIME_SAMPLES = 30     # fewer empirical lifetimes than this: simulate exponential lifetimes
 MAX_LIFETIME_SAMPLES = 5000   # empirical lifetimes returned per team x capacity at most (a fixed sample)
-LIFETIME_DIGITS = 3           # significant digits a lifetime is grouped by (0.1 %: far below what a run's count-based lifetime knows)
+LIFETIME_DIGITS = 3           # significant digits a lifetime is grouped by (0.1 %: finer than a count-based lifetime)
 RESTART_DEFAULT_MINUTES = ((8, 5.0), (64, 10.0))   # (up to GPUs, minutes); larger jobs: 15 minutes
 RESTART_DEFAULT_LARGE_MINUTES = 15.0
 
@@ -102,8 +102,9 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     Lifetimes (lib.planning.lifetimes, approximation: the ledger keeps counts, not interruption
     times): a run of h wall hours with n interruptions gives n lifetimes of h / (n + 1) that ended in
     an interruption and one of that length censored by the run's end (a run never interrupted: one
-    censored lifetime of h), each to LIFETIME_DIGITS significant digits. `lifetimes` is the Kaplan-Meier curve's quantiles at evenly spaced
-    probabilities, one per lifetime up to MAX_LIFETIME_SAMPLES per row, with an exponential tail
+    censored lifetime of h), each to LIFETIME_DIGITS significant digits. `lifetimes` is the
+    Kaplan-Meier curve's quantiles at evenly spaced probabilities, one per lifetime up to
+    MAX_LIFETIME_SAMPLES per row, with an exponential tail
     (mean mtbf of the same lifetimes) beyond the last interruption; none without interruptions.
     Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
     interruptions, mtbf_h, median_gpus, restart_runs, restart_h, restart_source, lifetime_samples,

@@ -15,8 +15,8 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, MIN_RATE_RUNS, calibration_params,
-                                newest_cutoffs, team_policy)
+from lib.ledger.service import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, KNOWN_TEAMS, MIN_RATE_RUNS,
+                                calibration_params, cut_params, newest_cutoffs, team_policy)
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
 
@@ -116,25 +116,19 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     first_month = month_start(start)
     window = timedelta(days=window_days)
     # calibration rows that ended in the window before start: each scope's most recent (older ones are
-    # never among the most recent again)
-    # (each team x kind read from where its newest start: newest_cutoffs)
+    # never among the most recent again), each team x kind read from its newest_cutoffs start on
     pre = calibration_params(start - _US, window_days)
     background = (f"{_CONTROLLED}, {_calibration_flag_sql('cal')} SELECT * FROM cal "
                   "WHERE run_id NOT IN (SELECT run_id FROM controlled)")
-    teams = [t for (t,) in con.execute("SELECT team FROM teams").fetchall()]
-    cut = newest_cutoffs(con, background, pre, max_runs, teams)
+    cut = newest_cutoffs(con, background, pre, max_runs, [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()])
     top = [r[0] for r in run(
-        f"{_CONTROLLED}, {_calibration_flag_sql('cal')}, "
-        "cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind, "
-        "unnest($cut_since::TIMESTAMP[]) AS cut_since) "
+        f"{_CONTROLLED}, {_calibration_flag_sql('cal')}, {CUT_SQL} "
         "SELECT run_id FROM cal JOIN cut USING (team, kind) "
         "WHERE cal.ended_at > cut.cut_since AND run_id NOT IN (SELECT run_id FROM controlled) "
         "QUALIFY (row_number() OVER (PARTITION BY team, kind ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (PARTITION BY team ORDER BY ended_at DESC, run_id) <= $max_runs "
         "OR row_number() OVER (ORDER BY ended_at DESC, run_id) <= $max_runs)",
-        {**pre, "since": min(cut.values(), default=pre["since"]), "max_runs": max_runs,
-         "cut_team": [t for t, _ in cut], "cut_kind": [k for _, k in cut],
-         "cut_since": list(cut.values())}).fetchall()] if cut else []
+        {**pre, **cut_params(cut, pre["since"]), "max_runs": max_runs}).fetchall()] if cut else []
     # background ends, one by one: from start's month on (spend), those top rows, and the rate's runs
     # that leave its window during the replay; the rate's runs that stay in it all along are summed
     flags = calibration_params(end, window_days)

@@ -38,6 +38,10 @@ from lib.ledger import team_weeks
 from lib.ledger.teams_file import POLICY_FIELDS
 
 CALIBRATION_WINDOW_DAYS = 365
+# Every team a run names: each write path registers a run's team in `teams` before the run (an
+# import refuses an unknown team unless told to create it; the gate decides only for teams with a
+# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
+KNOWN_TEAMS = "SELECT team FROM teams"
 
 
 class UnknownRun(LedgerError):
@@ -204,6 +208,18 @@ def newest_cutoffs(con, rows_sql: str, params: dict, need: int, teams: list[str]
             if (team, kind) not in cut and (n >= need or whole):
                 cut[(team, kind)] = since
     return cut
+
+
+# newest_cutoffs' answer as a CTE `cut` (team, kind, cut_since); its parameters: `cut_params`
+CUT_SQL = ("cut AS (SELECT unnest($cut_team::VARCHAR[]) AS team, unnest($cut_kind::VARCHAR[]) AS kind, "
+           "unnest($cut_since::TIMESTAMP[]) AS cut_since)")
+
+
+def cut_params(cut: dict[tuple[str, str], datetime], since: datetime) -> dict:
+    """CUT_SQL's parameters for `cut` (newest_cutoffs), and $since moved to its earliest cutoff
+    (`since` when there is none), so a query over calibration rows reads no older runs."""
+    return {"since": min(cut.values(), default=since), "cut_team": [t for t, _ in cut],
+            "cut_kind": [k for _, k in cut], "cut_since": list(cut.values())}
 
 
 def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:

@@ -14,11 +14,9 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 WEEK = "date_trunc('week', started_at)::DATE"
-REFRESH_AT_MOST = 2000   # runs a write may change and recompute only their weeks; one changing more rebuilds all
 GPU_HOURS = ("sum(CASE WHEN ended_at IS NOT NULL THEN coalesce(actual_gpu_hours, 0) "
              "ELSE coalesce(reserved_gpu_hours, 0) END)")
-
-
+REFRESH_AT_MOST = 2000   # runs a write may change and recompute only their weeks; one changing more rebuilds all
 REBUILD = ("DELETE FROM team_weeks",
            f"INSERT INTO team_weeks SELECT team, {WEEK}, {GPU_HOURS} FROM runs WHERE started_at IS NOT NULL GROUP BY ALL")
 
@@ -46,6 +44,6 @@ def refresh(con, weeks: set[tuple[str, date]]) -> None:
                 "(SELECT unnest($teams::VARCHAR[]), unnest($weeks::DATE[]))", {"teams": teams, "weeks": mondays}).fetchall()
     con.execute(f"""INSERT INTO team_weeks
         WITH wanted AS (SELECT unnest($teams::VARCHAR[]) AS team, unnest($weeks::DATE[]) AS week)
-        SELECT r.team, {WEEK.replace('started_at', 'r.started_at')} AS week, {GPU_HOURS.replace('ended_at', 'r.ended_at')}
-        FROM runs r SEMI JOIN wanted w ON w.team = r.team AND w.week = {WEEK.replace('started_at', 'r.started_at')}
+        SELECT r.team, {WEEK} AS week, {GPU_HOURS}
+        FROM runs r SEMI JOIN wanted w ON w.team = r.team AND w.week = {WEEK}
         WHERE r.started_at >= $first AND r.started_at < $end GROUP BY ALL""", p).fetchall()
