@@ -34,11 +34,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.slurm_cluster import CONF, ENV, NOT_RUNNING, SOCKET, cluster_ready
+
 REPO = Path(__file__).resolve().parent.parent
-STATE = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
-CONF = STATE / "etc" / "job_submit_gate.conf"
-SOCKET = STATE / "run" / "gate.sock"
-ENV = {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
 REQUEST = {"kind": "exploratory", "gpu_mem_gb": 40, "budget_gpu_hours": 4, "estimated_gpu_hours": 0.1,
            "checkpoint_supported": True, "expected_interruptions": 0, "data_snapshot": "common-crawl-2024-10"}
 
@@ -122,8 +120,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent sbatch callers (default 16)")
     ap.add_argument("--single", type=int, default=30, help="one-at-a-time sbatch per case (default 30)")
     args = ap.parse_args()
-    if not CONF.exists() or subprocess.run(["scontrol", "ping"], env=ENV, capture_output=True).returncode:
-        print("the test cluster is not running: lib/slurm/cluster.sh start", file=sys.stderr)
+    if not cluster_ready():
+        print(NOT_RUNNING, file=sys.stderr)
         return 1
     sys.path.insert(0, str(REPO))
     from lib.slurm.server import flush

@@ -25,10 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.slurm_cluster import CONF, ENV, NOT_RUNNING, STATE, cluster_ready
+
 REPO = Path(__file__).resolve().parent.parent
-STATE = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
-CONF = STATE / "etc" / "job_submit_gate.conf"
-ENV = {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
 REQUEST = {"kind": "exploratory", "gpu_mem_gb": 40, "budget_gpu_hours": 4, "estimated_gpu_hours": 0.1,
            "checkpoint_supported": True, "expected_interruptions": 0, "data_snapshot": "imagenet-21k-2024"}
 
@@ -56,8 +55,8 @@ def main() -> int:
                     help="pause between submissions (default 150): one sbatch at a time, as users submit; "
                          "0 measures a burst, where each job also waits for the previous one's ledger close")
     args = ap.parse_args()
-    if not CONF.exists() or subprocess.run(["scontrol", "ping"], env=ENV, capture_output=True).returncode:
-        print("the test cluster is not running: lib/slurm/cluster.sh start", file=sys.stderr)
+    if not cluster_ready():
+        print(NOT_RUNNING, file=sys.stderr)
         return 1
     sys.path.insert(0, str(REPO))
     from tests.fixtures_slurm import make_slurm_ledger as make_ledger
