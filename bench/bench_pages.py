@@ -1,8 +1,15 @@
 """Dashboard page render times on demo ledgers of two sizes, side by side (default 10^6 and 10^7 runs).
 
-    python bench/bench_pages.py [--runs 1000000 10000000] [--repeat 3] [--out bench/out] [--pages reservations ...]
+    python bench/bench_pages.py [--runs 1000000 10000000] [--rate 5000 | --days 730] [--repeat 3]
+                                [--out bench/out] [--pages reservations ...]
 
-For each ledger (built once into --out by `python -m lib demo` in its own process when missing) and each page:
+The ledgers (built once into --out by `python -m lib demo` in its own process when missing) differ
+in the length of their history, by default: the same site, --rate runs a day, over runs / rate days
+(10^6 runs: 200 days; 10^7: 2,000 days, five and a half years), so a page's window holds about the
+same runs in both and the growth is what the length of history costs. --days gives every ledger
+the same history instead: ten times the runs is then ten times the runs in every window.
+
+For each ledger and each page:
 - first render: caches cleared, then the whole app run (entry script + sidebar + page) under
   Streamlit's AppTest, i.e. every query of the page and its figures (Reservations: its capacity
   calendar and the queue of every waiting request included);
@@ -43,13 +50,17 @@ REQUEST = {"run_id": "bench-whatif", "team": "vision", "kind": "exploratory", "g
 OTHER_MONTH = "reservations, other month"   # row: picking last month in the budget month picker
 
 
-def ledger_for(runs: int, out: Path) -> Path:
-    path = out / (f"demo_{runs // 1000}k.duckdb" if runs < 1_000_000 else f"demo_{runs // 1_000_000}m.duckdb")
+RATE = 5000   # runs a day of the default ledgers' site
+
+
+def ledger_for(runs: int, days: int, out: Path) -> Path:
+    size = f"{runs // 1000}k" if runs < 1_000_000 else f"{runs // 1_000_000}m"
+    path = out / f"demo_{size}_{days}d.duckdb"
     if not path.exists():
         t = time.perf_counter()
-        print(f"building {runs:,}-run demo ledger at {path} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "lib", "--db", str(path), "--progress", "demo", "--runs", str(runs)],
-                       cwd=ROOT, check=True)
+        print(f"building the {runs:,}-run demo ledger of {days:,} days at {path} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "lib", "--db", str(path), "--progress", "demo", "--runs", str(runs),
+                        "--days", str(days)], cwd=ROOT, check=True)
         print(f"  built in {time.perf_counter() - t:.1f} s", flush=True)
     return path
 
@@ -142,6 +153,10 @@ def peak_memory_mb() -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    span = ap.add_mutually_exclusive_group()
+    span.add_argument("--rate", type=int, default=RATE,
+                      help=f"runs a day: each ledger's history is runs / rate days (default {RATE})")
+    span.add_argument("--days", type=int, help="every ledger's history in days instead (denser as it grows)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out",
                     help="folder of the demo ledgers (built there when missing)")
@@ -150,7 +165,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     # warm the process up (imports of streamlit, plotly, pandas) so the first page is not charged for them
-    ledgers = {n: ledger_for(n, args.out) for n in args.runs}
+    days = {n: args.days or max(60, round(n / args.rate)) for n in args.runs}
+    ledgers = {n: ledger_for(n, days[n], args.out) for n in args.runs}
     time_pages(ledgers[args.runs[0]], 1, args.pages)
 
     table, extra = {}, {}
@@ -159,10 +175,10 @@ def main(argv=None) -> int:
         table[n] = time_pages(path, args.repeat, args.pages)
         extra[n] = (open_cost_s(path), check_cost_s(path), command_check_s(path))
 
-    cols = [f"{n:,} runs" for n in args.runs]
+    cols = [f"{n:,} runs, {days[n]:,} d" for n in args.runs]
     small, big = min(args.runs), max(args.runs)
     grow = len(args.runs) > 1
-    head = (f"{'page':<28}" + "".join(f"{c + ' first':>24}{c + ' cached':>24}" for c in cols)
+    head = (f"{'page':<28}" + "".join(f"{c + ' first':>34}{c + ' cached':>34}" for c in cols)
             + (f"{'growth':>10}" if grow else ""))
     print()
     print(head)
@@ -172,7 +188,7 @@ def main(argv=None) -> int:
         line = f"{page:<28}"
         for n in args.runs:
             first, cached = table[n][page]
-            line += f"{first:>23.3f}s{cached:>23.3f}s"
+            line += f"{first:>33.3f}s{cached:>33.3f}s"
             if n == big and (first >= FIRST_TARGET_S or cached >= CACHED_TARGET_S):
                 misses.append(f"{page} ({n:,} runs): first {first:.2f} s, cached {cached:.2f} s")
         if grow:
@@ -185,17 +201,17 @@ def main(argv=None) -> int:
         line = f"{OTHER_MONTH:<28}"
         for n in args.runs:
             picked = table[n][OTHER_MONTH][0]
-            line += f"{picked:>23.3f}s{'':>24}"
+            line += f"{picked:>33.3f}s{'':>34}"
             if n == max(args.runs) and picked >= FIRST_TARGET_S:
                 misses.append(f"{OTHER_MONTH} ({n:,} runs): {picked:.2f} s")
         print(line)
     print("-" * len(head))
-    print(f"{'read-only open':<28}" + "".join(f"{extra[n][0]:>23.3f}s{'':>24}" for n in args.runs))
-    print(f"{'what-if check':<28}" + "".join(f"{extra[n][1]:>23.3f}s{'':>24}" for n in args.runs))
-    print(f"{'python -m lib check':<28}" + "".join(f"{extra[n][2]:>23.3f}s{'':>24}" for n in args.runs)
+    print(f"{'read-only open':<28}" + "".join(f"{extra[n][0]:>33.3f}s{'':>34}" for n in args.runs))
+    print(f"{'what-if check':<28}" + "".join(f"{extra[n][1]:>33.3f}s{'':>34}" for n in args.runs))
+    print(f"{'python -m lib check':<28}" + "".join(f"{extra[n][2]:>33.3f}s{'':>34}" for n in args.runs)
           + "   (beyond process start)")
     memory = peak_memory_mb()
-    print(f"{'app process peak memory':<28}{memory:>22.0f} MB   (every page at every size, caches kept)")
+    print(f"{'app process peak memory':<28}{memory:>32.0f} MB   (every page at every size, caches kept)")
     for what, i in (("what-if check", 1), ("python -m lib check", 2)):
         if extra[big][i] >= CHECK_TARGET_S:
             misses.append(f"{what} ({big:,} runs): {extra[big][i]:.2f} s")

@@ -241,10 +241,13 @@ def cmd_finish(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from lib.ledger.demo import build_demo
+    from lib.ledger.demo import HISTORY_DAYS, MIN_DAYS, build_demo
+    days = HISTORY_DAYS if args.days is None else args.days
+    if days < MIN_DAYS:
+        raise InputError(f"--days: at least {MIN_DAYS} days of history, got {days}")
     t0 = time.monotonic()
     counts = build_demo(args.db, runs=args.runs, seed=args.seed, progress=_progress(args),
-                        teams_file=args.teams_file)
+                        teams_file=args.teams_file, days=days)
     say(f"demo: inserted {counts['runs']:,} runs, {counts['decisions']:,} decisions "
         f"({counts['deferred']:,} deferred), {counts['pilots']:,} pilots; replaced "
         f"{counts['deleted_runs']:,} earlier demo runs; teams +{counts['teams_inserted']} "
@@ -447,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
     s.add_argument("--runs", type=_positive_int, default=10_000)
     s.add_argument("--seed", type=_nonneg_int, default=0)
+    s.add_argument("--days", type=_positive_int, default=None,
+                   help="days of history the runs spread over (default 730; at least 60)")
     s.add_argument("--teams-file", default=None, help="teams file (default data/teams.toml)")
 
     s = sub.add_parser("export", parents=[common], help="export runs or decisions as CSV or Parquet")

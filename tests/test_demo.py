@@ -9,7 +9,7 @@ from lib.ledger.demo import build_demo, ensure_demo_history
 from lib.gate.reasons import CODES
 from lib.gate.terms import STOP_REASONS
 from tests.fixtures_gate import NOW
-from tests.fixtures_ledger import counts, query
+from tests.fixtures_ledger import counts, query, run_cli
 
 RUNS_SQL = "SELECT * EXCLUDE (updated_at) FROM runs ORDER BY run_id"
 
@@ -149,6 +149,27 @@ def test_ensure_demo_history_only_fills_an_empty_ledger(demo_ledger, tmp_path):
 def test_bad_run_count_is_refused(tmp_path):
     with pytest.raises(ValueError):
         build_demo(tmp_path / "x.duckdb", runs=0)
+
+
+def test_days_set_the_length_of_history_at_the_same_run_count(tmp_path):
+    short, long_ = tmp_path / "short.duckdb", tmp_path / "long.duckdb"
+    build_demo(short, runs=2000, seed=3, now=NOW, days=90)
+    build_demo(long_, runs=2000, seed=3, now=NOW, days=1500)
+    span = "SELECT min(reserved_from), count(*) FILTER (WHERE reserved_from >= ?) FROM runs"
+    (first_short, recent_short), = query(short, span, [NOW - timedelta(days=28)])
+    (first_long, recent_long), = query(long_, span, [NOW - timedelta(days=28)])
+    assert NOW - timedelta(days=95) <= first_short <= NOW - timedelta(days=80)
+    assert NOW - timedelta(days=1505) <= first_long <= NOW - timedelta(days=1400)
+    # the same runs over a longer history: fewer of them in the last four weeks
+    assert recent_long * 5 < recent_short
+    assert counts(long_)["runs"] == 2000
+
+
+def test_a_history_too_short_for_the_demo_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="days"):
+        build_demo(tmp_path / "x.duckdb", runs=100, days=30)
+    p = run_cli("demo", "--runs", "100", "--days", "30", db=tmp_path / "y.duckdb")
+    assert p.returncode == 2 and "--days: at least 60 days" in p.stderr
 
 
 def test_a_build_larger_than_a_chunk_is_written_chunk_by_chunk_in_time_order(tmp_path, monkeypatch):

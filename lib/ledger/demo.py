@@ -1,4 +1,4 @@
-"""A realistic, seeded two-year run history for the demo ledger (and benchmarks).
+"""A realistic, seeded run history for the demo ledger (and benchmarks), two years long by default.
 
 `build_demo(db, runs=10_000, seed=0)` syncs the teams of data/teams.toml, then generates runs ending
 at `now` (default: the current UTC minute) entirely with numpy (no per-row Python), and bulk-inserts
@@ -46,7 +46,8 @@ from lib.ledger import team_weeks
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.teams_file import load_teams, sync_teams
 
-HISTORY_DAYS = 730
+HISTORY_DAYS = 730   # the demo history's default length, days before now
+MIN_DAYS = 60        # shortest history: the cost shift below lies inside it
 STOPS = tuple(s for s in STOP_REASONS if s != "requeued")  # requeued jobs come from sacct only
 ARTIFACTS = ("complete", "incomplete", "none")
 SOURCES = ("pilot", "stated")
@@ -97,8 +98,9 @@ def _ts(base: np.datetime64, hours: np.ndarray) -> np.ndarray:
 
 
 def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: datetime, *,
-             offset: int = 0, active: bool = True) -> dict:
-    """The demo tables as DataFrames of codes and numbers (strings are made in SQL on insert).
+             offset: int = 0, active: bool = True, days: int = HISTORY_DAYS) -> dict:
+    """The demo tables as DataFrames of codes and numbers (strings are made in SQL on insert), over
+    the `days` before `now`.
     Rows are numbered from `offset` (column i); `active=False` leaves out the runs still running or
     reserved ahead (a chunk of a large build that is not its last)."""
     rng = np.random.default_rng(seed)
@@ -141,7 +143,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
         kind_i[H:] = [r[1] for r in active_rows]
 
     # time in hours before now (negative = past). Growth: density ~ t^0.35 over the two years.
-    span_h = HISTORY_DAYS * 24.0
+    span_h = days * 24.0
     t_frac = rng.random(n) ** (1 / 1.35)
     t_sub = -span_h * (1 - t_frac)
     # scheduled retraining: daily, at 02:00 UTC + a per-team offset, a few minutes of jitter
@@ -484,8 +486,9 @@ def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
 
 
 def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
-               teams_file=None, timeout_s: float = 30.0) -> dict:
-    """Build the demo history into the ledger (replacing an earlier demo); returns row counts.
+               teams_file=None, timeout_s: float = 30.0, days: int = HISTORY_DAYS) -> dict:
+    """Build the demo history of `days` days into the ledger (replacing an earlier demo); returns
+    row counts. The same runs over more days are a longer history at a lower daily rate.
     Runs are generated and inserted CHUNK_RUNS at a time, one transaction each, so memory stays
     bounded at any size: a build of up to CHUNK_RUNS runs (the default included) is all or nothing;
     a larger one that is interrupted leaves whole chunks, which the next build replaces. Each chunk
@@ -493,6 +496,8 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
     filled over time holds them, so the pages' time filters skip what lies outside them."""
     if type(runs) is not int or runs < 1:
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
+    if type(days) is not int or days < MIN_DAYS:
+        raise ValueError(f"days must be a whole number >= {MIN_DAYS}, got {days!r}")
     say = progress or (lambda fraction, message: None)
     now = now or utcnow().replace(second=0, microsecond=0)
     teams, snapshots = load_teams(teams_file)
@@ -507,7 +512,7 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
         # the next chunk is generated (and its deferrals decided, in Python) in a thread while
         # DuckDB, which releases the GIL, inserts this one
         with ThreadPoolExecutor(1) as pool:
-            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0])
+            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0], days)
             for k, (size, offset, _, _) in enumerate(chunks):
                 def step(part: float, message: str, k=k, offset=offset, size=size) -> None:
                     where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
@@ -515,7 +520,7 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
                 step(0.0, f"generating {size:,} runs")
                 data = ahead.result()
                 if k + 1 < len(chunks):
-                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1])
+                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1], days)
                 # one transaction per chunk: DuckDB keeps a transaction's rows (and its key index)
                 # in memory until it commits
                 with transaction(con):
@@ -547,11 +552,11 @@ def _chunks(runs: int, seed: int) -> list[tuple[int, int, object, bool]]:
             for k, (size, offset) in enumerate(zip(sizes, offsets))]
 
 
-def _prepare(teams: list[dict], snapshots: list[dict], now: datetime, chunk: tuple) -> dict:
+def _prepare(teams: list[dict], snapshots: list[dict], now: datetime, chunk: tuple, days: int) -> dict:
     """One chunk's generated tables (`generate`) with its deferred decisions decided
     (`_deferred_decisions`) as "deferred_rows"."""
     size, offset, seed, last = chunk
-    data = generate(teams, snapshots, size, seed, now, offset=offset, active=last)
+    data = generate(teams, snapshots, size, seed, now, offset=offset, active=last, days=days)
     data["deferred_rows"] = _deferred_decisions(data, teams, snapshots) if len(data["deferred"]) else None
     return data
 
