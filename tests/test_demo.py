@@ -1,4 +1,4 @@
-"""lib.ledger.demo: a seeded, reproducible, internally consistent two-year history."""
+"""lib.ledger.demo: a seeded, reproducible, internally consistent history (two years unless told)."""
 from __future__ import annotations
 
 from datetime import timedelta

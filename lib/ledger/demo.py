@@ -5,7 +5,7 @@ at `now` (default: the current UTC minute) entirely with numpy (no per-row Pytho
 them from a DataFrame with one INSERT ... SELECT per table (strings are built in SQL). What it models:
 
 - the teams' sizes (more runs for bigger teams) and kind mix (exploratory, production candidates,
-  scheduled retraining at a fixed time of day), growth over the two years;
+  scheduled retraining at a fixed time of day), growth over the history;
 - estimates from a pilot (small error) or stated by the team (a team-specific median bias of actual /
   estimate between 0.9 and 1.6 that drifts down over time, a log-normal spread, and a long tail of
   overruns), itemised: compute + checkpoint + evaluation + data loading + restarts = the estimate;
@@ -142,7 +142,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     if A:
         kind_i[H:] = [r[1] for r in active_rows]
 
-    # time in hours before now (negative = past). Growth: density ~ t^0.35 over the two years.
+    # time in hours before now (negative = past). Growth: density ~ t^0.35 over the history.
     span_h = days * 24.0
     t_frac = rng.random(n) ** (1 / 1.35)
     t_sub = -span_h * (1 - t_frac)
