@@ -494,10 +494,9 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
     a larger one that is interrupted leaves whole chunks, which the next build replaces. Each chunk
     is stored in time order (runs by reservation start, decisions by decision time), as a ledger
     filled over time holds them, so the pages' time filters skip what lies outside them."""
-    if type(runs) is not int or runs < 1:
-        raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
-    if type(days) is not int or days < MIN_DAYS:
-        raise ValueError(f"days must be a whole number >= {MIN_DAYS}, got {days!r}")
+    for name, value, least in (("runs", runs, 1), ("days", days, MIN_DAYS)):
+        if type(value) is not int or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     say = progress or (lambda fraction, message: None)
     now = now or utcnow().replace(second=0, microsecond=0)
     teams, snapshots = load_teams(teams_file)
