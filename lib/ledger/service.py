@@ -243,13 +243,14 @@ def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:
 
 # ---------------------------------------------------------------------------------------- deciding
 
+BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
+
+
 def _booked(con, run_id) -> bool:
     """True when the run ID already holds a reservation or has run (a resubmission would double-book)."""
     if type(run_id) is not str:
         return False
-    row = con.execute(
-        "SELECT reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL "
-        "FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    row = con.execute(f"SELECT {BOOKED} FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return bool(row and row[0])
 
 
