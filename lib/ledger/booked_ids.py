@@ -20,8 +20,9 @@ from lib.ledger.service import BOOKED
 
 _M = 0xd6e8feb86659fd93
 _MASK = (1 << 64) - 1
-# strings of every length up to 3 blocks of 8 bytes, non-ASCII included
-PROBES = [""] + ["gate-probe-éß-0123456789abcdefghij"[:n] for n in range(1, 36)] + ["日本語🙂", "a'b\"c"]
+# every length up to five blocks of 8 bytes, and the longest run ID a request may name; non-ASCII too
+PROBES = ([""] + ["gate-probe-éß-0123456789abcdefghijklmnopqrstuvwxyz"[:n] for n in range(1, 41)]
+          + ["日本語🙂", "a'b\"c", "é-run-" * 33 + "🙂x"])
 
 
 def string_hash(text: str) -> int:
