@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GATE_DEMO", "0")
 
+from lib.ledger.demo import MIN_DAYS  # noqa: E402
+
 PAGES = ["overview", "reservations", "idle_capacity", "forecast", "estimate_accuracy", "what_if",
          "recovery_planner", "upload", "stops_promotion", "policy_replay"]
 FIRST_TARGET_S, CACHED_TARGET_S, GROWTH_TARGET, CHECK_TARGET_S, MEMORY_TARGET_MB = 2.0, 0.3, 1.5, 0.3, 1536
@@ -164,9 +166,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    # warm the process up (imports of streamlit, plotly, pandas) so the first page is not charged for them
-    days = {n: args.days or max(60, round(n / args.rate)) for n in args.runs}
+    days = {n: args.days or max(MIN_DAYS, round(n / args.rate)) for n in args.runs}
     ledgers = {n: ledger_for(n, days[n], args.out) for n in args.runs}
+    # warm the process up (imports of streamlit, plotly, pandas) so the first page is not charged for them
     time_pages(ledgers[args.runs[0]], 1, args.pages)
 
     table, extra = {}, {}
