@@ -65,10 +65,17 @@ class BookedIds:
         return i < len(self.hashes) and self.hashes[i] == h
 
 
+_agrees: dict = {}   # string_hash (the function) -> whether it is this process's DuckDB's hash
+
+
 def same_string_hash(con) -> bool:
-    """True when this DuckDB's `hash()` of every probe string is `string_hash`'s."""
-    got = con.execute("SELECT list_transform($p::VARCHAR[], lambda s: hash(s))", {"p": PROBES}).fetchone()[0]
-    return got == [string_hash(p) for p in PROBES]
+    """True when this DuckDB's `hash()` of every probe string is `string_hash`'s. Asked once per
+    process (a few ms: the server reloads often, and the library it loaded does not change)."""
+    fn = string_hash
+    if fn not in _agrees:
+        got = con.execute("SELECT list_transform($p::VARCHAR[], lambda s: hash(s))", {"p": PROBES}).fetchone()[0]
+        _agrees[fn] = got == [fn(p) for p in PROBES]
+    return _agrees[fn]
 
 
 def load_booked(con) -> BookedIds:
