@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 
 
 class InputError(ValueError):
@@ -72,6 +72,29 @@ def naive_utc(t: datetime | str | None) -> datetime | None:
     if t.tzinfo is not None:
         t = t.astimezone(timezone.utc).replace(tzinfo=None)
     return t
+
+
+# How far a recorded decision's time may stand from the clock of the process recording it. A decision
+# is judged against the reservations held and the month's spend at its time; one dated elsewhere
+# would be judged against another moment's state and then hold accelerators now (a decision dated
+# 2099 sees no reservation of today, yet its own reservation counts from today on). A what-if
+# (`check`) writes nothing and may take any time.
+SUBMIT_CLOCK_WINDOW = timedelta(minutes=5)
+
+
+def checked_submit_time(now: datetime | None, clock: datetime | None = None) -> datetime | None:
+    """`now` when it lies within SUBMIT_CLOCK_WINDOW of `clock` (default: utcnow()), None for None;
+    InputError naming both times otherwise. For callers across a process boundary that ask to
+    record a decision at a time of their choosing (`submit --now`, the gate server's c:now)."""
+    if now is None:
+        return None
+    clock = clock or utcnow()
+    if abs(now - clock) > SUBMIT_CLOCK_WINDOW:
+        minutes = int(SUBMIT_CLOCK_WINDOW.total_seconds() // 60)
+        raise InputError(f"a decision to record must be dated within {minutes} minutes of the present "
+                         f"({clock.isoformat(timespec='seconds')} UTC), got {now.isoformat()}; use `check` "
+                         "for a what-if at another time")
+    return now
 
 
 def month_start(now: datetime) -> datetime:

@@ -1,8 +1,10 @@
-"""The audit of who wrote: one row per import and per policy export in the ledger's `audit` table
-(schema version 3), written inside the same transaction as the write it records.
+"""The audit of who wrote: one row per write that is not a decision (an import, a policy export, a
+`teams` load, a run finished, a demo build) in the ledger's `audit` table, written inside the same
+transaction as the write it records. Decisions carry their own `actor` column.
 
-actor: the signed-in identity (e-mail) in the dashboard, "local" for the dashboard in local mode, the OS
-user name on the command line (`os_user`). origin: "app" or "cli".
+One actor format everywhere: the signed-in identity (e-mail) in the dashboard, "local" for the
+dashboard in local mode, and for an OS user (the command line, a Slurm job's submitter, a gate
+server's caller) `os_actor`: "NAME (uid N)". origin: "app" or "cli".
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import TypedDict
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
-ACTIONS = ("import", "policy-export")
+ACTIONS = ("import", "policy-export", "teams", "finish", "demo")
 ORIGINS = ("app", "cli")
 
 
@@ -54,9 +56,17 @@ def unix_groups(user: str) -> list[str]:
     return sorted(set(names))
 
 
+def os_actor(uid: int | None = None, name: str | None = None) -> str:
+    """The actor an OS user is recorded as: "NAME (uid N)" (this process's user by default). `name`:
+    the login name as a scheduler reported it (a Slurm job's user); without it, looked up from `uid`."""
+    uid = os.getuid() if uid is None else uid
+    name = name if name else os_user(uid)
+    return f"{name} (uid {uid})" if name != str(uid) else f"uid {uid}"
+
+
 def command_line(file_name: str | None = None) -> Who:
-    """The command line's Who: the OS user."""
-    return {"actor": os_user(), "origin": "cli", "file_name": file_name}
+    """The command line's Who: the OS user (`os_actor`)."""
+    return {"actor": os_actor(), "origin": "cli", "file_name": file_name}
 
 
 def record(con, who: Who, action: str, *, fmt: str | None = None, inserted: int | None = None,

@@ -130,14 +130,15 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE SEQUENCE IF NOT EXISTS audit_seq START 1;
 
 -- Append-only (version 3): who wrote what, and when. One row per import (from the app or
--- `python -m lib import`) and per policy export from the dashboard. actor: the signed-in identity
--- (e-mail), "local" for the app in local mode, the OS user name for the command line.
+-- `python -m lib import`), per policy export from the dashboard, per `teams` load, finished run and
+-- demo build. actor: the signed-in identity (e-mail), "local" for the app in local mode,
+-- "NAME (uid N)" for an OS user.
 CREATE TABLE IF NOT EXISTS audit (
     audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
     written_at      TIMESTAMP NOT NULL,
     actor           VARCHAR NOT NULL,
     origin          VARCHAR NOT NULL,   -- cli | app
-    action          VARCHAR NOT NULL,   -- import | policy-export
+    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo
     file_name       VARCHAR,            -- the uploaded or named file, as its user named it
     format          VARCHAR,            -- csv | sacct | toml
     rows_inserted   INTEGER CHECK (rows_inserted >= 0),
