@@ -91,9 +91,8 @@ def test_other_writers_changes_are_seen_before_the_next_decision(live):
         assert got == expected
         return got
 
-    # another writer (an in-process submit) books the whole quota: the next decision sees it
-    for i in range(3):
-        submit_request(_req(f"cli-{i}", gpus=32), db=live.db, now=now)
+    # another writer (an import of reservations) books the whole quota: the next decision sees it
+    _import_reservations(live.db, [f"cli-{i}" for i in range(3)], gpus=32, now=now)
     assert same_as_ledger("after-cli", gpus=32)["state"] == "defer"
     held = {r["run_id"] for r in live.state("vision", now, "exploratory")["reservations"]}
     assert {"cli-0", "cli-1"} <= held
@@ -108,6 +107,28 @@ def test_other_writers_changes_are_seen_before_the_next_decision(live):
     assert same_as_ledger("after-teams", gpus=2)["state"] != "admit"
     live.flush()
     _agrees_with_ledger(live, utcnow())
+
+
+def _import_reservations(db, run_ids, *, gpus, now, team="vision"):
+    """Reservations booked by another writer: `python -m lib import`'s own code, in this process."""
+    from lib.ledger.imports import import_runs
+    lines = ["run_id,team,kind,gpus,reserved_from,reserved_until,reserved_gpu_hours"]
+    lines += [f"{r},{team},exploratory,{gpus},{now.isoformat()},{(now + timedelta(hours=10)).isoformat()},5"
+              for r in run_ids]
+    report = import_runs("\n".join(lines).encode() + b"\n", db=db)
+    assert report.written and not report.errors, report.errors
+
+
+def test_an_in_process_submit_is_refused_while_a_server_decides_for_the_ledger(live, tmp_path):
+    """Through its own name or a hard link to the same file: the lock follows the file, not its name."""
+    link = tmp_path / "link.duckdb"
+    link.hardlink_to(live.db)
+    for name in (live.db, link):
+        with pytest.raises(ServerBusy, match=r"served by a gate server \(pid "):
+            submit_request(_req("in-process"), db=name)
+        with pytest.raises(ServerBusy, match="already served"):
+            LiveGate(name, flusher=False)
+    assert decisions(live.db, "in-process") == []
 
 
 def test_a_demo_rebuild_replacing_the_file_is_picked_up(live, tmp_path):

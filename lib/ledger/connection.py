@@ -4,6 +4,12 @@ DuckDB lets one process hold a file read-write; while it does, every other proce
 read-only. So nothing here keeps a handle between units of work: `open_ledger()` retries briefly on a
 lock (bounded by `timeout_s`) and raises `LedgerLocked` with a clear message after that.
 
+Files are owner-only: every open for writing sets this process's umask to 077 first
+(`owner_only_files`), so the ledger, its WAL and the lock and journal files beside it are created
+mode 0600 whatever the caller's umask: the ledger holds every decision, and a lock file others can
+open is one they can hold to stall every writer. An operator who wants a group to read the
+ledger grants it on the file (chmod / ACL); a file that exists keeps the mode it has.
+
 Only a ledger is ever opened: a file holding anything else (another DuckDB database, an SQLite
 database, any other file, a directory) is refused with `NotALedger` and left exactly as it was. The
 file's first bytes are read before DuckDB sees it, and DuckDB never installs or loads extensions on
@@ -51,6 +57,44 @@ def ledger_path(path: str | os.PathLike | None = None) -> Path:
         return Path(path)
     env = os.environ.get("GATE_DB")
     return Path(env) if env else DEFAULT_PATH
+
+
+def owner_only_files() -> None:
+    """Make every file and folder this process creates from now on owner-only (umask 077). Called
+    before anything that may create a ledger, a WAL, a lock or a journal; idempotent, and never
+    loosens (one call: no moment with another umask in force for the other threads)."""
+    os.umask(0o077)
+
+
+# DuckDB keeps two database headers at these offsets and writes the next checkpoint's iteration
+# (the 8 bytes after each header's checksum) into the older one: a checkpoint always changes it,
+# even when the file's size and, within the clock's tick, its mtime stay the same.
+_HEADER_ITERATIONS = (4096 + 8, 8192 + 8)
+
+
+def change_stamp(path) -> tuple:
+    """What changes whenever any process commits to the ledger at `path`: the file's identity, size,
+    mtime and DuckDB's checkpoint iteration, and its WAL's identity, size and mtime. A stat and a
+    16-byte read: cheap enough to take before every decision."""
+    p = Path(path)
+    out: list = []
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        out.append(None)
+    else:
+        try:
+            st = os.fstat(fd)
+            iterations = tuple(int.from_bytes(os.pread(fd, 8, off), "little") for off in _HEADER_ITERATIONS)
+            out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, iterations))
+        finally:
+            os.close(fd)
+    try:
+        st = os.stat(p.with_name(p.name + ".wal"))
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    except FileNotFoundError:
+        out.append(None)
+    return tuple(out)
 
 
 def default_timeout_s() -> float:
@@ -223,6 +267,8 @@ def open_ledger(path=None, *, read_only: bool = False, timeout_s: float | None =
         timeout_s = default_timeout_s()
     if create is None:
         create = not path
+    if not read_only or create:
+        owner_only_files()
     if not check_ledger_file(p):
         if read_only and not create:
             raise NotALedger(f"no ledger at {p}: check the path, or create one with "

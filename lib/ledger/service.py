@@ -33,7 +33,9 @@ from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS
                             INCOMPLETE_STOPS, KINDS, STOP_REASONS, InputError, checked_count,
                             checked_number, finite_number, json_default, month_start, naive_utc,
                             next_month_start, utcnow)
-from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger, transaction
+from lib.ledger.connection import (LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger,
+                                   owner_only_files, transaction)
+from lib.ledger.decider_lock import deciding_in_process
 from lib.ledger import team_weeks
 from lib.ledger.teams_file import POLICY_FIELDS
 
@@ -411,7 +413,8 @@ def _lock_in_turn(lock_path, timeout_s: float) -> int | None:
     most `timeout_s`. When this thread stops waiting first, the descriptor is the helper's: it
     closes it (releasing the lock at once) when the kernel grants the lock.
     """
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    owner_only_files()
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return fd
@@ -490,7 +493,7 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
     `timeout_s` seconds for the ledger, then raises LedgerLocked.
     """
     now = naive_utc(now) or utcnow()
-    with _write_ledger(db, timeout_s) as con:
+    with deciding_in_process(ledger_path(db).resolve()), _write_ledger(db, timeout_s) as con:
         with transaction(con):
             decision, policy = decide_in_ledger(con, request, now)
             record_decision(con, request, decision, origin, now, actor=actor)

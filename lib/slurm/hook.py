@@ -304,7 +304,11 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     # as sacct reports it (a job admitted and started within one second)
     now = utcnow().replace(microsecond=0)
     import contextlib
+
+    from lib.ledger.connection import ledger_path
+    from lib.ledger.decider_lock import deciding_in_process
     with contextlib.ExitStack() as own:
+        own.enter_context(deciding_in_process(ledger_path(db).resolve()))
         con = (closer if closer is not None else own).enter_context(
             open_ledger(db, read_only=False, timeout_s=timeout_s))
         with transaction(con):

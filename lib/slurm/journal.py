@@ -130,14 +130,17 @@ class Journal:
             self._con.execute("UPDATE entries SET status = 1 WHERE status = 0")
         return seqs
 
-    def settled(self, after: int, limit: int = 500) -> list[dict]:
-        """Entries after `after` in seq order, up to the first one still decided (exclusive)."""
+    def settled(self, after: int, limit: int = 500, marks: dict[int, int] | None = None) -> list[dict]:
+        """Entries after `after` in seq order, up to the first one still decided (exclusive).
+        `marks`: seq -> status known in memory but not yet written (a full disk), taken as written."""
+        marks = marks or {}
         with self._mu:
             rows = self._con.execute(
                 "SELECT seq, decided_at, origin, request_json, decision_json, status, caller_uid FROM entries "
                 "WHERE seq > ? ORDER BY seq LIMIT ?", [after, limit]).fetchall()
         out = []
         for seq, at, origin, req, dec, status, uid in rows:
+            status = marks.get(seq, status)
             if status == DECIDED:
                 break
             out.append({"seq": seq, "decided_at": datetime.fromisoformat(at), "origin": origin,

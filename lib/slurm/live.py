@@ -10,13 +10,25 @@ fsync'ed) before anyone hears it; a flusher thread moves answered decisions into
 `flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
 only for the batch.
 
-Other writers (imports, finish, teams, a demo rebuild) change the ledger file: before each decision
-the gate compares the ledger's and its WAL's (inode, size, mtime) with what it last saw, and
-reloads when they differ (its own batches update what it saw). Cached per-team facts are also
-reloaded after `FACTS_TTL_S` and when the month changes.
+Other writers (imports, finish, teams, a demo rebuild) change the ledger file. Before every decision
+the gate takes the ledger's change stamp (lib.ledger.connection.change_stamp: the file's identity,
+size, mtime and DuckDB's checkpoint iteration, and its WAL's) and compares it with the one it last
+saw; when they differ it reloads before deciding, never after. While its own batch is being
+written the stamp moves because of that batch: a decision then waits until the batch, holding
+DuckDB's write lock (so no other process can write), has compared the stamp with the one last seen;
+a difference found there was another writer's, and the decision reloads. A batch takes the stamp
+it leaves after an explicit CHECKPOINT and before it lets go of the file, so a writer that comes
+after it always moves the stamp. Cached per-team facts are dropped by every reload, and read again
+after `FACTS_TTL_S` and when the month changes.
 
-Only one LiveGate per ledger: it holds an flock on `<ledger>.gate-server.lock` (with its pid inside)
-for its lifetime; a second one raises ServerBusy naming the holder.
+Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock: an
+flock on the file itself, so a hard link or another path to the same file finds it taken) for its
+lifetime; a second one raises ServerBusy naming the holder.
+
+Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller
+is refused). A mark that cannot be written (answered / unanswered) is kept in memory and written
+again by the flusher, and a batch that cannot be written waits in the journal: each such failure
+is logged once, and so is the recovery, when the disk has room again.
 """
 from __future__ import annotations
 
@@ -27,38 +39,17 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import fcntl
-
 from lib.gate.contracts import Decision, Policy, Request, State
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
-from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
+from lib.ledger.decider_lock import ServerBusy, hold_server_lock, release_server_lock
 from lib.ledger.service import (LedgerFacts, booked_reservation, canonical_json, decide_with, team_policy,
                                 team_state, writer_turn)
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
 
 FACTS_TTL_S = 300.0
-
-
-class ServerBusy(LedgerError):
-    """Another gate server already serves this ledger."""
-
-
-def hold_server_lock(ledger: Path) -> int:
-    """An fd holding the exclusive flock that makes this process the ledger's one gate server."""
-    path = ledger.with_name(ledger.name + ".gate-server.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise ServerBusy(f"ledger {ledger} is already served by gate server pid {holder} "
-                         f"(it holds {path}); stop it first") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
 
 
 def _log(text: str) -> None:
@@ -80,7 +71,7 @@ class LiveGate:
         except BaseException:
             if getattr(self, "journal", None) is not None:
                 self.journal.close()
-            os.close(self._lock_fd)
+            release_server_lock(self._lock_fd)
             raise
 
     def _start(self, journal_max_mb, journal_sync: str, flusher: bool) -> None:
@@ -89,6 +80,11 @@ class LiveGate:
         self._mu = threading.Lock()          # the live state and the order of decisions
         self._ledger_mu = threading.Lock()   # this process opens the ledger once at a time
         self._flush_mu = threading.Lock()
+        self._batch = threading.Condition()  # a batch's progress, for decisions waiting on it
+        self._writing = False                # a batch holds (or waits for) the ledger
+        self._checked = False                # ... and has compared the stamp with the one last seen
+        self._marks: dict[int, int] = {}     # journal seq -> mark not written yet (a full disk)
+        self._failing: dict[str, str] = {}   # what fails now (journal marks, batches) -> the error logged
         self._stop = threading.Event()
         self.applied = 0
         self._sig = None
@@ -100,7 +96,10 @@ class LiveGate:
         if unsure:
             _log(f"{len(unsure)} decision(s) of a stopped server may not have reached their caller; recorded "
                  f"as answered (journal entries {unsure[:10]})")
-        self.flush()  # what a stopped server answered but did not move into the ledger
+        try:
+            self.flush()  # what a stopped server answered but did not move into the ledger
+        except Exception as exc:  # a full disk: the decisions wait in the journal and count in memory
+            self._trouble("batch", exc)
         with self._mu:
             self._reload(all_facts=True)
         self._thread = None
@@ -110,16 +109,6 @@ class LiveGate:
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
-    def _signature(self):
-        out = []
-        for p in (self.db, self.db.with_name(self.db.name + ".wal")):
-            try:
-                st = os.stat(p)
-                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-            except FileNotFoundError:
-                out.append(None)
-        return tuple(out)
-
     def _reload(self, all_facts: bool = False) -> None:
         """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
         Holds the ledger lock throughout, so no batch lands between the two reads. Per-team facts:
@@ -128,7 +117,7 @@ class LiveGate:
         change then costs tens of ms, not one team_state per team and kind)."""
         with self._ledger_mu:
             with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
-                sig = self._signature()
+                sig = change_stamp(self.db)
                 teams = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
                 policies = {t: team_policy(con, t) for t in teams}
                 rows = con.execute(
@@ -140,7 +129,7 @@ class LiveGate:
                 now = utcnow()
                 facts = ({(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
                          if all_facts else {})
-            pending = self.journal.pending(applied)
+            pending = [e for e in self.journal.pending(applied) if self._marks.get(e["seq"]) != UNANSWERED]
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
         self.held = {r[0]: {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
@@ -156,15 +145,21 @@ class LiveGate:
         self.loaded_at = time.monotonic()
 
     def _refresh(self, now: datetime) -> None:
-        """Reload when another process changed the ledger. While a batch is being written the check
-        waits for the next decision: the batch notes changes it finds on opening the ledger."""
-        if self._ledger_mu.acquire(blocking=False):
-            try:
-                changed = self._stale or self._signature() != self._sig
-            finally:
-                self._ledger_mu.release()
-            if changed:
-                self._reload()
+        """Reload when another process changed the ledger since the state was read (see the module
+        docstring): a decision never starts on state older than the ledger's last commit."""
+        if not self._stale and change_stamp(self.db) == self._sig:
+            return
+        if not self._stale:
+            with self._batch:
+                while self._writing and not self._checked:
+                    if not self._batch.wait(self.timeout_s):
+                        break
+                ours = self._writing and self._checked
+            # the stamp moved because our own batch is being written (checked: no one else wrote
+            # before it took the file), or it has just finished and left its stamp
+            if not self._stale and (ours or change_stamp(self.db) == self._sig):
+                return
+        self._reload()
 
     # ------------------------------------------------------------------ the facts decide_with reads
 
@@ -258,7 +253,12 @@ class LiveGate:
         """The answer of journal entry `seq` went out (or not: then the decision is undone)."""
         if seq is None:
             return
-        self.journal.settle(seq, ANSWERED if answered else UNANSWERED)
+        status = ANSWERED if answered else UNANSWERED
+        try:
+            self.journal.settle(seq, status)
+        except Exception as exc:  # a full disk: keep the mark here, the flusher writes it later
+            self._marks[seq] = status
+            self._trouble("marks", exc)
         with self._mu:
             self._unsettled.discard(seq)
             run_id = self._inflight.pop(seq, None)
@@ -272,19 +272,31 @@ class LiveGate:
     def flush(self) -> int:
         """Move the settled journal entries into the ledger (one transaction); how many decisions."""
         with self._flush_mu:
-            entries = self.journal.settled(self.applied)
+            self._write_marks()
+            entries = self.journal.settled(self.applied, marks=self._marks)
             if not entries:
                 return 0
             with self._ledger_mu:
-                with writer_turn(self.db, self.timeout_s) as left_s:
-                    with open_ledger(self.db, read_only=False, timeout_s=left_s) as con:
-                        if self._signature() != self._sig:
-                            self._stale = True  # someone else wrote since we looked: reload
-                        n = apply_batch(con, self.journal.journal_id, entries)
-                self._sig = self._signature()
+                self._batch_state(writing=True, checked=False)
+                try:
+                    with writer_turn(self.db, self.timeout_s) as left_s:
+                        with open_ledger(self.db, read_only=False, timeout_s=left_s) as con:
+                            if change_stamp(self.db) != self._sig:
+                                self._stale = True  # someone else wrote since we looked: reload
+                            self._batch_state(writing=True, checked=True)
+                            n = apply_batch(con, self.journal.journal_id, entries)
+                            con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
+                            self._sig = change_stamp(self.db)
+                finally:
+                    self._batch_state(writing=False, checked=False)
                 self.applied = entries[-1]["seq"]
                 self.journal.forget_through(self.applied)
             return n
+
+    def _batch_state(self, *, writing: bool, checked: bool) -> None:
+        with self._batch:
+            self._writing, self._checked = writing, checked
+            self._batch.notify_all()
 
     def flush_answered(self, wait_s: float = 10.0) -> int:
         """`flush` once every decision already answered (or going out now) is noted as such, so a
@@ -299,15 +311,42 @@ class LiveGate:
             time.sleep(0.002)
         return self.flush()
 
+    def _write_marks(self) -> None:
+        """Write the marks a full disk kept in memory (see settle); log when they are all written."""
+        for seq, status in sorted(self._marks.items()):
+            try:
+                self.journal.settle(seq, status)
+            except Exception as exc:
+                self._trouble("marks", exc)
+                return
+            self._marks.pop(seq, None)
+        self._recovered("marks", "every answered / unanswered mark is written to the journal again")
+
+    def _trouble(self, what: str, exc: Exception) -> None:
+        """Log a failure of `what` once, until it recovers."""
+        text = f"{type(exc).__name__}: {exc}"
+        if what not in self._failing:
+            doing = {"marks": "write to its journal", "batch": f"move decisions into {self.db}"}[what]
+            _log(f"cannot {doing} ({text}); the decisions are kept and counted, and it is tried again "
+                 f"every {self.flush_interval_s:g} s")
+        self._failing[what] = text
+        if what == "batch":
+            self.flush_error = text
+
+    def _recovered(self, what: str, detail: str) -> None:
+        if self._failing.pop(what, None) is not None:
+            _log(f"recovered: {detail}")
+        if what == "batch":
+            self.flush_error = None
+
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
             try:
-                self.flush()
-                self.flush_error = None
-            except Exception as exc:  # a locked ledger: the decisions wait in the journal
-                if self.flush_error is None:
-                    _log(f"cannot move decisions into {self.db} yet: {type(exc).__name__}: {exc}")
-                self.flush_error = f"{type(exc).__name__}: {exc}"
+                n = self.flush()
+            except Exception as exc:  # a locked ledger, a full disk: the decisions wait in the journal
+                self._trouble("batch", exc)
+            else:
+                self._recovered("batch", f"decisions move into {self.db} again ({n} in this batch)")
 
     def close(self) -> None:
         self._stop.set()
@@ -318,7 +357,7 @@ class LiveGate:
         except Exception as exc:
             _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
         self.journal.close()
-        os.close(self._lock_fd)
+        release_server_lock(self._lock_fd)
 
 
 def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
@@ -352,4 +391,4 @@ def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
                 p.unlink(missing_ok=True)
         return recorded
     finally:
-        os.close(fd)
+        release_server_lock(fd)

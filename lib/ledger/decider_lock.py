@@ -1,0 +1,130 @@
+"""Who may decide for a ledger: one warm gate server, or in-process deciders, never both.
+
+The lock is an flock on the ledger file itself, so it follows the file's identity (device and inode)
+and not the name it was opened by: a hard link, a second path through `..` or a bind mount all
+reach the same lock. A gate server holds it exclusively for its lifetime (`hold_server_lock`); an
+in-process decider (`python -m lib submit`, the Slurm hook without a server) holds it shared for the
+length of one decision (`deciding_in_process`). Each refuses while the other holds it, with
+`ServerBusy` naming the holder's pid where the kernel's lock table shows it.
+
+flock and DuckDB's own (fcntl) file lock are independent on Linux: holding one never blocks the
+other, and closing a DuckDB connection never drops this lock. `<ledger>.gate-server.lock` keeps
+the server's pid for operators to read; it is not the lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux
+    fcntl = None
+
+from lib.ledger.connection import LedgerError, owner_only_files
+
+# An in-process decider holds the shared lock for one decision (tens of ms): a starting server
+# waits this long for such holders before it calls the ledger busy.
+SERVER_START_WAIT_S = 3.0
+
+
+class ServerBusy(LedgerError):
+    """A gate server decides for this ledger (or, to a starting server, another one already does)."""
+
+
+def pid_file(ledger: Path) -> Path:
+    return ledger.with_name(ledger.name + ".gate-server.lock")
+
+
+def lock_holders(path: Path) -> list[int]:
+    """The pids holding an flock on the file at `path` (from /proc/locks; [] where it cannot say)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a "->" after the number marks a waiter)
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[2] != "->" and parts[5] == want:
+            with contextlib.suppress(ValueError):
+                pids.append(int(parts[4]))
+    return pids
+
+
+def _holder_text(ledger: Path) -> str:
+    pids = sorted(set(lock_holders(ledger)))
+    return f"pid {', '.join(map(str, pids))}" if pids else "another process"
+
+
+def _open_for_lock(ledger: Path) -> int:
+    try:
+        return os.open(ledger, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LedgerError(f"cannot open ledger {ledger} to lock it: {exc.strerror or exc}") from None
+
+
+def hold_server_lock(ledger: Path, wait_s: float = SERVER_START_WAIT_S) -> int:
+    """An fd holding the exclusive lock that makes this process the ledger's one gate server.
+    Waits up to `wait_s` seconds for in-process deciders; ServerBusy when another server holds it."""
+    if fcntl is None:  # pragma: no cover - not on Linux
+        return -1
+    fd = _open_for_lock(ledger)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = _holder_text(ledger)
+                os.close(fd)
+                raise ServerBusy(f"ledger {ledger} is already served by a gate server ({holder}, "
+                                 f"which holds the ledger file's lock, whatever name it opened it by); "
+                                 "stop it first") from None
+            time.sleep(0.02)
+    owner_only_files()
+    with contextlib.suppress(OSError):
+        pid_fd = os.open(pid_file(ledger), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(pid_fd, 0)
+            os.pwrite(pid_fd, str(os.getpid()).encode(), 0)
+        finally:
+            os.close(pid_fd)
+    return fd
+
+
+def release_server_lock(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def deciding_in_process(ledger: Path):
+    """Hold the shared lock for one in-process decision; ServerBusy at once when a gate server
+    holds the ledger (deciding here too could book the same accelerators twice). A ledger that does
+    not exist yet has no server: nothing to hold."""
+    if fcntl is None:  # pragma: no cover - not on Linux
+        yield
+        return
+    try:
+        fd = os.open(ledger, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield
+        return
+    except OSError as exc:
+        raise LedgerError(f"cannot open ledger {ledger} to lock it: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServerBusy(f"ledger {ledger} is served by a gate server ({_holder_text(ledger)}); "
+                             "decide through it (set TG_GATE_SOCKET to its socket) or stop it first") from None
+        yield
+    finally:
+        os.close(fd)
