@@ -72,23 +72,27 @@ def owner_only_files() -> None:
 _HEADER_ITERATIONS = (4096 + 8, 8192 + 8)
 
 
-def change_stamp(path) -> tuple:
+def change_stamp(path, fd: int) -> tuple:
     """What changes whenever any process commits to the ledger at `path`: the file's identity, size,
     mtime and DuckDB's checkpoint iteration, and its WAL's identity, size and mtime. A stat and a
-    16-byte read: cheap enough to take before every decision."""
+    16-byte read: cheap enough to take before every decision.
+
+    `fd`: a descriptor on the ledger that the caller keeps open. Opening and closing the file here
+    would be wrong, not only slow: closing any descriptor of a file drops every fcntl lock the
+    process holds on it (POSIX), DuckDB's own included, so another process could write beside a
+    connection of this one."""
     p = Path(path)
     out: list = []
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        st = os.stat(p)
     except FileNotFoundError:
         out.append(None)
     else:
-        try:
-            st = os.fstat(fd)
+        held = os.fstat(fd)
+        iterations = None
+        if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino):  # else replaced: the identity differs
             iterations = tuple(int.from_bytes(os.pread(fd, 8, off), "little") for off in _HEADER_ITERATIONS)
-            out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, iterations))
-        finally:
-            os.close(fd)
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, iterations))
     try:
         st = os.stat(p.with_name(p.name + ".wal"))
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))

@@ -2,9 +2,9 @@
 
 The lock is an flock on the ledger file itself, so it follows the file's identity (device and inode)
 and not the name it was opened by: a hard link, a second path through `..` or a bind mount all
-reach the same lock. A gate server holds it exclusively for its lifetime (`hold_server_lock`); an
+reach the same lock. A gate server holds it exclusively for its lifetime (`ServerLock`); an
 in-process decider (`python -m lib submit`, the Slurm hook without a server) holds it shared for the
-length of one decision (`deciding_in_process`). Each refuses while the other holds it, with
+length of one decision (`deciding_in_process`), opened before its DuckDB connection and closed after it. Each refuses while the other holds it, with
 `ServerBusy` naming the holder's pid where the kernel's lock table shows it.
 
 flock and DuckDB's own (fcntl) file lock are independent on Linux: holding one never blocks the
@@ -69,17 +69,15 @@ def _open_for_lock(ledger: Path) -> int:
         raise LedgerError(f"cannot open ledger {ledger} to lock it: {exc.strerror or exc}") from None
 
 
-def hold_server_lock(ledger: Path, wait_s: float = SERVER_START_WAIT_S) -> int:
-    """An fd holding the exclusive lock that makes this process the ledger's one gate server.
-    Waits up to `wait_s` seconds for in-process deciders; ServerBusy when another server holds it."""
-    if fcntl is None:  # pragma: no cover - not on Linux
-        return -1
+def _take_exclusive(ledger: Path, wait_s: float) -> int:
+    """An fd on `ledger` holding its exclusive lock. Waits up to `wait_s` seconds for in-process
+    deciders; ServerBusy when another server holds it."""
     fd = _open_for_lock(ledger)
     deadline = time.monotonic() + wait_s
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return fd
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 holder = _holder_text(ledger)
@@ -88,6 +86,9 @@ def hold_server_lock(ledger: Path, wait_s: float = SERVER_START_WAIT_S) -> int:
                                  f"which holds the ledger file's lock, whatever name it opened it by); "
                                  "stop it first") from None
             time.sleep(0.02)
+
+
+def _write_pid(ledger: Path) -> None:
     owner_only_files()
     with contextlib.suppress(OSError):
         pid_fd = os.open(pid_file(ledger), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -96,12 +97,40 @@ def hold_server_lock(ledger: Path, wait_s: float = SERVER_START_WAIT_S) -> int:
             os.pwrite(pid_fd, str(os.getpid()).encode(), 0)
         finally:
             os.close(pid_fd)
-    return fd
 
 
-def release_server_lock(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)
+class ServerLock:
+    """The exclusive decider lock a gate server holds for its lifetime, on a descriptor of the ledger
+    that stays open until `release`: closing a descriptor of the ledger would drop every fcntl lock
+    this process holds on it, DuckDB's included (POSIX), so the server also reads the ledger's
+    change stamp through it (`fd`), and keeps the descriptors of a replaced file until it stops.
+
+    Take it before this process opens the ledger with DuckDB (a refusal closes its descriptor)."""
+
+    def __init__(self, ledger: Path, wait_s: float = SERVER_START_WAIT_S):
+        self.ledger, self.wait_s = Path(ledger), wait_s
+        self._replaced: list[int] = []
+        self.fd = _take_exclusive(self.ledger, wait_s) if fcntl is not None else -1
+        _write_pid(self.ledger)
+
+    def follow(self) -> None:
+        """When another file now stands under the ledger's name (a demo rebuild replaces it), take
+        the lock on that one too. Call while this process has no DuckDB connection to the ledger."""
+        try:
+            st = os.stat(self.ledger)
+        except FileNotFoundError:
+            return
+        held = os.fstat(self.fd)
+        if (held.st_dev, held.st_ino) != (st.st_dev, st.st_ino):
+            fd = _take_exclusive(self.ledger, self.wait_s)
+            self._replaced.append(self.fd)
+            self.fd = fd
+
+    def release(self) -> None:
+        for fd in (self.fd, *self._replaced):
+            if fd >= 0:
+                os.close(fd)
+        self.fd, self._replaced = -1, []
 
 
 @contextlib.contextmanager

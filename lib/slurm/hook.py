@@ -308,9 +308,11 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     from lib.ledger.connection import ledger_path
     from lib.ledger.decider_lock import deciding_in_process
     with contextlib.ExitStack() as own:
-        own.enter_context(deciding_in_process(ledger_path(db).resolve()))
-        con = (closer if closer is not None else own).enter_context(
-            open_ledger(db, read_only=False, timeout_s=timeout_s))
+        stack = closer if closer is not None else own
+        # the decider lock's descriptor is closed after the connection (closing it first would drop
+        # DuckDB's own lock on the file: see lib.ledger.decider_lock)
+        stack.enter_context(deciding_in_process(ledger_path(db).resolve()))
+        con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=timeout_s))
         with transaction(con):
             policy = store.team_policy(con, team)
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),

@@ -44,7 +44,7 @@ from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
-from lib.ledger.decider_lock import ServerBusy, hold_server_lock, release_server_lock
+from lib.ledger.decider_lock import ServerBusy, ServerLock
 from lib.ledger.service import (LedgerFacts, booked_reservation, canonical_json, decide_with, team_policy,
                                 team_state, writer_turn)
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
@@ -65,13 +65,13 @@ class LiveGate:
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
-        self._lock_fd = hold_server_lock(self.db)
+        self._lock = ServerLock(self.db)
         try:
             self._start(journal_max_mb, journal_sync, flusher)
         except BaseException:
             if getattr(self, "journal", None) is not None:
                 self.journal.close()
-            release_server_lock(self._lock_fd)
+            self._lock.release()
             raise
 
     def _start(self, journal_max_mb, journal_sync: str, flusher: bool) -> None:
@@ -116,8 +116,9 @@ class LiveGate:
         does not stop the gate), else each on its first use (a reload after another writer's
         change then costs tens of ms, not one team_state per team and kind)."""
         with self._ledger_mu:
+            self._lock.follow()
             with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
-                sig = change_stamp(self.db)
+                sig = self._stamp()
                 teams = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
                 policies = {t: team_policy(con, t) for t in teams}
                 rows = con.execute(
@@ -147,7 +148,7 @@ class LiveGate:
     def _refresh(self, now: datetime) -> None:
         """Reload when another process changed the ledger since the state was read (see the module
         docstring): a decision never starts on state older than the ledger's last commit."""
-        if not self._stale and change_stamp(self.db) == self._sig:
+        if not self._stale and self._stamp() == self._sig:
             return
         if not self._stale:
             with self._batch:
@@ -157,7 +158,7 @@ class LiveGate:
                 ours = self._writing and self._checked
             # the stamp moved because our own batch is being written (checked: no one else wrote
             # before it took the file), or it has just finished and left its stamp
-            if not self._stale and (ours or change_stamp(self.db) == self._sig):
+            if not self._stale and (ours or self._stamp() == self._sig):
                 return
         self._reload()
 
@@ -281,17 +282,22 @@ class LiveGate:
                 try:
                     with writer_turn(self.db, self.timeout_s) as left_s:
                         with open_ledger(self.db, read_only=False, timeout_s=left_s) as con:
-                            if change_stamp(self.db) != self._sig:
+                            if self._stamp() != self._sig:
                                 self._stale = True  # someone else wrote since we looked: reload
                             self._batch_state(writing=True, checked=True)
                             n = apply_batch(con, self.journal.journal_id, entries)
                             con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
-                            self._sig = change_stamp(self.db)
+                            self._sig = self._stamp()
+                            # done before the file is let go: a writer that takes it next is not ours
+                            self._batch_state(writing=False, checked=False)
                 finally:
                     self._batch_state(writing=False, checked=False)
                 self.applied = entries[-1]["seq"]
                 self.journal.forget_through(self.applied)
             return n
+
+    def _stamp(self) -> tuple:
+        return change_stamp(self.db, self._lock.fd)
 
     def _batch_state(self, *, writing: bool, checked: bool) -> None:
         with self._batch:
@@ -357,7 +363,7 @@ class LiveGate:
         except Exception as exc:
             _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
         self.journal.close()
-        release_server_lock(self._lock_fd)
+        self._lock.release()
 
 
 def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
@@ -371,7 +377,7 @@ def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
     path = journal_path(ledger)
     if not path.exists():
         return 0
-    fd = hold_server_lock(ledger)
+    lock = ServerLock(ledger)
     try:
         journal = Journal(path)
         try:
@@ -391,4 +397,4 @@ def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
                 p.unlink(missing_ok=True)
         return recorded
     finally:
-        release_server_lock(fd)
+        lock.release()
