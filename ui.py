@@ -35,6 +35,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+import duckdb
 import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -76,7 +77,8 @@ def now_minute() -> dt.datetime:
 @contextlib.contextmanager
 def ledger_errors(retry: str = "Try again in a moment."):
     """Turn a locked, unreadable or wrong ledger into a message on the page (and stop the page
-    there): never a traceback."""
+    there): never a traceback. Any DuckDB error is one too: a damaged block fails only the read
+    that reaches it, possibly in lib code beyond the read models (the what-if check, the replay)."""
     try:
         yield
     except LedgerLocked as exc:
@@ -86,7 +88,7 @@ def ledger_errors(retry: str = "Try again in a moment."):
         st.error(f"The ledger cannot be read: {as_text(exc)}. Point `GATE_DB` at a Training "
                  "Gate ledger (or unset it for `data/gate.duckdb`) and restart the app.")
         st.stop()
-    except LedgerError as exc:
+    except (LedgerError, duckdb.Error) as exc:
         st.error(f"The ledger cannot be read: {as_text(exc)}")
         st.stop()
 
