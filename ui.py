@@ -41,11 +41,12 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lib.dashboard import figures, labels, queries, settings
+from lib.gate.terms import neutralise
 from lib.gate.access import AccessFileError, Grant, access_path, everyone, load_access_file, may, resolve
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
-from lib.dashboard.tables import escape_markdown, safe_csv_bytes
+from lib.dashboard.tables import escape_markdown, safe_cells, safe_csv_bytes
 
 CACHE_TTL_S = 600
 _DEMO_LOCK = threading.Lock()
@@ -502,8 +503,11 @@ LINE_PX, MAX_LINES = 21, 6
 def show_table(df: pd.DataFrame) -> None:
     """`df` on screen: headers, units, rounding and help from lib.dashboard.labels; long text (reason
     fixes, notes, missing lists) wrapped over up to MAX_LINES lines rather than cut off (Streamlit's
-    grid wraps text when rows are taller than 4rem)."""
-    shown = df.copy()
+    grid wraps text when rows are taller than 4rem). The app's one data grid (tests/test_grid_export.py
+    checks that no page draws another): formula-like text cells are shown neutralised, as the CSV
+    download has them, because the grid's toolbar download and a copy to the clipboard take the
+    cells as shown."""
+    shown = safe_cells(df)
     config, longest = {}, 0
     for col in df.columns:
         spec = labels.column_spec(str(col))
@@ -514,12 +518,14 @@ def show_table(df: pd.DataFrame) -> None:
             longest = max(longest, int(df[col].map(lambda v: len(str(v)) if v is not None else 0).max()))
     lines = min(MAX_LINES, -(-longest // WRAP_CHARS))
     row_height = 12 + LINE_PX * lines if lines > 1 else None
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=config, row_height=row_height)
+    names = {col: neutralise(str(col)) for col in df.columns}   # a team name can be a column name
+    st.dataframe(shown.rename(columns=names), hide_index=True, width="stretch", row_height=row_height,
+                 column_config={names[col]: c for col, c in config.items()})
 
 
 def _column_config(spec: labels.ColumnSpec, values: pd.Series):
     """(Streamlit column config, values to show instead or None) for one column."""
-    kind, common = spec["kind"], dict(label=spec["label"], help=spec["help"])
+    kind, common = spec["kind"], dict(label=neutralise(spec["label"]), help=spec["help"])
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     if kind == "share" and numeric:
         return st.column_config.NumberColumn(format=f"%.{spec['digits']}f%%", **common), values * 100
