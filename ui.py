@@ -1,10 +1,11 @@
 """The dashboard's UI kit: the shared frame every page draws first, cached page data and figures,
-the sidebar filters, tables with downloads, the demo bootstrap.
+the sidebar filters, tables with downloads (the ledger and demo history on first start: ui_demo).
 
-This is the only module besides app.py and pages/ that imports Streamlit; lib/ never does.
+It and ui_demo.py are the only modules besides app.py and pages/ that import Streamlit; lib/ never does.
 
-The frame: `frame()` sets the page config, creates the ledger (and the demo history) on first start and
-draws the sidebar filters, turning a locked or unreadable ledger into a message. app.py calls it before
+The frame: `frame()` sets the page config, creates the ledger (and, in local mode or for a planner, the
+demo history: ui_demo) on first start and draws the sidebar filters, turning a locked or unreadable
+ledger into a message. app.py calls it before
 running the page; every page script calls it first too, and within one script run it draws once. So a
 page is framed the same whether it runs through app.py's st.navigation or on its own — as Streamlit runs
 a `pages/` script in its classic multipage mode (see README, "The dashboard").
@@ -29,9 +30,7 @@ import contextlib
 import datetime as dt
 import inspect
 import ipaddress
-import os
 import re
-import threading
 from pathlib import Path
 from typing import Callable
 
@@ -45,11 +44,10 @@ from lib.gate.terms import neutralise
 from lib.gate.access import AccessFileError, Grant, access_path, everyone, load_access_file, may, resolve
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
-from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
+from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path
 from lib.dashboard.tables import escape_markdown, safe_cells, safe_csv_bytes
 
 CACHE_TTL_S = 600
-_DEMO_LOCK = threading.Lock()
 
 
 def db_path() -> str:
@@ -330,10 +328,12 @@ def frame() -> Filters:
         return filters()
     st.session_state[_FRAME_RUN] = run
     st.set_page_config(page_title=PAGE_TITLE, page_icon=PAGE_ICON, layout="wide")
-    _who_box(who())
+    grant = who()   # a signed-out session, or one without a role, stops here: before any write
+    _who_box(grant)
+    import ui_demo  # (it imports this module)
     with ledger_errors("Reload the page in a moment."):
-        ensure_ledger()
-        ensure_demo()
+        ui_demo.ensure_ledger()
+        ui_demo.ensure_demo(grant)
         return filter_widgets()
 
 
@@ -593,50 +593,10 @@ def chart(fig) -> None:
     st.plotly_chart(fig, width="stretch")
 
 
-# ------------------------------------------------------------------------------ demo
-
-def ensure_ledger() -> None:
-    """On first start, create the app's ledger ($GATE_DB, else data/gate.duckdb) when it does not
-    exist yet, so every page reads an empty ledger rather than an error; and bring a ledger written
-    by an older version of Training Gate to the current schema (one write open), which the pages'
-    read-only opens would refuse ("needs migrating"). Checked once per ledger version."""
-    if not os.path.lexists(db_path()):
-        with open_ledger(db_path()):
-            pass
-    else:
-        _upgraded(db_path(), data_version())
-
-
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
-def _upgraded(path: str, version: tuple) -> bool:
-    from lib.ledger.connection import upgrade_ledger
-    return upgrade_ledger(path)
-
-
-def ensure_demo() -> None:
-    """On first start with an empty ledger, build the demo history (unless GATE_DEMO=0), showing
-    progress. One build per process even when several sessions start at once."""
-    if os.environ.get("GATE_DEMO", "1") == "0" or not ledger_is_empty():
-        return
-    from lib.ledger.demo import ensure_demo_history
-    with _DEMO_LOCK:
-        clear_caches()
-        if not ledger_is_empty():
-            return
-        with st.status("The ledger is empty: building demo history…", expanded=True) as status:
-            bar = st.progress(0.0, text="starting")
-
-            def progress(fraction, message=""):
-                bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message))
-
-            built = ensure_demo_history(db_path(), progress=progress)
-            status.update(label="Demo history built" if built else "Ledger already has history",
-                          state="complete", expanded=False)
-        clear_caches()
-
+# ------------------------------------------------------------------------------ progress
 
 def import_progress(bar):
-    """An import_runs progress callback drawing into a st.progress bar."""
+    """A progress callback (import_runs, the demo build) drawing into a st.progress bar."""
     def progress(fraction, message=""):
         bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message))
     return progress
