@@ -6,7 +6,6 @@ Real ledgers in temp dirs, real AppTest sessions, a real `python -m lib`."""
 from __future__ import annotations
 
 import pytest
-from streamlit import config
 from streamlit.testing.v1 import AppTest
 
 from lib.dashboard.audit import recent_writes
@@ -84,14 +83,6 @@ def test_a_viewer_or_member_never_builds_it_and_is_told_how_to_load_history(new_
     before = contents(new_ledger)
     says_how_to_load_history(app(email), "only in local mode or for a planner")
     assert contents(new_ledger) == before
-
-
-@pytest.fixture
-def every_interface():
-    before = config.get_option("server.address")
-    config.set_option("server.address", "0.0.0.0")
-    yield
-    config.set_option("server.address", before)
 
 
 @pytest.mark.usefixtures("every_interface")
