@@ -1,7 +1,7 @@
 """Training Gate dashboard: `streamlit run app.py` (the ledger is $GATE_DB, else data/gate.duckdb).
 
-The router: the shared frame (ui.frame: page config, the demo history on first start with an empty
-ledger, the sidebar filters applied on every page; a locked, unreadable or wrong ledger shows a
+The router: the shared frame (ui.frame: page config, the demo history on first start with a new
+ledger in local mode or for a planner — ui_demo —, the sidebar filters applied on every page; a locked, unreadable or wrong ledger shows a
 message instead) and the list of pages, which live in pages/.
 
 Streamlit 1.67 runs a process in its classic multipage mode until st.navigation has run once in it:

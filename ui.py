@@ -1,10 +1,11 @@
 """The dashboard's UI kit: the shared frame every page draws first, cached page data and figures,
-the sidebar filters, tables with downloads, the demo bootstrap.
+the sidebar filters, tables with downloads (the ledger and demo history on first start: ui_demo).
 
-This is the only module besides app.py and pages/ that imports Streamlit; lib/ never does.
+It and ui_demo.py are the only modules besides app.py and pages/ that import Streamlit; lib/ never does.
 
-The frame: `frame()` sets the page config, creates the ledger (and the demo history) on first start and
-draws the sidebar filters, turning a locked or unreadable ledger into a message. app.py calls it before
+The frame: `frame()` sets the page config, creates the ledger (and, in local mode or for a planner, the
+demo history: ui_demo) on first start and draws the sidebar filters, turning a locked or unreadable
+ledger into a message. app.py calls it before
 running the page; every page script calls it first too, and within one script run it draws once. So a
 page is framed the same whether it runs through app.py's st.navigation or on its own — as Streamlit runs
 a `pages/` script in its classic multipage mode (see README, "The dashboard").
@@ -29,25 +30,24 @@ import contextlib
 import datetime as dt
 import inspect
 import ipaddress
-import os
 import re
-import threading
 from pathlib import Path
 from typing import Callable
 
+import duckdb
 import pandas as pd
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lib.dashboard import figures, labels, queries, settings
+from lib.gate.terms import neutralise
 from lib.gate.access import AccessFileError, Grant, access_path, everyone, load_access_file, may, resolve
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
-from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger
-from lib.dashboard.tables import escape_markdown, safe_csv_bytes
+from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path
+from lib.dashboard.tables import escape_markdown, safe_cells, safe_csv_bytes
 
 CACHE_TTL_S = 600
-_DEMO_LOCK = threading.Lock()
 
 
 def db_path() -> str:
@@ -76,7 +76,8 @@ def now_minute() -> dt.datetime:
 @contextlib.contextmanager
 def ledger_errors(retry: str = "Try again in a moment."):
     """Turn a locked, unreadable or wrong ledger into a message on the page (and stop the page
-    there): never a traceback."""
+    there): never a traceback. Any DuckDB error is one too: a damaged block fails only the read
+    that reaches it, possibly in lib code beyond the read models (the what-if check, the replay)."""
     try:
         yield
     except LedgerLocked as exc:
@@ -86,7 +87,7 @@ def ledger_errors(retry: str = "Try again in a moment."):
         st.error(f"The ledger cannot be read: {as_text(exc)}. Point `GATE_DB` at a Training "
                  "Gate ledger (or unset it for `data/gate.duckdb`) and restart the app.")
         st.stop()
-    except LedgerError as exc:
+    except (LedgerError, duckdb.Error) as exc:
         st.error(f"The ledger cannot be read: {as_text(exc)}")
         st.stop()
 
@@ -327,10 +328,12 @@ def frame() -> Filters:
         return filters()
     st.session_state[_FRAME_RUN] = run
     st.set_page_config(page_title=PAGE_TITLE, page_icon=PAGE_ICON, layout="wide")
-    _who_box(who())
+    grant = who()   # a signed-out session, or one without a role, stops here: before any write
+    _who_box(grant)
+    import ui_demo  # (it imports this module)
     with ledger_errors("Reload the page in a moment."):
-        ensure_ledger()
-        ensure_demo()
+        ui_demo.ensure_ledger()
+        ui_demo.ensure_demo(grant)
         return filter_widgets()
 
 
@@ -500,8 +503,11 @@ LINE_PX, MAX_LINES = 21, 6
 def show_table(df: pd.DataFrame) -> None:
     """`df` on screen: headers, units, rounding and help from lib.dashboard.labels; long text (reason
     fixes, notes, missing lists) wrapped over up to MAX_LINES lines rather than cut off (Streamlit's
-    grid wraps text when rows are taller than 4rem)."""
-    shown = df.copy()
+    grid wraps text when rows are taller than 4rem). The app's one data grid (tests/test_grid_export.py
+    checks that no page draws another): formula-like text cells are shown neutralised, as the CSV
+    download has them, because the grid's toolbar download and a copy to the clipboard take the
+    cells as shown."""
+    shown = safe_cells(df)
     config, longest = {}, 0
     for col in df.columns:
         spec = labels.column_spec(str(col))
@@ -512,12 +518,14 @@ def show_table(df: pd.DataFrame) -> None:
             longest = max(longest, int(df[col].map(lambda v: len(str(v)) if v is not None else 0).max()))
     lines = min(MAX_LINES, -(-longest // WRAP_CHARS))
     row_height = 12 + LINE_PX * lines if lines > 1 else None
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=config, row_height=row_height)
+    names = {col: neutralise(str(col)) for col in df.columns}   # a team name can be a column name
+    st.dataframe(shown.rename(columns=names), hide_index=True, width="stretch", row_height=row_height,
+                 column_config={names[col]: c for col, c in config.items()})
 
 
 def _column_config(spec: labels.ColumnSpec, values: pd.Series):
     """(Streamlit column config, values to show instead or None) for one column."""
-    kind, common = spec["kind"], dict(label=spec["label"], help=spec["help"])
+    kind, common = spec["kind"], dict(label=neutralise(spec["label"]), help=spec["help"])
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     if kind == "share" and numeric:
         return st.column_config.NumberColumn(format=f"%.{spec['digits']}f%%", **common), values * 100
@@ -585,50 +593,10 @@ def chart(fig) -> None:
     st.plotly_chart(fig, width="stretch")
 
 
-# ------------------------------------------------------------------------------ demo
-
-def ensure_ledger() -> None:
-    """On first start, create the app's ledger ($GATE_DB, else data/gate.duckdb) when it does not
-    exist yet, so every page reads an empty ledger rather than an error; and bring a ledger written
-    by an older version of Training Gate to the current schema (one write open), which the pages'
-    read-only opens would refuse ("needs migrating"). Checked once per ledger version."""
-    if not os.path.lexists(db_path()):
-        with open_ledger(db_path()):
-            pass
-    else:
-        _upgraded(db_path(), data_version())
-
-
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
-def _upgraded(path: str, version: tuple) -> bool:
-    from lib.ledger.connection import upgrade_ledger
-    return upgrade_ledger(path)
-
-
-def ensure_demo() -> None:
-    """On first start with an empty ledger, build the demo history (unless GATE_DEMO=0), showing
-    progress. One build per process even when several sessions start at once."""
-    if os.environ.get("GATE_DEMO", "1") == "0" or not ledger_is_empty():
-        return
-    from lib.ledger.demo import ensure_demo_history
-    with _DEMO_LOCK:
-        clear_caches()
-        if not ledger_is_empty():
-            return
-        with st.status("The ledger is empty: building demo history…", expanded=True) as status:
-            bar = st.progress(0.0, text="starting")
-
-            def progress(fraction, message=""):
-                bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message))
-
-            built = ensure_demo_history(db_path(), progress=progress)
-            status.update(label="Demo history built" if built else "Ledger already has history",
-                          state="complete", expanded=False)
-        clear_caches()
-
+# ------------------------------------------------------------------------------ progress
 
 def import_progress(bar):
-    """An import_runs progress callback drawing into a st.progress bar."""
+    """A progress callback (import_runs, the demo build) drawing into a st.progress bar."""
     def progress(fraction, message=""):
         bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message))
     return progress

@@ -11,6 +11,7 @@
   decision times; for the policy-replay tests.
 - `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
+- `every_interface`: the app's listen address set to 0.0.0.0 (beyond loopback) for one test.
 
 Builders of plain data and files live beside this file in the fixtures_*.py modules.
 """
@@ -95,6 +96,17 @@ def fresh_caches():
     yield
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+@pytest.fixture
+def every_interface():
+    """The server option as `--server.address=0.0.0.0` sets it (an app listening beyond loopback), for
+    this test only."""
+    from streamlit import config
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    yield
+    config.set_option("server.address", before)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from streamlit import config
 
 from lib.dashboard.audit import recent_writes
 from tests.fixtures_app import ROOT, page_script, run_count
@@ -40,15 +39,6 @@ def test_local_mode_is_one_user_with_every_role_and_says_so(page_ledger):
     at.switch_page(page_script("upload")).run()
     assert not at.exception and not at.error
     assert at.file_uploader(key="upload_file") is not None
-
-
-@pytest.fixture
-def every_interface():
-    """The server option as `--server.address=0.0.0.0` sets it, for this test only."""
-    before = config.get_option("server.address")
-    config.set_option("server.address", "0.0.0.0")
-    yield
-    config.set_option("server.address", before)
 
 
 @pytest.mark.usefixtures("every_interface")

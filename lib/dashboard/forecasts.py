@@ -16,8 +16,8 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 
+from lib.dashboard.reading import reader
 from lib.gate.terms import month_start, next_month_start, utcnow
-from lib.ledger.connection import open_ledger
 from lib.ledger.service import held_reservations
 from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, burn_down, pooled_ratios,
                                    weekly_forecast)
@@ -101,7 +101,7 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
     Also `history`: the weekly usage the forecast rests on (team, week, gpu_hours)."""
     live = as_of is None if live is None else live
     as_of = utcnow() if as_of is None else as_of
-    with open_ledger(db, read_only=True) as con:
+    with reader(db) as con:
         usage = weekly_usage(con, as_of, teams, live=live)
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
@@ -145,7 +145,7 @@ def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
     for the filtered teams with a policy: burn (one row per team) and burn_path (team, day, P50/P90)."""
     now = now or utcnow()
     month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
-    with open_ledger(db, read_only=True) as con:
+    with reader(db) as con:
         policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
         teams = [t for t in policy if not f.teams or t in f.teams]
         burns = {team: burn_down(policy[team], consumed, now.date(), month_end, daily, held)

@@ -18,12 +18,14 @@ from lib.ledger.connection import LedgerError, ledger_path, open_ledger
 
 @contextlib.contextmanager
 def reader(db):
-    """A read-only handle on the ledger; a read the file itself fails (a damaged ledger) raises
-    LedgerError naming the file."""
+    """A read-only handle on the ledger. Any DuckDB error while reading raises LedgerError naming
+    the file: a damaged block surfaces only when a query reaches it, and DuckDB reports it as an
+    IOException, a bare duckdb.Error ("Corrupt database file: computed checksum …") or an internal
+    error, depending on where the damage lies."""
     with open_ledger(db, read_only=True) as con:
         try:
             yield con
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:
             raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
 
 

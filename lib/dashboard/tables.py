@@ -3,7 +3,8 @@
 A cell starting with = + - @ (or a tab / carriage return) is read by spreadsheet programs as a
 formula; run IDs, job names and team names come from users and uploads, so every text cell that
 starts that way is prefixed with a single quote. Numbers are left as numbers (a negative number is
-not a formula).
+not a formula). The same cells on screen carry the same quote (`safe_cells`): the grid's own CSV
+download and a copy to the clipboard take the cells as shown.
 """
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ import pandas as pd
 from lib.gate.terms import neutralise
 
 
-def safe_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """A copy of `df` with every formula-like text cell neutralised (column names too)."""
+def safe_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `df` with every formula-like text cell neutralised; column names as they were."""
     out = df.copy()
     for col in out.columns:
         if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
             out[col] = out[col].map(neutralise).astype(object)
+    return out
+
+
+def safe_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `df` with every formula-like text cell neutralised (column names too)."""
+    out = safe_cells(df)
     out.columns = [neutralise(str(c)) for c in out.columns]
     return out
 

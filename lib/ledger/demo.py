@@ -28,13 +28,19 @@ them from a DataFrame with one INSERT ... SELECT per table (strings are built in
 - pilots for pilot-estimated runs, holdout reads (a few over their allowance), full-evaluation flags.
 
 Re-running replaces the previous demo rows (source 'demo', origin 'demo') and nothing else.
-Same seed and same `now` -> the same ledger.
+Same seed and same `now` -> the same ledger. Every build is recorded in the ledger's audit (action
+"demo": who built it, and how many runs) in the transaction of its last chunk.
+
+`ensure_demo_history` is the bootstrap of a new ledger: it builds only into a ledger that holds
+nothing yet (`already_holds`), checked under the write lock the build then keeps.
 """
 from __future__ import annotations
 
 import contextlib
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,6 +49,7 @@ from lib.gate.admission import decide
 from lib.gate.calibration import calibrate
 from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, finite_number, naive_utc, utcnow
 from lib.ledger import team_weeks
+from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.teams_file import load_teams, sync_teams
 
@@ -486,9 +493,12 @@ def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
 
 
 def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
-               teams_file=None, timeout_s: float = 30.0, days: int = HISTORY_DAYS) -> dict:
+               teams_file=None, timeout_s: float = 30.0, days: int = HISTORY_DAYS, who: Who | None = None,
+               only_into_new: bool = False) -> dict:
     """Build the demo history of `days` days into the ledger (replacing an earlier demo); returns
     row counts. The same runs over more days are a longer history at a lower daily rate.
+    `who` is recorded in the audit as the builder (default: the command line's OS user).
+    `only_into_new`: raise NotNew, writing nothing, when the ledger already holds anything.
     Runs are generated and inserted CHUNK_RUNS at a time, one transaction each, so memory stays
     bounded at any size: a build of up to CHUNK_RUNS runs (the default included) is all or nothing;
     a larger one that is interrupted leaves whole chunks, which the next build replaces. Each chunk
@@ -507,6 +517,8 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
     with open_ledger(db, read_only=False, timeout_s=timeout_s) as con:
         con.execute("SET enable_progress_bar = false")
         con.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
+        if only_into_new and (held := already_holds(con)):
+            raise NotNew(f"the ledger already holds {held}")
         counts.update(sync_teams(con, teams_file))
         # the next chunk is generated (and its deferrals decided, in Python) in a thread while
         # DuckDB, which releases the GIL, inserts this one
@@ -532,6 +544,10 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
                         con.execute("DELETE FROM decisions WHERE origin = 'demo'")
                     _insert_chunk(con, data, names, snapshots, counts, step)
                     team_weeks.rebuild(con)
+                    if k + 1 == len(chunks):
+                        record(con, who or command_line(), "demo", inserted=counts["runs"],
+                               detail=f"{runs:,} runs over {days} days, seed {seed}; replaced "
+                                      f"{counts['deleted_runs']:,} earlier demo runs")
                     step(0.95, "committing")
                 del data
     say(1.0, f"demo ledger built: {counts['runs']:,} runs")
@@ -688,12 +704,38 @@ RUN_COLUMNS = ", ".join((
     "last_valid_checkpoint", "full_evaluation", "holdout_reads", "holdout_allowance", "source", "updated_at"))
 
 
-def ensure_demo_history(db=None, **kwargs) -> bool:
-    """Build the default demo when the ledger has no runs at all (or does not exist yet); True when
-    it did."""
-    with open_ledger(db, read_only=True, create=True) as con:
-        empty = con.execute("SELECT count(*) = 0 FROM runs").fetchall()[0][0]
-    if not empty:
+class NotNew(Exception):
+    """The ledger already holds something, so the demo bootstrap leaves it alone."""
+
+
+LEDGER_TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)",
+                                     Path(__file__).with_name("schema.sql").read_text(encoding="utf-8")))
+
+
+def already_holds(con) -> str | None:
+    """What the ledger on `con` holds besides its empty schema ("3 teams", "a table x that is not the
+    ledger's", …), or None for a new ledger: no row in any table, no table or view of anyone else,
+    nothing in `meta` but the schema version."""
+    for schema, name, kind in con.execute(
+            "SELECT table_schema, table_name, table_type FROM information_schema.tables "
+            "WHERE table_catalog = current_database() ORDER BY ALL").fetchall():
+        if schema != "main" or name not in LEDGER_TABLES or kind != "BASE TABLE":
+            return f"a {kind.lower()} {schema}.{name} that is not the ledger's"
+    first = ("runs", "decisions", "teams")
+    for name in [*first, *sorted(LEDGER_TABLES - set(first))]:
+        where = " WHERE key <> 'schema_version'" if name == "meta" else ""
+        n = con.execute(f"SELECT count(*) FROM {name}{where}").fetchall()[0][0]
+        if n:
+            return f"{n:,} row(s) in its {name} table"
+    return None
+
+
+def ensure_demo_history(db=None, *, who: Who | None = None, **kwargs) -> bool:
+    """Build the default demo into a new ledger (one that does not exist yet, or holds nothing:
+    `already_holds`), recording `who` built it; True when it did. A ledger holding anything at all
+    (teams, runs, decisions, an audit, tables of someone else) is left as it is: False."""
+    try:
+        build_demo(db, who=who, only_into_new=True, **kwargs)
+    except NotNew:
         return False
-    build_demo(db, **kwargs)
     return True
