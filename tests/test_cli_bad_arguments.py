@@ -1,0 +1,71 @@
+"""Arguments at the edges of the command line: a time off the calendar the gate keeps, a forecast
+horizon of a million weeks. Each is bad input: exit 2, one line on stderr saying what and where, no
+traceback, at once — never exit 1 (which a submit hook reads as "defer") or 3."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lib.cli_args import TIME_RANGE
+from lib.planning.forecast import MAX_WEEKS
+from tests.fixtures_ledger import TINY_TEAMS, counts, query, run_cli, tiny_request, write_json
+
+FAST_S = 20   # a real process on a shared machine: well under the 24 s a million weeks took
+
+
+def assert_bad_input(p, *needles):
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture
+def policy(tmp_path):
+    path = tmp_path / "proposed.toml"
+    path.write_text(TINY_TEAMS, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["replay", "--to", "9999-12-31"], ["argument --to", "'9999-12-31'", TIME_RANGE]),
+    (["replay", "--from", "0001-01-01"], ["argument --from", "'0001-01-01'", TIME_RANGE]),
+    (["replay", "--from", "1999-12-31T23:59:59"], ["argument --from", "1999-12-31T23:59:59"]),
+    (["replay", "--to", "0001-01-01T00:00:00+01:00"], ["argument --to", "0001-01-01T00:00:00+01:00"]),
+    (["forecast", "--as-of", "0001-01-01"], ["argument --as-of", "'0001-01-01'", TIME_RANGE]),
+    (["forecast", "--as-of", "9999-12-31T23:59:59"], ["argument --as-of", "9999-12-31T23:59:59"]),
+    (["forecast", "--as-of", "2099-12-31T23:00:00-05:00"], ["argument --as-of", "2099-12-31T23:00:00-05:00"]),
+    (["forecast", "--weeks", "1000000"], ["argument --weeks", f"at most {MAX_WEEKS} weeks", "'1000000'"]),
+    (["forecast", "--weeks", str(MAX_WEEKS + 1)], ["argument --weeks", f"'{MAX_WEEKS + 1}'"]),
+    (["finish", "tiny-001", "--actual-gpu-hours", "1", "--stop-reason", "completed", "--ended-at", "0001-01-01"],
+     ["argument --ended-at", "'0001-01-01'"]),
+    (["check", "REQUEST", "--now", "9999-12-31T23:59:59-01:00"], ["argument --now", "9999-12-31T23:59:59-01:00"]),
+])
+def test_a_time_off_the_gates_calendar_or_a_horizon_too_far_is_a_usage_error(tiny_ledger, policy, tmp_path,
+                                                                             args, needles):
+    if args[0] == "replay":
+        args = [*args, "--policy", policy]
+    args = [str(write_json(tmp_path / "r.json", tiny_request(1))) if a == "REQUEST" else a for a in args]
+    before = counts(tiny_ledger)
+    t0 = time.monotonic()
+    p = run_cli(*args, db=tiny_ledger, timeout=FAST_S)
+    assert time.monotonic() - t0 < FAST_S
+    assert_bad_input(p, *needles)
+    assert counts(tiny_ledger) == before
+
+
+def test_the_calendars_last_day_and_the_farthest_horizon_are_still_taken(tiny_ledger, policy):
+    p = run_cli("replay", "--policy", policy, "--from", "2099-12-01", "--to", "2099-12-31", db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    assert '"to": "2100-01-01T00:00:00"' in p.stdout      # through the end of the last day
+    p = run_cli("forecast", "--weeks", str(MAX_WEEKS), "--as-of", "2000-01-01", db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+
+
+def test_the_forecast_function_refuses_a_horizon_past_the_maximum(tiny_ledger):
+    from lib.dashboard.forecasts import forecast
+    from lib.gate.terms import InputError
+    with pytest.raises(InputError, match=f"from 1 to {MAX_WEEKS}, got 1000000"):
+        forecast(tiny_ledger, weeks=1_000_000)
