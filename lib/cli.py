@@ -4,7 +4,8 @@ Commands: check, submit, import, finish, demo, export, teams, forecast, replay. 
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
-Times lie in lib.cli_args.TIME_RANGE; a usage error is one line on stderr.
+A file argument must be a regular file (a FIFO is refused, not waited on); times lie in
+lib.cli_args.TIME_RANGE; a usage error is one line on stderr.
 
 `submit` checks the OS user's teams first when the access file asks for it (check_submitter).
 
@@ -29,6 +30,7 @@ from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_i
 from lib.gate.contracts import Decision
 from lib.gate.terms import ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, InputError, json_default
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
+from lib.ledger.files import open_regular, regular_file_problem
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
@@ -76,12 +78,13 @@ def dump_json(obj) -> str:
 
 
 def read_request(source: str):
-    """The request JSON from a file path or '-' (stdin); InputError when it is unreadable."""
+    """The request JSON from a regular file or '-' (stdin); InputError when it is unreadable (a FIFO or
+    a directory among them: refused before reading, never waited on)."""
     try:
         if source == "-":
             raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         else:
-            with open(source, "rb") as f:
+            with open_regular(source) as f:
                 raw = f.read(MAX_REQUEST_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read request {source}: {exc.strerror or exc}") from None
@@ -206,6 +209,9 @@ def cmd_submit(args) -> int:
 
 
 def cmd_import(args) -> int:
+    problem = regular_file_problem(args.file)
+    if problem:  # a FIFO would block the importer, a directory fail it late
+        raise InputError(f"{args.file} {problem}; nothing written")
     try:
         from lib.ledger.imports import import_runs
     except ImportError as exc:
@@ -368,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("check", "the what-if: decide, write nothing"),
                            ("submit", "decide and record (a reservation on admit)")):
         s = sub.add_parser(name, parents=[common], help=helptext)
-        s.add_argument("request", help="request JSON file, or - for stdin")
+        s.add_argument("request", help="request JSON file (a regular file), or - for stdin")
         s.add_argument("--now", type=timestamp, default=None,
                        help=f"decide as of this ISO-8601 time ({TIME_RANGE}) instead of now")
         if name == "submit":
@@ -376,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="who submitted (recorded with the decision)")
 
     s = sub.add_parser("import", parents=[common], help="import run history (CSV or sacct)")
-    s.add_argument("file")
+    s.add_argument("file", help="the run history, a regular file")
     s.add_argument("--format", choices=("csv", "sacct"), default="csv")
     s.add_argument("--create-teams", action="store_true", help="create unknown teams instead of refusing")
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
@@ -418,7 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("replay", parents=[common],
                        help="replay a window's recorded requests under a proposed teams file, as JSON")
-    s.add_argument("--policy", required=True, help="the proposed policy, in the teams.toml format")
+    s.add_argument("--policy", required=True,
+                   help="the proposed policy, a regular file in the teams.toml format")
     s.add_argument("--from", dest="start", type=timestamp, default=None,
                    help=f"window start, ISO-8601 date or time ({TIME_RANGE}; default: 4 weeks before --to)")
     s.add_argument("--to", dest="end", type=window_end, default=None,
@@ -430,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "to 20,000 requests)")
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
-    s.add_argument("--file", default=None, help="teams file (default data/teams.toml)")
+    s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
     return p
 
 

@@ -1,8 +1,9 @@
 """Arguments at the edges of the command line: a time off the calendar the gate keeps, a forecast
-horizon of a million weeks. Each is bad input: exit 2, one line on stderr saying what and where, no
-traceback, at once — never exit 1 (which a submit hook reads as "defer") or 3."""
+horizon of a million weeks, a FIFO or a directory where a file is due. Each is bad input: exit 2, one line on stderr saying what and where, no
+traceback, at once — never a hang, never exit 1 (which a submit hook reads as "defer") or 3."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -69,3 +70,36 @@ def test_the_forecast_function_refuses_a_horizon_past_the_maximum(tiny_ledger):
     from lib.gate.terms import InputError
     with pytest.raises(InputError, match=f"from 1 to {MAX_WEEKS}, got 1000000"):
         forecast(tiny_ledger, weeks=1_000_000)
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["teams", "--file", "FIFO"], "is a FIFO (named pipe), not a regular file"),
+    (["replay", "--policy", "FIFO"], "is a FIFO (named pipe), not a regular file"),
+    (["demo", "--teams-file", "FIFO"], "is a FIFO (named pipe), not a regular file"),
+    (["import", "FIFO"], "is a FIFO (named pipe), not a regular file"),
+    (["import", "FIFO", "--dry-run"], "is a FIFO (named pipe), not a regular file"),
+    (["check", "FIFO"], "cannot read request"),
+    (["submit", "FIFO"], "cannot read request"),
+    (["replay", "--policy", "DIR"], "is a directory, not a regular file"),
+    (["teams", "--file", "DIR"], "is a directory, not a regular file"),
+    (["import", "DIR"], "is a directory, not a regular file"),
+])
+def test_a_fifo_or_a_directory_given_as_a_file_is_refused_without_waiting(tiny_ledger, fifo, tmp_path, args, needle):
+    args = [str(fifo) if a == "FIFO" else str(tmp_path) if a == "DIR" else a for a in args]
+    before = counts(tiny_ledger)
+    p = run_cli(*args, db=tiny_ledger, timeout=FAST_S)   # a read of the FIFO would block: the timeout fails it
+    assert_bad_input(p, needle, args[-1] if args[-1] != "--dry-run" else args[-2])
+    assert counts(tiny_ledger) == before
+
+
+def test_stdin_stays_a_request_source(tiny_ledger):
+    import json
+    p = run_cli("check", "-", db=tiny_ledger, stdin=json.dumps(tiny_request(1)))
+    assert p.returncode == 0, p.stderr

@@ -28,6 +28,7 @@ from typing import TypedDict
 
 from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
+from lib.ledger.files import NotRegularFile, open_regular
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
@@ -73,7 +74,8 @@ class TeamsFileError(ValueError):
     def __init__(self, path, problems: list[str]):
         self.path = str(path)
         self.problems = list(problems)
-        super().__init__(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+        super().__init__(f"{path}: {problems[0]}" if len(problems) == 1 else
+                         f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
 
 
 def _check_value(kind: str, value):
@@ -274,12 +276,18 @@ def load_teams(path=None) -> tuple[list[dict], list[dict]]:
 
 
 def load_teams_file(path=None) -> TeamsFile:
-    """Read and validate the whole teams file (default data/teams.toml)."""
+    """Read and validate the whole teams file (default data/teams.toml): a regular file (a FIFO, a
+    directory or a device is refused before reading)."""
     p = Path(path) if path else DEFAULT_TEAMS_FILE
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        with open_regular(p) as f:
+            text = f.read().decode("utf-8-sig")
     except FileNotFoundError:
         raise TeamsFileError(p, ["file not found"]) from None
+    except NotRegularFile as exc:
+        raise TeamsFileError(p, [exc.strerror]) from None
+    except OSError as exc:
+        raise TeamsFileError(p, [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
     return parse_teams_file(text, p)
