@@ -1,5 +1,6 @@
 """Arguments at the edges of the command line: a time off the calendar the gate keeps, a forecast
-horizon of a million weeks, a FIFO or a directory where a file is due. Each is bad input: exit 2, one line on stderr saying what and where, no
+horizon of a million weeks, a teams file with numbers no ledger column holds, a FIFO or a directory
+where a file is due. Each is bad input: exit 2, one line on stderr saying what and where, no
 traceback, at once — never a hang, never exit 1 (which a submit hook reads as "defer") or 3."""
 from __future__ import annotations
 
@@ -70,6 +71,40 @@ def test_the_forecast_function_refuses_a_horizon_past_the_maximum(tiny_ledger):
     from lib.gate.terms import InputError
     with pytest.raises(InputError, match=f"from 1 to {MAX_WEEKS}, got 1000000"):
         forecast(tiny_ledger, weeks=1_000_000)
+
+
+BIG = 10**30
+
+
+@pytest.mark.parametrize("line, key, shown", [
+    (f"reserved_gpus = {BIG}", "[teams.tiny] reserved_gpus", "100000000000... (31 digits)"),
+    ("reserved_gpus = 2147483648", "[teams.tiny] reserved_gpus", "2147483648"),
+    ("max_gpus_per_job = 1e30", "[teams.tiny] max_gpus_per_job", "1e+30"),
+    ("retraining_reserved_gpus = -99999999999", "[teams.tiny] retraining_reserved_gpus", "-99999999999"),
+    (f"monthly_budget_gpu_hours = {10**400}", "[teams.tiny] monthly_budget_gpu_hours", "(401 digits)"),
+    (f"max_runtime_hours = {-10**400}", "[teams.tiny] max_runtime_hours", "-10000000000... (401 digits)"),
+])
+def test_a_teams_number_too_large_for_the_ledger_names_the_key_and_the_value(tmp_path, line, key, shown):
+    key_name = line.split(" =")[0]
+    text = "\n".join(ln for ln in TINY_TEAMS.splitlines() if not ln.startswith(key_name + " "))
+    path = tmp_path / "teams.toml"
+    path.write_text(text.replace("[teams.tiny]\n", f"[teams.tiny]\n{line}\n"), encoding="utf-8")
+    db = tmp_path / "g.duckdb"
+    p = run_cli("teams", "--file", path, db=db)
+    assert_bad_input(p, str(path), key, shown)
+    assert query(db, "SELECT count(*) FROM teams") == [(0,)]
+
+
+def test_a_price_or_an_integer_past_pythons_digits_is_a_teams_file_error(tmp_path):
+    db = tmp_path / "g.duckdb"
+    path = tmp_path / "teams.toml"
+    path.write_text(TINY_TEAMS + f'\n[prices]\ncurrency = "USD"\nstable = {10**400}\n', encoding="utf-8")
+    assert_bad_input(run_cli("teams", "--file", path, db=db), "[prices] stable", "(401 digits)")
+    path.write_text(TINY_TEAMS.replace("reserved_gpus = 8", "reserved_gpus = 1" + "0" * 5000), encoding="utf-8")
+    assert_bad_input(run_cli("teams", "--file", path, db=db), "not valid TOML", "5001 digits")
+    path.write_text(TINY_TEAMS.replace('team = "tiny"', 'team = "tiny"\ncreated_at = 0001-01-01T00:00:00+01:00'),
+                    encoding="utf-8")
+    assert_bad_input(run_cli("teams", "--file", path, db=db), "created_at", "0001")
 
 
 @pytest.fixture

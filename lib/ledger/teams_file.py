@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tomllib
 from datetime import date, datetime
 from pathlib import Path
@@ -32,8 +33,9 @@ from lib.ledger.files import NotRegularFile, open_regular
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
-# policy key -> (kind, default). kind: "int" (whole number >= 0), "float" (finite number >= 0),
-# "basis", "partitions". Default None = required.
+# policy key -> (kind, default). kind: "int" (whole number >= 0 that fits the ledger's INTEGER column,
+# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "basis", "partitions".
+# Default None = required.
 POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "reserved_gpus": ("int", None),
     "retraining_reserved_gpus": ("int", 0),
@@ -47,6 +49,7 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
 }
+INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
 COLUMNS = ("team", *POLICY_FIELDS, "policy_version", COLOUR_KEY)
@@ -78,10 +81,28 @@ class TeamsFileError(ValueError):
                          f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
 
 
+def _shown(value) -> str:
+    """The value as a message shows it: a long integer by its first digits and how many it has."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
+
+
+def _number_problem(value, integral: bool = False) -> str | None:
+    """number_problem for a teams-file number, also refusing one too large for its ledger column:
+    above INT_MAX for a whole number, beyond a DOUBLE for any other (TOML integers are unbounded
+    here)."""
+    if type(value) in (int, float) and abs(value) > (INT_MAX if integral else sys.float_info.max):
+        if value < 0:
+            return f"must be ≥ 0, got {_shown(value)}"
+        limit = f"{INT_MAX} (the ledger's largest whole number)" if integral else f"{sys.float_info.max:.1e}"
+        return f"must be at most {limit}, got {_shown(value)}"
+    return number_problem(value, integral=integral)
+
+
 def _check_value(kind: str, value):
     """(normalized value, None) or (None, problem text)."""
     if kind in ("int", "float"):
-        problem = number_problem(value, integral=kind == "int")
+        problem = _number_problem(value, integral=kind == "int")
         if problem:
             return None, problem
         return (int(value) if kind == "int" else float(value)), None
@@ -117,7 +138,7 @@ def _parse_prices(doc, problems: list[str]) -> Prices:
     per_hour = {}
     for capacity in CAPACITIES:
         if capacity in doc:
-            problem = number_problem(doc[capacity])
+            problem = _number_problem(doc[capacity])
             if problem:
                 problems.append(f"[prices] {capacity}: price per GPU-hour {problem}")
             else:
@@ -142,7 +163,10 @@ def _as_timestamp(value):
     if value is None:
         return None, None
     if isinstance(value, datetime):
-        return naive_utc(value), None
+        try:
+            return naive_utc(value), None
+        except OverflowError:   # an offset that moves year 1 or 9999 off the calendar
+            return None, f"must be a date-time the calendar holds in UTC, got {value.isoformat()}"
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day), None
     if isinstance(value, str):
@@ -163,8 +187,8 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     """Teams, snapshots and prices from the TOML text; raises TeamsFileError listing every problem."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TeamsFileError(path, [f"not valid TOML: {exc}"]) from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
+        raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
     unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices"}
     for key in sorted(unknown_top):
