@@ -28,7 +28,8 @@ from pathlib import Path
 
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.contracts import Decision
-from lib.gate.terms import ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, InputError, json_default
+from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, SUBMIT_CLOCK_WINDOW, InputError,
+                            checked_submit_time, json_default)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
 
@@ -188,6 +189,7 @@ def check_submitter(request, path=None) -> None:
 
 def cmd_submit(args) -> int:
     from lib.ledger.service import submit_request
+    args.now = checked_submit_time(args.now)  # a recorded decision is dated now, give or take minutes
     request = read_request(args.request)
     check_submitter(request)
     decision = via_gate_server(args, "submit", request)
@@ -376,7 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, parents=[common], help=helptext)
         s.add_argument("request", help="request JSON file (a regular file), or - for stdin")
         s.add_argument("--now", type=timestamp, default=None,
-                       help=f"decide as of this ISO-8601 time ({TIME_RANGE}) instead of now")
+                       help=f"decide as of this ISO-8601 time ({TIME_RANGE}) instead of now" + (
+                           f"; a decision to record must be dated within "
+                           f"{SUBMIT_CLOCK_WINDOW.total_seconds() / 60:g} minutes of the present"
+                           if name == "submit" else ""))
         if name == "submit":
             s.add_argument("--origin", default="cli", choices=("cli", "slurm", "app", "kueue", "hook"),
                            help="who submitted (recorded with the decision)")
