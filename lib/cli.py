@@ -194,9 +194,9 @@ def cmd_submit(args) -> int:
     check_submitter(request)
     decision = via_gate_server(args, "submit", request)
     if decision is None:
-        from lib.ledger.audit import os_user
+        from lib.ledger.audit import os_actor
         decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
-                                  timeout_s=args.timeout, actor=os_user())
+                                  timeout_s=args.timeout, actor=os_actor())
     _report_decision(decision, "submit")
     if decision.get("replayed"):
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
@@ -315,9 +315,11 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
-    from lib.ledger.teams_file import sync_teams
+    from lib.ledger.audit import command_line
+    from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, sync_teams
+    who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
-        c = sync_teams(con, args.file)
+        c = sync_teams(con, args.file, who=who)
     say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "
         f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
         f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")

@@ -1,12 +1,13 @@
-"""Every write records who: an import from the command line is recorded as its OS user, one from the
-dashboard as the session's identity, a policy export as whoever downloaded it — in the same transaction
-as the write, so a refused or dry-run import records nothing. Real ledgers, a real `python -m lib`."""
+"""Every write records who: an import from the command line is recorded as its OS user ("NAME (uid N)"),
+one from the dashboard as the session's identity, a policy export as whoever downloaded it — in the same
+transaction as the write, so a refused or dry-run import records nothing. Real ledgers, a real
+`python -m lib`."""
 from __future__ import annotations
 
 import pytest
 
 from lib.dashboard.audit import recent_writes
-from lib.ledger.audit import os_user, record, record_export
+from lib.ledger.audit import os_actor, record, record_export
 from lib.ledger.connection import open_ledger
 from lib.ledger.imports import import_runs
 from tests.fixtures_imports import GOOD, HEADER
@@ -26,8 +27,8 @@ def test_a_command_line_import_is_recorded_as_the_os_user_with_its_file_and_coun
     assert p.returncode == 0, p.stderr
     p = run_cli("import", csv, db=import_ledger)          # again: nothing changes, still a recorded write
     assert p.returncode == 0, p.stderr
-    assert rows(import_ledger) == [[os_user(), "cli", "import", "history.csv", "csv", 0, 0, 2],
-                                   [os_user(), "cli", "import", "history.csv", "csv", 2, 0, 0]]
+    assert rows(import_ledger) == [[os_actor(), "cli", "import", "history.csv", "csv", 0, 0, 2],
+                                   [os_actor(), "cli", "import", "history.csv", "csv", 2, 0, 0]]
 
 
 def test_a_dashboard_import_is_recorded_as_the_session_identity(import_ledger):
@@ -64,4 +65,4 @@ def test_a_command_line_submit_records_the_os_user_as_who_asked(demo_ledger, tmp
     from tests.fixtures_ledger import demo_request, query, write_json
     p = run_cli("submit", write_json(tmp_path / "req.json", demo_request(run_id="vision-who-001")), db=demo_ledger)
     assert p.returncode == 0, p.stderr
-    assert query(demo_ledger, "SELECT actor, state FROM decisions WHERE run_id = 'vision-who-001'") == [(os_user(), "admit")]
+    assert query(demo_ledger, "SELECT actor, state FROM decisions WHERE run_id = 'vision-who-001'") == [(os_actor(), "admit")]

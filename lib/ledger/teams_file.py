@@ -317,9 +317,11 @@ def load_teams_file(path=None) -> TeamsFile:
     return parse_teams_file(text, p)
 
 
-def sync_teams(con, path=None) -> dict:
+def sync_teams(con, path=None, *, who=None) -> dict:
     """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
-    file's, in one transaction (a file that does not validate changes nothing).
+    file's, in one transaction (a file that does not validate changes nothing). With `who`
+    (lib.ledger.audit.Who), the load is recorded in the audit in that transaction: action "teams",
+    the teams inserted / updated / unchanged.
 
     Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
     left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
@@ -368,5 +370,11 @@ def sync_teams(con, path=None) -> dict:
         for capacity, price in prices["per_gpu_hour"].items():
             con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
                         [capacity, price, prices["currency"]])
+        if who is not None:
+            from lib.ledger.audit import record
+            record(con, who, "teams", fmt="toml", inserted=counts["teams_inserted"],
+                   updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
+                   detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "
+                          f"{counts['snapshots_updated']}, unchanged {counts['snapshots_unchanged']}")
     counts["prices"] = len(prices["per_gpu_hour"])
     return counts
