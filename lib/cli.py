@@ -4,6 +4,8 @@ Commands: check, submit, import, finish, demo, export, teams, forecast, replay. 
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
+A file argument must be a regular file (a FIFO is refused, not waited on); times lie in
+lib.cli_args.TIME_RANGE; a usage error is one line on stderr.
 
 `submit` checks the OS user's teams first when the access file asks for it (check_submitter).
 
@@ -24,10 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.contracts import Decision
-from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, InputError,
-                            json_default, naive_utc, number_problem)
+from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, SUBMIT_CLOCK_WINDOW, InputError,
+                            checked_submit_time, json_default)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
+from lib.ledger.files import open_regular, regular_file_problem
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
@@ -75,12 +79,13 @@ def dump_json(obj) -> str:
 
 
 def read_request(source: str):
-    """The request JSON from a file path or '-' (stdin); InputError when it is unreadable."""
+    """The request JSON from a regular file or '-' (stdin); InputError when it is unreadable (a FIFO or
+    a directory among them: refused before reading, never waited on)."""
     try:
         if source == "-":
             raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         else:
-            with open(source, "rb") as f:
+            with open_regular(source) as f:
                 raw = f.read(MAX_REQUEST_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read request {source}: {exc.strerror or exc}") from None
@@ -184,13 +189,14 @@ def check_submitter(request, path=None) -> None:
 
 def cmd_submit(args) -> int:
     from lib.ledger.service import submit_request
+    args.now = checked_submit_time(args.now)  # a recorded decision is dated now, give or take minutes
     request = read_request(args.request)
     check_submitter(request)
     decision = via_gate_server(args, "submit", request)
     if decision is None:
-        from lib.ledger.audit import os_user
+        from lib.ledger.audit import os_actor
         decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
-                                  timeout_s=args.timeout, actor=os_user())
+                                  timeout_s=args.timeout, actor=os_actor())
     _report_decision(decision, "submit")
     if decision.get("replayed"):
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
@@ -205,6 +211,9 @@ def cmd_submit(args) -> int:
 
 
 def cmd_import(args) -> int:
+    problem = regular_file_problem(args.file)
+    if problem:  # a FIFO would block the importer, a directory fail it late
+        raise InputError(f"{args.file} {problem}; nothing written")
     try:
         from lib.ledger.imports import import_runs
     except ImportError as exc:
@@ -306,9 +315,11 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
-    from lib.ledger.teams_file import sync_teams
+    from lib.ledger.audit import command_line
+    from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, sync_teams
+    who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
-        c = sync_teams(con, args.file)
+        c = sync_teams(con, args.file, who=who)
     say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "
         f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
         f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")
@@ -346,59 +357,9 @@ def cmd_replay(args) -> int:
     return EXIT_OK
 
 
-def _window_end(text):
-    """--to: an ISO time, or a date meaning the end of that day (UTC)."""
-    from datetime import timedelta
-    t = _timestamp(text)
-    return t + timedelta(days=1) if len(text.strip()) == 10 else t
-
-
-def _level(text):
-    v = _nonneg_float(text)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text!r}")
-    return v
-
-
-def _nonneg_float(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    problem = number_problem(v)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{problem} ({text!r})")
-    return v
-
-
-def _nonneg_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return v
-
-
-def _positive_int(text):
-    v = _nonneg_int(text.replace("_", ""))
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return v
-
-
-def _timestamp(text):
-    try:
-        return naive_utc(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {text!r}") from None
-
-
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors are bad input: exit 2 with the message on stderr
-        self.print_usage(sys.stderr)
-        say(f"{self.prog}: error: {message}")
+    def error(self, message):  # usage errors are bad input: exit 2, one line on stderr
+        say(f"{self.prog}: error: {message} (usage: {self.prog} --help)")
         raise SystemExit(EXIT_INVALID)
 
 
@@ -408,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ledger file (default: $GATE_DB, else data/gate.duckdb)")
     common.add_argument("--progress", action="store_true", default=argparse.SUPPRESS,
                         help="draw the progress bar even when stderr is not a terminal")
-    common.add_argument("--timeout", type=_nonneg_float, default=argparse.SUPPRESS,
+    common.add_argument("--timeout", type=nonneg_float, default=argparse.SUPPRESS,
                         help="seconds to wait for a ledger another process holds (default 10)")
     p = _Parser(prog="python -m lib", description=__doc__.split("\n\n")[0], parents=[common],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -417,40 +378,43 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("check", "the what-if: decide, write nothing"),
                            ("submit", "decide and record (a reservation on admit)")):
         s = sub.add_parser(name, parents=[common], help=helptext)
-        s.add_argument("request", help="request JSON file, or - for stdin")
-        s.add_argument("--now", type=_timestamp, default=None,
-                       help="decide as of this ISO-8601 time (UTC) instead of now")
+        s.add_argument("request", help="request JSON file (a regular file), or - for stdin")
+        s.add_argument("--now", type=timestamp, default=None,
+                       help=f"decide as of this ISO-8601 time ({TIME_RANGE}) instead of now" + (
+                           f"; a decision to record must be dated within "
+                           f"{SUBMIT_CLOCK_WINDOW.total_seconds() / 60:g} minutes of the present"
+                           if name == "submit" else ""))
         if name == "submit":
             s.add_argument("--origin", default="cli", choices=("cli", "slurm", "app", "kueue", "hook"),
                            help="who submitted (recorded with the decision)")
 
     s = sub.add_parser("import", parents=[common], help="import run history (CSV or sacct)")
-    s.add_argument("file")
+    s.add_argument("file", help="the run history, a regular file")
     s.add_argument("--format", choices=("csv", "sacct"), default="csv")
     s.add_argument("--create-teams", action="store_true", help="create unknown teams instead of refusing")
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
 
     s = sub.add_parser("finish", parents=[common], help="record a run's actuals and how it stopped")
     s.add_argument("run_id")
-    s.add_argument("--actual-gpu-hours", type=_nonneg_float, required=True)
+    s.add_argument("--actual-gpu-hours", type=nonneg_float, required=True)
     s.add_argument("--stop-reason", required=True, choices=STOP_REASONS)
-    s.add_argument("--ended-at", type=_timestamp)
-    s.add_argument("--started-at", type=_timestamp)
+    s.add_argument("--ended-at", type=timestamp, help=f"ISO-8601 time ({TIME_RANGE}; default: now)")
+    s.add_argument("--started-at", type=timestamp, help=f"ISO-8601 time ({TIME_RANGE})")
     s.add_argument("--last-valid-checkpoint")
-    s.add_argument("--interruptions", type=_nonneg_int)
-    s.add_argument("--restarts", type=_nonneg_int)
+    s.add_argument("--interruptions", type=nonneg_int)
+    s.add_argument("--restarts", type=nonneg_int)
     s.add_argument("--artifact-status", choices=ARTIFACT_STATUSES)
     s.add_argument("--full-evaluation", action=argparse.BooleanOptionalAction, default=None)
-    s.add_argument("--holdout-reads", type=_nonneg_int)
-    s.add_argument("--checkpoint-gpu-hours", type=_nonneg_float)
-    s.add_argument("--retry-gpu-hours", type=_nonneg_float)
-    s.add_argument("--eval-gpu-hours", type=_nonneg_float)
-    s.add_argument("--lost-work-gpu-hours", type=_nonneg_float)
+    s.add_argument("--holdout-reads", type=nonneg_int)
+    s.add_argument("--checkpoint-gpu-hours", type=nonneg_float)
+    s.add_argument("--retry-gpu-hours", type=nonneg_float)
+    s.add_argument("--eval-gpu-hours", type=nonneg_float)
+    s.add_argument("--lost-work-gpu-hours", type=nonneg_float)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
-    s.add_argument("--runs", type=_positive_int, default=10_000)
-    s.add_argument("--seed", type=_nonneg_int, default=0)
-    s.add_argument("--days", type=_positive_int, default=None,
+    s.add_argument("--runs", type=positive_int, default=10_000)
+    s.add_argument("--seed", type=nonneg_int, default=0)
+    s.add_argument("--days", type=positive_int, default=None,
                    help="days of history the runs spread over (default 730; at least 60)")
     s.add_argument("--teams-file", default=None, help="teams file (default data/teams.toml)")
 
@@ -461,25 +425,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("forecast", parents=[common],
                        help="weekly demand (P50/P90) and this month's budget burn-down per team, as JSON")
-    s.add_argument("--weeks", type=_positive_int, default=8, help="weeks ahead (default 8)")
-    s.add_argument("--as-of", type=_timestamp, default=None,
-                   help="forecast from the ledger's data up to this ISO-8601 time (UTC) only")
+    s.add_argument("--weeks", type=weeks, default=8, help="weeks ahead (default 8, at most 104)")
+    s.add_argument("--as-of", type=timestamp, default=None,
+                   help=f"forecast from the ledger's data up to this ISO-8601 time ({TIME_RANGE}) only")
 
     s = sub.add_parser("replay", parents=[common],
                        help="replay a window's recorded requests under a proposed teams file, as JSON")
-    s.add_argument("--policy", required=True, help="the proposed policy, in the teams.toml format")
-    s.add_argument("--from", dest="start", type=_timestamp, default=None,
-                   help="window start, ISO-8601 date or time, UTC (default: 4 weeks before --to)")
-    s.add_argument("--to", dest="end", type=_window_end, default=None,
-                   help="window end, ISO-8601 time, or a date (through its end), UTC (default: now)")
-    s.add_argument("--calibration-level", type=_level, default=None,
+    s.add_argument("--policy", required=True,
+                   help="the proposed policy, a regular file in the teams.toml format")
+    s.add_argument("--from", dest="start", type=timestamp, default=None,
+                   help=f"window start, ISO-8601 date or time ({TIME_RANGE}; default: 4 weeks before --to)")
+    s.add_argument("--to", dest="end", type=window_end, default=None,
+                   help=f"window end, ISO-8601 time, or a date (through its end) ({TIME_RANGE}; default: now)")
+    s.add_argument("--calibration-level", type=level, default=None,
                    help="calibration level of the proposed teams' bounds (default 0.9)")
     s.add_argument("--calibration-refresh", choices=("auto", "exact", "daily"), default="auto",
                    help="recompute calibration whenever its runs change, or once a day (auto: exact up "
                         "to 20,000 requests)")
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
-    s.add_argument("--file", default=None, help="teams file (default data/teams.toml)")
+    s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
     return p
 
 

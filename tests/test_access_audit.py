@@ -1,6 +1,7 @@
-"""Every write records who: an import from the command line is recorded as its OS user, one from the
-dashboard as the session's identity, a policy export as whoever downloaded it — in the same transaction
-as the write, so a refused or dry-run import records nothing. Real ledgers, a real `python -m lib`."""
+"""Every write records who: an import from the command line is recorded as its OS user ("NAME (uid N)"),
+one from the dashboard as the session's identity, a policy export as whoever downloaded it — in the same
+transaction as the write, so a refused or dry-run import records nothing. Real ledgers, a real
+`python -m lib`."""
 from __future__ import annotations
 
 import pytest

@@ -16,7 +16,7 @@ from lib.ledger.service import submit_request
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import REPO, counts, demo_request, query, run_cli, tiny_request, write_json
 
-AT = ["--now", NOW.isoformat()]
+AT = ["--now", NOW.isoformat()]   # what-ifs (check) at the suite's clock; a submit is dated by the real one
 
 
 def test_check_prints_the_decision_and_writes_nothing(demo_ledger, tmp_path):
@@ -31,7 +31,7 @@ def test_check_prints_the_decision_and_writes_nothing(demo_ledger, tmp_path):
 
 
 def test_submit_from_stdin_records_and_says_so(demo_ledger):
-    p = run_cli("submit", "-", *AT, db=demo_ledger, stdin=json.dumps(demo_request()))
+    p = run_cli("submit", "-", db=demo_ledger, stdin=json.dumps(demo_request()))
     assert p.returncode == 0, p.stderr
     assert "reservation" in p.stderr
     assert query(demo_ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
@@ -39,7 +39,7 @@ def test_submit_from_stdin_records_and_says_so(demo_ledger):
 
 
 def test_defer_exits_1_with_the_reasons_on_stderr(demo_ledger, tmp_path):
-    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(budget_gpu_hours=1)), *AT, db=demo_ledger)
+    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(budget_gpu_hours=1)), db=demo_ledger)
     assert p.returncode == 1
     assert json.loads(p.stdout)["reasons"][0]["code"] == "budget"
     assert "[budget]" in p.stderr
@@ -64,11 +64,11 @@ def test_bad_request_input_exits_2(demo_ledger, body, needle):
 
 def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(demo_ledger, tmp_path):
     p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(team="marketing", gpus="two")),
-                *AT, db=demo_ledger)
+                db=demo_ledger)
     assert p.returncode == 2
     fields = [r.get("field") for r in json.loads(p.stdout)["reasons"]]
     assert "gpus" in fields
-    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(team="marketing")), *AT, db=demo_ledger)
+    p = run_cli("submit", write_json(tmp_path / "r.json", demo_request(team="marketing")), db=demo_ledger)
     assert p.returncode == 2
     assert json.loads(p.stdout)["reasons"][0]["field"] == "team"
     assert query(demo_ledger, "SELECT count(*) FROM decisions WHERE origin = 'cli'") == [(2,)]
@@ -77,25 +77,26 @@ def test_invalid_and_unknown_team_requests_are_rejected_with_exit_2(demo_ledger,
 def test_a_submit_whose_answer_was_lost_is_retried_safely(demo_ledger, tmp_path):
     path = write_json(tmp_path / "r.json", demo_request())
     env = {**os.environ, "GATE_DB": str(demo_ledger)}
-    lost = subprocess.Popen([sys.executable, "-m", "lib", "submit", str(path), *AT], cwd=REPO, env=env,
+    lost = subprocess.Popen([sys.executable, "-m", "lib", "submit", str(path)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lost.stdout.close()  # the caller goes away before the answer: it never learns the decision
     err = lost.stderr.read()
     assert lost.wait(timeout=60) != 0, err
-    assert query(demo_ledger, "SELECT state FROM decisions WHERE origin = 'cli'") == [("admit",)]
+    [(state, recorded)] = query(demo_ledger, "SELECT state, decision_json FROM decisions WHERE origin = 'cli'")
+    assert state == "admit"
     before = counts(demo_ledger)
 
     retry = write_json(tmp_path / "retry.json", dict(reversed(list(demo_request().items()))))
-    p = run_cli("submit", retry, "--now", (NOW + timedelta(minutes=2)).isoformat(), db=demo_ledger)
+    p = run_cli("submit", retry, db=demo_ledger)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert (d["state"], d["replayed"], d["decided_at"]) == ("admit", True, NOW.isoformat())
+    assert (d["state"], d["replayed"], d["decided_at"]) == ("admit", True, json.loads(recorded)["decided_at"])
     assert "nothing new written" in p.stderr
-    p = run_cli("check", retry, "--now", (NOW + timedelta(minutes=2)).isoformat(), db=demo_ledger)
+    p = run_cli("check", retry, db=demo_ledger)
     assert p.returncode == 0 and json.loads(p.stdout) == d
     assert counts(demo_ledger) == before
 
-    p = run_cli("submit", write_json(tmp_path / "other.json", demo_request(gpus=4)), *AT, db=demo_ledger)
+    p = run_cli("submit", write_json(tmp_path / "other.json", demo_request(gpus=4)), db=demo_ledger)
     assert p.returncode == 2 and json.loads(p.stdout)["reasons"][0]["field"] == "run_id"
 
 
@@ -105,7 +106,7 @@ def test_missing_request_file_exits_2(demo_ledger, tmp_path):
 
 
 def test_finish_records_actuals_and_refuses_unknown_runs(tiny_ledger, tmp_path):
-    assert run_cli("submit", write_json(tmp_path / "r.json", tiny_request(1)), *AT,
+    assert run_cli("submit", write_json(tmp_path / "r.json", tiny_request(1)),
                    db=tiny_ledger).returncode == 0
     p = run_cli("finish", "tiny-001", "--actual-gpu-hours", "7.5", "--stop-reason", "wall-clock",
                 "--last-valid-checkpoint", "ckpt/step-400", "--ended-at", (NOW + timedelta(hours=3)).isoformat(),

@@ -27,7 +27,7 @@ def test_twenty_concurrent_submitters_never_double_book(tiny_ledger, tmp_path):
     for i in range(20):  # 8 GPUs reserved, 2 per request: exactly 4 fit
         path = write_json(tmp_path / f"r{i}.json", tiny_request(i))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "lib", "submit", str(path), "--now", NOW.isoformat(), "--timeout", "40"],
+            [sys.executable, "-m", "lib", "submit", str(path), "--timeout", "40"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
     for p in procs:
@@ -77,7 +77,7 @@ def test_a_ledger_locked_past_the_timeout_exits_3_and_changes_nothing(tiny_ledge
         holder.communicate("\n", timeout=10)
     assert counts(tiny_ledger) == before
     # once the holder is gone, the same submit goes through
-    p = run_cli("submit", path, "--now", NOW.isoformat(), db=tiny_ledger)
+    p = run_cli("submit", path, db=tiny_ledger)
     assert p.returncode == 0, p.stderr
 
 

@@ -2,7 +2,7 @@
 
 From the bottom: the decision (`lib.gate`), planning maths (`lib.planning`), the ledger (`lib.ledger`),
 then the dashboard's read models (`lib.dashboard`) and the Slurm integration (`lib.slurm`), and on
-top the command line (`lib.cli`, `lib.__main__`).
+top the command line (`lib.cli`, its argument types `lib.cli_args`, `lib.__main__`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 LIB = Path(__file__).resolve().parent.parent / "lib"
-RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "__main__": 4}
+RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "cli_args": 4, "__main__": 4}
 
 
 def _layer(module: str) -> str:

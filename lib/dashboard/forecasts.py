@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from lib.dashboard.reading import reader
-from lib.gate.terms import month_start, next_month_start, utcnow
+from lib.gate.terms import InputError, month_start, next_month_start, utcnow
 from lib.ledger.service import held_reservations
-from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, burn_down, pooled_ratios,
+from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, MAX_WEEKS, burn_down, pooled_ratios,
                                    weekly_forecast)
 
 METHOD = ("simple exponential smoothing of weekly GPU-hours (α = 0.3), P50/P90 from the method's own past "
@@ -98,7 +98,10 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
     quota that would cover P90, and this month's burn-down (consumed, committed, projected month end
     P50/P90, projected exhaustion day). `as_of` None: now. `live` (default: as_of is None): the
     committed reservations are the gate's own (held now), not reconstructed for a past moment.
-    Also `history`: the weekly usage the forecast rests on (team, week, gpu_hours)."""
+    Also `history`: the weekly usage the forecast rests on (team, week, gpu_hours). InputError for
+    `weeks` outside 1 .. MAX_WEEKS."""
+    if type(weeks) is not int or not 1 <= weeks <= MAX_WEEKS:
+        raise InputError(f"weeks must be a whole number from 1 to {MAX_WEEKS}, got {weeks!r}")
     live = as_of is None if live is None else live
     as_of = utcnow() if as_of is None else as_of
     with reader(db) as con:

@@ -628,8 +628,10 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
                last_valid_checkpoint=None, interruptions=None, restarts=None, artifact_status=None,
                full_evaluation=None, holdout_reads=None, act_checkpoint_gpu_hours=None,
                act_retry_gpu_hours=None, act_eval_gpu_hours=None, act_lost_work_gpu_hours=None,
-               db=None, timeout_s: float = 10.0) -> dict:
+               db=None, timeout_s: float = 10.0, who=None) -> dict:
     """Record a run's actuals and how it stopped against its run ID; returns the updated run row.
+    The write is recorded in the audit in the same transaction (action "finish": the run ID and stop
+    reason) as `who` (a lib.ledger.audit.Who; default: the OS user on the command line).
 
     ended_at defaults to now, started_at to what the ledger has (else the reservation start).
     artifact_status defaults from the stop reason: budget / wall-clock / failed-steps -> incomplete,
@@ -663,6 +665,8 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     if last_valid_checkpoint is not None and (type(last_valid_checkpoint) is not str or
                                               len(last_valid_checkpoint) > 2000):
         raise FinishInputError("last_valid_checkpoint must be a string of at most 2000 characters")
+    from lib.ledger.audit import command_line, record
+    who = who or command_line()
     now = utcnow()
     try:
         ended = naive_utc(ended_at) or now
@@ -696,4 +700,5 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
             cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
             names = [d[0] for d in cur.description]
             out = dict(zip(names, cur.fetchone()))
+            record(con, who, "finish", updated=1, detail=f"run {run_id}: stopped {stop_reason}")
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tomllib
 from datetime import date, datetime
 from pathlib import Path
@@ -28,11 +29,13 @@ from typing import TypedDict
 
 from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
+from lib.ledger.files import NotRegularFile, open_regular
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
-# policy key -> (kind, default). kind: "int" (whole number >= 0), "float" (finite number >= 0),
-# "basis", "partitions". Default None = required.
+# policy key -> (kind, default). kind: "int" (whole number >= 0 that fits the ledger's INTEGER column,
+# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "basis", "partitions".
+# Default None = required.
 POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "reserved_gpus": ("int", None),
     "retraining_reserved_gpus": ("int", 0),
@@ -46,6 +49,7 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
 }
+INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
 COLUMNS = ("team", *POLICY_FIELDS, "policy_version", COLOUR_KEY)
@@ -73,13 +77,32 @@ class TeamsFileError(ValueError):
     def __init__(self, path, problems: list[str]):
         self.path = str(path)
         self.problems = list(problems)
-        super().__init__(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+        super().__init__(f"{path}: {problems[0]}" if len(problems) == 1 else
+                         f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
+def _shown(value) -> str:
+    """The value as a message shows it: a long integer by its first digits and how many it has."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
+
+
+def _number_problem(value, integral: bool = False) -> str | None:
+    """number_problem for a teams-file number, also refusing one too large for its ledger column:
+    above INT_MAX for a whole number, beyond a DOUBLE for any other (TOML integers are unbounded
+    here)."""
+    if type(value) in (int, float) and abs(value) > (INT_MAX if integral else sys.float_info.max):
+        if value < 0:
+            return f"must be ≥ 0, got {_shown(value)}"
+        limit = f"{INT_MAX} (the ledger's largest whole number)" if integral else f"{sys.float_info.max:.1e}"
+        return f"must be at most {limit}, got {_shown(value)}"
+    return number_problem(value, integral=integral)
 
 
 def _check_value(kind: str, value):
     """(normalized value, None) or (None, problem text)."""
     if kind in ("int", "float"):
-        problem = number_problem(value, integral=kind == "int")
+        problem = _number_problem(value, integral=kind == "int")
         if problem:
             return None, problem
         return (int(value) if kind == "int" else float(value)), None
@@ -115,7 +138,7 @@ def _parse_prices(doc, problems: list[str]) -> Prices:
     per_hour = {}
     for capacity in CAPACITIES:
         if capacity in doc:
-            problem = number_problem(doc[capacity])
+            problem = _number_problem(doc[capacity])
             if problem:
                 problems.append(f"[prices] {capacity}: price per GPU-hour {problem}")
             else:
@@ -140,7 +163,10 @@ def _as_timestamp(value):
     if value is None:
         return None, None
     if isinstance(value, datetime):
-        return naive_utc(value), None
+        try:
+            return naive_utc(value), None
+        except OverflowError:   # an offset that moves year 1 or 9999 off the calendar
+            return None, f"must be a date-time the calendar holds in UTC, got {value.isoformat()}"
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day), None
     if isinstance(value, str):
@@ -161,8 +187,8 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     """Teams, snapshots and prices from the TOML text; raises TeamsFileError listing every problem."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TeamsFileError(path, [f"not valid TOML: {exc}"]) from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
+        raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
     unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices"}
     for key in sorted(unknown_top):
@@ -274,20 +300,28 @@ def load_teams(path=None) -> tuple[list[dict], list[dict]]:
 
 
 def load_teams_file(path=None) -> TeamsFile:
-    """Read and validate the whole teams file (default data/teams.toml)."""
+    """Read and validate the whole teams file (default data/teams.toml): a regular file (a FIFO, a
+    directory or a device is refused before reading)."""
     p = Path(path) if path else DEFAULT_TEAMS_FILE
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        with open_regular(p) as f:
+            text = f.read().decode("utf-8-sig")
     except FileNotFoundError:
         raise TeamsFileError(p, ["file not found"]) from None
+    except NotRegularFile as exc:
+        raise TeamsFileError(p, [exc.strerror]) from None
+    except OSError as exc:
+        raise TeamsFileError(p, [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
     return parse_teams_file(text, p)
 
 
-def sync_teams(con, path=None) -> dict:
+def sync_teams(con, path=None, *, who=None) -> dict:
     """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
-    file's, in one transaction (a file that does not validate changes nothing).
+    file's, in one transaction (a file that does not validate changes nothing). With `who`
+    (lib.ledger.audit.Who), the load is recorded in the audit in that transaction: action "teams",
+    the teams inserted / updated / unchanged.
 
     Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
     left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
@@ -336,5 +370,11 @@ def sync_teams(con, path=None) -> dict:
         for capacity, price in prices["per_gpu_hour"].items():
             con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
                         [capacity, price, prices["currency"]])
+        if who is not None:
+            from lib.ledger.audit import record
+            record(con, who, "teams", fmt="toml", inserted=counts["teams_inserted"],
+                   updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
+                   detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "
+                          f"{counts['snapshots_updated']}, unchanged {counts['snapshots_unchanged']}")
     counts["prices"] = len(prices["per_gpu_hour"])
     return counts

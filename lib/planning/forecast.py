@@ -32,6 +32,7 @@ ERROR_ORIGINS = 52          # past forecast origins whose ratios make the bands
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
 HOURS_PER_WEEK = 168.0
 BURN_HISTORY_DAYS = 91      # daily spend history the burn-down's spread comes from
+MAX_WEEKS = 104             # the farthest horizon asked for: two years (the bands rest on a year of origins)
 
 
 # Projections are rounded to a tenth of a GPU-hour: more digits would claim a precision they lack.
