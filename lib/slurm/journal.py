@@ -123,10 +123,15 @@ class Journal:
             finally:
                 self._con.execute(f"PRAGMA synchronous={self.sync}")
 
+    def left_over(self) -> list[int]:
+        """The seqs of the entries still `decided`."""
+        with self._mu:
+            return [r[0] for r in self._con.execute("SELECT seq FROM entries WHERE status = 0").fetchall()]
+
     def settle_left_over(self) -> list[int]:
         """Mark every entry still `decided` answered (on start: see the module docstring); their seqs."""
+        seqs = self.left_over()
         with self._mu:
-            seqs = [r[0] for r in self._con.execute("SELECT seq FROM entries WHERE status = 0").fetchall()]
             self._con.execute("UPDATE entries SET status = 1 WHERE status = 0")
         return seqs
 

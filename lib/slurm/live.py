@@ -92,7 +92,12 @@ class LiveGate:
         self.flush_error: str | None = None
         self._inflight: dict[int, str] = {}  # journal seq -> run ID of an admit not yet settled
         self._unsettled: set[int] = set()    # journal seqs whose answer is on its way
-        unsure = self.journal.settle_left_over()
+        try:
+            unsure = self.journal.settle_left_over()
+        except Exception as exc:  # a full disk: taken as answered in memory, written when there is room
+            unsure = self.journal.left_over()
+            self._marks.update({seq: ANSWERED for seq in unsure})
+            self._trouble("marks", exc)
         if unsure:
             _log(f"{len(unsure)} decision(s) of a stopped server may not have reached their caller; recorded "
                  f"as answered (journal entries {unsure[:10]})")

@@ -201,6 +201,7 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
             # gate failure for that job, under the failure policy)
             print(f"lib.slurm.server: $GATE_DB not loaded yet: {exc}", file=sys.stderr, flush=True)
     old = os.umask(0o077)  # owner-only from the start: no moment where others could connect
+    os.makedirs(os.path.dirname(os.path.abspath(socket_path)), mode=0o700, exist_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     binding = f"{socket_path}.{os.getpid()}"
     try:
