@@ -28,6 +28,8 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from lib.ledger.audit import os_actor
+
 DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
 
 _SCHEMA = """
@@ -40,6 +42,7 @@ CREATE TABLE IF NOT EXISTS entries (
     state          TEXT NOT NULL,      -- the decision's state (admit | defer | reject)
     caller_uid     INTEGER,            -- the socket peer's credentials (SO_PEERCRED)
     caller_pid     INTEGER,
+    actor          TEXT,               -- who asked, as the ledger records it (NULL: the peer's uid)
     status         INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,17 +51,6 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 class JournalError(Exception):
     """The journal cannot be written (full disk, unwritable file): no decision may be answered."""
-
-
-def actor_of(uid: int | None) -> str | None:
-    """How the ledger names the caller with uid `uid`: 'NAME (uid N)'."""
-    if uid is None:
-        return None
-    import pwd
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def journal_path(ledger: Path) -> Path:
@@ -84,6 +76,9 @@ class Journal:
             self._con.execute("PRAGMA journal_mode=WAL")
             self._con.execute(f"PRAGMA synchronous={sync}")
             self._con.executescript(_SCHEMA)
+            columns = {r[1] for r in self._con.execute("PRAGMA table_info(entries)").fetchall()}
+            if "actor" not in columns:  # a journal written before decisions named their actor
+                self._con.execute("ALTER TABLE entries ADD COLUMN actor TEXT")
             if max_mb is not None:
                 page = self._con.execute("PRAGMA page_size").fetchone()[0]
                 self._con.execute(f"PRAGMA max_page_count={max(16, int(max_mb * 1048576 // page))}")
@@ -100,14 +95,15 @@ class Journal:
             self._con.close()
 
     def append(self, *, decided_at: datetime, origin: str, request_json: str, decision_json: str,
-               state: str, caller_uid: int | None, caller_pid: int | None) -> int:
+               state: str, caller_uid: int | None, caller_pid: int | None, actor: str | None = None) -> int:
         """Write one decision durably (status decided); its seq. Raises JournalError."""
         try:
             with self._mu:
                 cur = self._con.execute(
                     "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
-                    "caller_pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [decided_at.isoformat(), origin, request_json, decision_json, state, caller_uid, caller_pid])
+                    "caller_pid, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [decided_at.isoformat(), origin, request_json, decision_json, state, caller_uid, caller_pid,
+                     actor])
                 return int(cur.lastrowid)
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None
@@ -141,16 +137,16 @@ class Journal:
         marks = marks or {}
         with self._mu:
             rows = self._con.execute(
-                "SELECT seq, decided_at, origin, request_json, decision_json, status, caller_uid FROM entries "
+                "SELECT seq, decided_at, origin, request_json, decision_json, status, caller_uid, actor FROM entries "
                 "WHERE seq > ? ORDER BY seq LIMIT ?", [after, limit]).fetchall()
         out = []
-        for seq, at, origin, req, dec, status, uid in rows:
+        for seq, at, origin, req, dec, status, uid, actor in rows:
             status = marks.get(seq, status)
             if status == DECIDED:
                 break
             out.append({"seq": seq, "decided_at": datetime.fromisoformat(at), "origin": origin,
                         "request": json.loads(req), "decision": json.loads(dec), "record": status == ANSWERED,
-                        "actor": actor_of(uid)})
+                        "actor": actor or (os_actor(uid) if uid is not None else None)})
         return out
 
     def pending(self, after: int) -> list[dict]:

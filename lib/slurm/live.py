@@ -229,8 +229,11 @@ class LiveGate:
     # ------------------------------------------------------------------ deciding
 
     def decide(self, request: Request, *, now: datetime, origin: str, write: bool,
-               caller: tuple[int | None, int | None] = (None, None)) -> tuple[Decision, int | None]:
+               caller: tuple[int | None, int | None] = (None, None),
+               actor: str | None = None) -> tuple[Decision, int | None]:
         """(decision, journal seq) for the request. write=False is the what-if (nothing journaled).
+        `caller`: the socket peer's (uid, pid); `actor`: who asked, when the peer relays someone else
+        (a Slurm job's user), else the peer's user is recorded.
         A written decision is durable before this returns (JournalError otherwise: not decided);
         the caller must `settle(seq, answered)` once it knows whether the answer went out."""
         with self._mu:
@@ -241,7 +244,7 @@ class LiveGate:
             seq = self.journal.append(
                 decided_at=now, origin=origin, request_json=canonical_json(request),
                 decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
-                caller_pid=caller[1])
+                caller_pid=caller[1], actor=actor)
             self._remember(request, decision, now, seq)
             self._unsettled.add(seq)
             return decision, seq
