@@ -28,6 +28,8 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from lib.gate.terms import escape_surrogates, text_problem
+
 DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
 
 _SCHEMA = """
@@ -44,6 +46,12 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+def _text(value):
+    if isinstance(value, str) and text_problem(value):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 class JournalError(Exception):
@@ -101,13 +109,16 @@ class Journal:
 
     def append(self, *, decided_at: datetime, origin: str, request_json: str, decision_json: str,
                state: str, caller_uid: int | None, caller_pid: int | None) -> int:
-        """Write one decision durably (status decided); its seq. Raises JournalError."""
+        """Write one decision durably (status decided); its seq. Raises JournalError. Any text can be
+        written: a lone surrogate (which SQLite's UTF-8 cannot hold) goes in as its \\udXXX escape, in
+        the JSON columns as the JSON escape that reads back as the same text."""
         try:
             with self._mu:
                 cur = self._con.execute(
                     "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
                     "caller_pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [decided_at.isoformat(), origin, request_json, decision_json, state, caller_uid, caller_pid])
+                    [decided_at.isoformat(), _text(origin), escape_surrogates(request_json),
+                     escape_surrogates(decision_json), _text(state), caller_uid, caller_pid])
                 return int(cur.lastrowid)
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None
