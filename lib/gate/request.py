@@ -16,7 +16,7 @@ from datetime import datetime
 
 from lib.gate.contracts import Reason, Request, StopPolicy
 from lib.gate.reasons import reason
-from lib.gate.terms import (CAPACITIES, KINDS, naive_utc, number_problem, shown, team_name_problem,
+from lib.gate.terms import (CAPACITIES, KINDS, escape_surrogates, naive_utc, number_problem, shown, team_name_problem,
                             text_problem)
 
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
@@ -173,7 +173,7 @@ def field_label(name) -> str:
     """A field name as a problem names it: escaped where it is not valid Unicode, cut short."""
     if type(name) is not str:
         return shown(name)
-    label = name.encode("utf-8", "backslashreplace").decode("utf-8") if text_problem(name) else name
+    label = escape_surrogates(name)
     return label if len(label) <= MAX_FIELD_NAME else label[:MAX_FIELD_NAME] + "..."
 
 

@@ -246,16 +246,15 @@ def text_problem(value: str) -> str | None:
     return None
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def escape_surrogates(json_str: str) -> str:
     """JSON text (from json.dumps(..., ensure_ascii=False)) with each lone surrogate written as its
     \\uXXXX escape: the same JSON value, now valid UTF-8 (in JSON text a surrogate can only stand
-    inside a string literal, where every backslash is already doubled)."""
-    if text_problem(json_str) is None:
+    inside a string literal, where every backslash is already doubled). Other text: each lone
+    surrogate as that escape, readable."""
+    if json_str.isascii():
         return json_str
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_str)
+    # UTF-8 encodes every other character: only surrogates get backslashreplace's \uXXXX
+    return json_str.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 MAX_JSON_DEPTH = 64  # nesting levels a request's JSON may have (a request needs 3)

@@ -28,7 +28,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from lib.gate.terms import escape_surrogates, text_problem
+from lib.gate.terms import escape_surrogates
 
 DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
 
@@ -46,12 +46,6 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-
-
-def _text(value):
-    if isinstance(value, str) and text_problem(value):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
 
 
 class JournalError(Exception):
@@ -117,8 +111,8 @@ class Journal:
                 cur = self._con.execute(
                     "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
                     "caller_pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [decided_at.isoformat(), _text(origin), escape_surrogates(request_json),
-                     escape_surrogates(decision_json), _text(state), caller_uid, caller_pid])
+                    [decided_at.isoformat(), escape_surrogates(origin), escape_surrogates(request_json),
+                     escape_surrogates(decision_json), escape_surrogates(state), caller_uid, caller_pid])
                 return int(cur.lastrowid)
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None
