@@ -126,7 +126,7 @@ def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
     server = GateServerProcess(ledger, sock)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
-        assert _raw(sock, b"x" * (3 << 20)).startswith("3\n")  # too large
+        assert _raw(sock, b"x" * (5 << 20)).startswith("3\n")  # too large (MAX_MESSAGE is 4 MiB)
         assert _raw(sock, b"\xff\xfe\0garbage\0\0c:op").startswith("3\n")  # malformed
         assert _raw(sock, b"c:op\0submit\0c:request\0{not json").startswith("3\n")
         assert _raw(sock, b"").startswith("3\n")
