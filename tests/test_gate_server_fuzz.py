@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.fixtures_hostile_requests import PATHS, STATED, key_tokens, placed_text, tokens
 from tests.fixtures_ledger import run_cli
-from tests.fixtures_slurm import GateServerProcess
+from tests.fixtures_slurm import GateServerProcess, raw_answer
 
 pytestmark = pytest.mark.slow
 
@@ -107,24 +106,6 @@ def test_hostile_comments_then_the_server_still_answers_correctly(server):
     _at_quota_and_alive(server, "after-comments")
 
 
-def _raw(sock: str, payload: bytes) -> str:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(60)
-    s.connect(sock)
-    try:
-        try:
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server may answer before reading it all
-        chunks = []
-        while b := s.recv(65536):
-            chunks.append(b)
-    finally:
-        s.close()
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 KEYS = [b"f:comment", b"f:account", b"f:name", b"f:tres_per_node", b"f:time_limit", b"f:uid", b"f:array",
         b"f:nonsense", b"c:op", b"c:request", b"c:origin", b"c:timeout_s", b"c:on_failure", b"c:", b"", b"\xff"]
 WORDS = [b"check", b"submit", b"qa", b"gres:gpu:8", b"600", b"1e999", b"-1", b"accept", b"\xff\xfe\xfd",
@@ -140,7 +121,7 @@ wire = st.one_of(
 @fuzz(50)
 @given(payload=wire)
 def test_the_raw_wire_format_never_gets_an_admit_or_a_flagged_pass(server, payload):
-    answer = _raw(server.sock, payload)
+    answer = raw_answer(server.sock, payload)
     head, _, rest = answer.partition("\n")
     assert head.isdigit(), answer[:300]
     assert int(head) != 4, answer[:600]
@@ -170,7 +151,7 @@ def test_bytes_that_are_not_utf8_inside_a_comment_string_are_a_reject(server, ra
     comment = json.dumps({**STATED, "run_id": "bytes-1", where: "@@"}).encode().replace(b"@@", raw, 1)
     parts = [b"f:account", b"qa", b"f:tres_per_node", b"gres:gpu:8", b"f:time_limit", b"600", b"f:name", b"bytes-1",
              b"f:comment", comment, b"c:db", str(server.db).encode(), b"c:on_failure", b"accept-and-flag"]
-    answer = _raw(server.sock, b"\0".join(parts))
+    answer = raw_answer(server.sock, b"\0".join(parts))
     assert answer.startswith("1\nMSG training-gate: rejected"), answer[:600]
     assert f"[invalid-request] {where} must be" in answer, answer[:600]  # valid Unicode text, or one of the kinds
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 
 from lib.ledger.connection import open_ledger
 from tests.fixtures_slurm import GateServerProcess, decisions, hook_request, make_slurm_ledger
+from tests.fixtures_slurm import raw_answer as _raw
 
 
 @pytest.fixture
@@ -101,24 +101,6 @@ def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holde
         assert first.ask(hook_request("still-serving")).code == 0
     finally:
         first.stop()
-
-
-def _raw(sock, payload: bytes) -> str:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(str(sock))
-    try:
-        try:
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server may refuse before reading it all
-        chunks = []
-        while b := s.recv(65536):
-            chunks.append(b)
-    finally:
-        s.close()
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
