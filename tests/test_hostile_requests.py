@@ -11,10 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lib.gate.terms import (JSONTooDeep, checked_number, finite_number, json_depth, json_text, loads_bounded,
-                            number_problem, shown)
+                            number_problem, shown, utcnow)
 from lib.ledger.connection import open_ledger
 from lib.ledger.service import LedgerFacts, canonical_json, check_request, decide_with, submit_request
-from lib.gate.terms import utcnow
 from tests.fixtures_hostile_requests import (DEEP, PATHS, PILOT, STATED, deep_list, field_name, keys, names_field,
                                              placed, placed_text, values)
 from tests.fixtures_ledger import counts, run_cli
@@ -179,3 +178,27 @@ def test_the_command_line_exits_2_for_hostile_values_and_submit_books_nothing(tm
     after = counts(db)
     assert {k: after[k] for k in ("runs", "pilots", "teams")} == {k: before[k] for k in ("runs", "pilots", "teams")}
     assert after["decisions"] - before["decisions"] <= 1  # at most the reject submit recorded
+
+
+# ------------------------------------------------------------------------------ the hook deciding in-process
+
+@pytest.mark.parametrize("changes", [
+    {"team": "\udcff"}, {"team": 10 ** 400}, {"run_id": "\ud800"}, {"budget_gpu_hours": 10 ** 5000},
+    {"note": deep_list(1000)}, {"k\udfff": float("nan")}, {"max_runtime_hours": 1.7e308},
+], ids=["surrogate-team", "huge-team", "surrogate-run-id", "5000-digit-budget", "deep-note", "surrogate-key",
+        "runtime-beyond-slurm"])
+def test_the_hook_deciding_in_process_rejects_hostile_values_under_accept_and_flag(tmp_path, changes):
+    """No gate server: lib.slurm.hook.gate opens the ledger itself (the cold path). No --account and no
+    --time, so the comment's team and runtime are the ones judged."""
+    from lib.slurm import hook
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
+    comment = json_text({**STATED, "team": "vision", "max_runtime_hours": 10, **changes})
+    job = {"account": None, "time_limit": None, "name": "cold", "comment": comment, "uid": "0",
+           "tres_per_node": "gres:gpu:2"}
+    config = {**hook.config_from_env({}), "db": str(db), "on_failure": "accept-and-flag",
+              "flag_log": str(tmp_path / "flags.jsonl")}
+    out = hook.gate(job, config)
+    assert out.code == 1, out.lines()
+    assert out.msg.startswith(("training-gate: rejected", "training-gate: deferred")), out.msg  # 1.7e308 h: a runtime cap
+    assert not (tmp_path / "flags.jsonl").exists()  # judged: no gate failure to flag
+    "\n".join(out.lines()).encode("utf-8")

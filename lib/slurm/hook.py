@@ -138,7 +138,7 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
     """
     import lib.ledger.service as store
-    from lib.gate.terms import utcnow
+    from lib.gate.terms import team_name_problem, utcnow
     from lib.ledger.connection import open_ledger, transaction
     from lib.slurm.comment import capacity_for
     from lib.slurm.live import drain_left_over_journal
@@ -154,7 +154,8 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
         con = (closer if closer is not None else own).enter_context(
             open_ledger(db, read_only=False, timeout_s=timeout_s))
         with transaction(con):
-            policy = store.team_policy(con, team)
+            # a team that is no team name is not looked up (the decision rejects it by field)
+            policy = store.team_policy(con, team) if team_name_problem(team) is None else None
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
                                                default_partition)
             decision, _ = store.decide_in_ledger(con, request, now)
