@@ -172,3 +172,22 @@ def test_the_command_line_through_the_server_exits_2_for_hostile_values(server, 
         assert p.returncode == 2, (command, p.returncode, p.stderr[-600:])
         assert words in p.stdout + p.stderr and "gate failure" not in p.stderr, p.stderr[-600:]
     _at_quota_and_alive(server, "after-cli")
+
+
+def test_every_hostile_decision_reaches_the_ledger_as_standard_json(server):
+    """Last in this module: what every test above journaled (and one more here) moves into the ledger."""
+    from lib.ledger.connection import open_ledger
+    comment = placed_text({**STATED, "run_id": "last-\udcff"}, ("k\ud800",), "NaN")
+    assert server.ask(qa_job("last", comment), **FLAG).code == 1
+    server.flush()  # the journal into the ledger now: no entry may stop the flusher
+    with open_ledger(server.db, read_only=True) as con:
+        rows = con.execute("SELECT run_id, state, request_json, decision_json FROM decisions").fetchall()
+    assert "'last-\\udcff'" in {run_id for run_id, state, _, _ in rows if state == "reject"}
+    assert {run_id.split("-")[0] for run_id, state, _, _ in rows if state == "admit"} <= {"fill", "qb"}
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the ledger's JSON")
+    for _, _, request_json, decision_json in rows:
+        json.loads(request_json, parse_constant=refuse)
+        json.loads(decision_json, parse_constant=refuse)
+    assert "Traceback" not in server.stop()
