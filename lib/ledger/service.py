@@ -315,12 +315,10 @@ def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Polic
     """
     from lib.gate.admission import decide, reject, unknown_team
     from lib.gate.reasons import reason
-    from lib.gate.request import run_id_problem
-    from lib.gate.terms import team_name_problem
+    from lib.gate.request import run_id_problem, team_name_problem
 
     team = request.get("team") if isinstance(request, dict) else None
-    # a team or run ID that is no valid name is never looked up (the ledger cannot take, say, a lone
-    # surrogate): the decision rejects it by name
+    # an invalid team or run ID is never looked up (DuckDB refuses e.g. a lone surrogate): rejected by name
     policy = facts.policy(team) if team_name_problem(team) is None else None
     if policy is None:
         return unknown_team(request, known_teams=facts.known_teams(), now=now), None
@@ -348,8 +346,7 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
 
 
 def canonical_json(obj) -> str:
-    """The JSON a decision and its request are recorded as: sorted keys, so equal dicts give equal text;
-    standard JSON in valid UTF-8 for any request, however hostile (lib.gate.terms.json_text)."""
+    """The JSON a decision and its request are recorded as: sorted keys, so equal dicts give equal text."""
     return json_text(obj, sort_keys=True)
 
 
