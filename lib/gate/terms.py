@@ -279,9 +279,9 @@ def _plain(o, depth: int):
 
 def json_text(obj, *, sort_keys: bool = False) -> str:
     """`obj` as standard JSON text that is valid UTF-8, for any value a request or decision may hold,
-    never raising: NaN and ±inf become strings, lone surrogates \\u escapes, integers of 4,300+
-    digits and nesting deeper than MAX_JSON_DEPTH short text (`_plain`); datetimes and sets as
-    `json_default` writes them. Valid plain data comes out exactly as json.dumps writes it."""
+    never raising; datetimes and sets as `json_default` writes them, lone surrogates as \\u escapes.
+    What json.dumps cannot write (NaN, ±inf, integers of 4,300+ digits, nesting past the recursion
+    limit) is written through `_plain`. Valid plain data comes out exactly as json.dumps writes it."""
     def dumps(o):
         return json.dumps(o, sort_keys=sort_keys, default=json_default, ensure_ascii=False, allow_nan=False)
     try:
