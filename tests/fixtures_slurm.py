@@ -88,6 +88,26 @@ def hook_request(run_id: str, **changes) -> dict:
     return job(comment=comment(run_id=run_id, **changes))
 
 
+def raw_answer(sock, payload: bytes, timeout_s: float = 60) -> str:
+    """The gate server's answer to raw bytes on its socket (any message, well-formed or not)."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    s.connect(str(sock))
+    try:
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server may refuse before reading it all
+        chunks = []
+        while b := s.recv(65536):
+            chunks.append(b)
+    finally:
+        s.close()
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 class GateServerProcess:
     """A real `python -m lib.slurm.hook serve` process on `db`, listening on `sock`."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 
 from lib.ledger.connection import open_ledger
 from tests.fixtures_slurm import GateServerProcess, decisions, hook_request, make_slurm_ledger
+from tests.fixtures_slurm import raw_answer as _raw
 
 
 @pytest.fixture
@@ -103,30 +103,12 @@ def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holde
         first.stop()
 
 
-def _raw(sock, payload: bytes) -> str:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(str(sock))
-    try:
-        try:
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the server may refuse before reading it all
-        chunks = []
-        while b := s.recv(65536):
-            chunks.append(b)
-    finally:
-        s.close()
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
     sock = tmp_path / "gate.sock"
     server = GateServerProcess(ledger, sock)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
-        assert _raw(sock, b"x" * (3 << 20)).startswith("3\n")  # too large
+        assert _raw(sock, b"x" * (5 << 20)).startswith("3\n")  # too large (MAX_MESSAGE is 4 MiB)
         assert _raw(sock, b"\xff\xfe\0garbage\0\0c:op").startswith("3\n")  # malformed
         assert _raw(sock, b"c:op\0submit\0c:request\0{not json").startswith("3\n")
         assert _raw(sock, b"").startswith("3\n")

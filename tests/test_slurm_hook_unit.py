@@ -116,7 +116,7 @@ def test_nan_and_infinity_in_the_comment_reach_the_gate_as_invalid_not_as_a_fail
     text = comment().replace('"expected_interruptions": 0', '"expected_interruptions": NaN')
     assert "NaN" in text
     req, _, _ = h.build_request(job(comment=text), preemptible_partitions=[])
-    assert req["expected_interruptions"] == "NaN"  # a string: decide() rejects it as not a number
+    assert req["expected_interruptions"] != req["expected_interruptions"]  # NaN: decide() rejects it as not finite
     from lib.gate.admission import decide
     from tests.fixtures_gate import policy, state
     assert decide({**req, "team": "vision"}, policy(), state())["state"] == "reject"

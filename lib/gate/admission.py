@@ -16,7 +16,7 @@ from lib.gate.capacity import capacity_fit
 from lib.gate.contracts import Calibration, Decision, Policy, Reason, Request, State
 from lib.gate.estimate import estimate_request
 from lib.gate.reasons import in_order, reason
-from lib.gate.request import validate
+from lib.gate.request import echoed, validate
 from lib.gate.stopping import fingerprint
 from lib.gate.terms import checked_number, next_month_start, team_name_problem, utcnow
 
@@ -55,9 +55,9 @@ def _decision(request, state: str, reasons: list[Reason], *, policy: Policy | No
               notes=(), now: datetime, reserved=None, stop_fp=None, extra=None) -> Decision:
     d = {
         "state": state,
-        "run_id": request.get("run_id") if type(request) is dict else None,
-        "team": request.get("team") if type(request) is dict else None,
-        "kind": request.get("kind") if type(request) is dict else None,
+        "run_id": echoed(request.get("run_id")) if type(request) is dict else None,
+        "team": echoed(request.get("team")) if type(request) is dict else None,
+        "kind": echoed(request.get("kind")) if type(request) is dict else None,
         "reasons": reasons,
         "notes": list(notes),
         "estimate": estimate,

@@ -3,7 +3,11 @@
 A request is a plain dict (parsed JSON). `validate(request)` returns `(normalized, problems)`: the
 request with defaults filled in, and a list of `invalid-request` reasons, one per bad field, each
 naming the field (dotted for nested ones, e.g. `pilot.steps_per_second`). Numbers must be real
-finite numbers: bools, strings, None, NaN and ±inf are refused.
+finite numbers: bools, strings, None, NaN and ±inf are refused, and so are integers beyond any float
+("too large"). Text must be valid Unicode (no lone surrogate) and of bounded length, every string
+field its own bound. Any value at all, however large, long or deeply nested, gives problems, never
+an exception: messages show values cut short (lib.gate.terms.shown), unknown fields are named
+(the first MAX_UNKNOWN_NAMED of them) and never read.
 """
 from __future__ import annotations
 
@@ -12,12 +16,15 @@ from datetime import datetime
 
 from lib.gate.contracts import Reason, Request, StopPolicy
 from lib.gate.reasons import reason
-from lib.gate.terms import CAPACITIES, KINDS, naive_utc, number_problem, team_name_problem
+from lib.gate.terms import (CAPACITIES, KINDS, escape_surrogates, naive_utc, number_problem, shown, team_name_problem,
+                            text_problem)
 
 HOLDOUT_METRIC_WORDS = frozenset({"holdout", "test"})  # a stop rule may read neither (docs/rules.md, Stop rules)
 
 INT32_MAX = 2**31 - 1  # whole-number fields land in the ledger's INTEGER / BIGINT columns
 INT64_MAX = 2**63 - 1
+MAX_UNKNOWN_NAMED = 10  # unknown fields named one by one; past these, one problem counts the rest
+MAX_FIELD_NAME = 80     # characters of an unknown field's name a problem repeats
 
 
 def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=None):
@@ -30,30 +37,49 @@ def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=Non
 
 
 def text(max_len=200):
-    """A check: None for a non-empty string of at most `max_len` characters."""
+    """A check: None for a non-empty string of valid Unicode of at most `max_len` characters."""
     def check(value):
         if type(value) is not str or not value.strip():
-            return f"must be a non-empty string, got {value!r}"
-        if len(value) > max_len:
-            return f"must be at most {max_len} characters, got {len(value)}"
-        return None
+            return f"must be a non-empty string, got {_got(value)}"
+        return _text_bounds(value, max_len)
     return check
 
 
-def _bool(value):
-    return None if type(value) is bool else f"must be true or false, got {value!r}"
+def _text_bounds(value: str, max_len: int):
+    if len(value) > max_len:
+        return f"must be at most {max_len} characters, got {len(value)}"
+    return text_problem(value)
 
+
+def _got(value) -> str:
+    """How a problem shows a value it refuses: its JSON type when that is not a string, and the value
+    itself cut short."""
+    return shown(value) if type(value) is str else f"{type(value).__name__} {shown(value)}"
+
+
+def _bool(value):
+    return None if type(value) is bool else f"must be true or false, got {_got(value)}"
 
 
 def _choice(options):
     def check(value):
-        return None if value in options else f"must be one of {', '.join(options)}; got {value!r}"
+        return None if type(value) is str and value in options else \
+            f"must be one of {', '.join(options)}; got {_got(value)}"
     return check
 
 
-def _optional_text(value):
-    return None if value is None or type(value) is str else f"must be a string, got {value!r}"
+def _optional_text(max_len=200):
+    def check(value):
+        if value is None:
+            return None
+        return f"must be a string, got {_got(value)}" if type(value) is not str else _text_bounds(value, max_len)
+    return check
 
+
+def _time(value):
+    if type(value) is str and len(value) <= 64 and _parse_time(value):
+        return None
+    return f"must be an ISO-8601 time, got {_got(value)}"
 
 
 # field -> check(value) -> problem text or None. Order = the order problems are reported in.
@@ -71,13 +97,13 @@ _REQUIRED = {
 }
 _OPTIONAL = {
     # missing or null is not malformed: the gate defers it with `no-snapshot`
-    "data_snapshot": _optional_text,
+    "data_snapshot": _optional_text(),
     "estimated_gpu_hours": number(),
     "pilot": None,        # checked by _check_pilot
     "stop_policy": None,  # checked by _check_stop_policy
     "skip_full_evaluation": _bool,
     "holdout_allowance": number(integral=True, maximum=INT32_MAX),
-    "submitted_at": lambda v: None if _parse_time(v) else f"must be an ISO-8601 time, got {v!r}",
+    "submitted_at": _time,
     "note": text(2000),
 }
 PILOT_FIELDS = {
@@ -110,9 +136,23 @@ EARLY_STOP_FIELDS = {
     "min_delta": number(),
 }
 _SPEC = {**_REQUIRED, **_OPTIONAL}
+run_id_problem = _REQUIRED["run_id"]  # None for a run ID the gate can look up
 _UNKNOWN = object()
 _REQUIRED_NAMES = _REQUIRED.keys()
 FIELDS = tuple(_SPEC)
+
+
+def echoed(value):
+    """A request's run_id, team or kind as its decision repeats it: the value itself when it is plain
+    short data (valid text of at most 200 characters, a 64-bit integer, a float, a bool, null), else a
+    short display of it (terms.shown). So a decision on any request can be written (journal, ledger),
+    answered and printed."""
+    kind = type(value)
+    if value is None or kind in (bool, float) or (kind is int and -INT64_MAX - 1 <= value <= INT64_MAX):
+        return value
+    if kind is str and len(value) <= 200 and text_problem(value) is None:
+        return value
+    return shown(value)
 
 
 def _parse_time(value) -> datetime | None:
@@ -121,7 +161,7 @@ def _parse_time(value) -> datetime | None:
         return None
     try:
         return naive_utc(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an offset that moves year 1 or 9999 out of range
         return None
 
 
@@ -129,25 +169,39 @@ def _problem(field, text):
     return reason("invalid-request", f"{field} {text}", fix=f"correct {field} and resubmit", field=field)
 
 
+def field_label(name) -> str:
+    """A field name as a problem names it: escaped where it is not valid Unicode, cut short."""
+    if type(name) is not str:
+        return shown(name)
+    label = escape_surrogates(name)
+    return label if len(label) <= MAX_FIELD_NAME else label[:MAX_FIELD_NAME] + "..."
+
+
 def _check_fields(obj, spec, prefix, problems, *, required=(), allow_unknown=False):
     if type(obj) is not dict:
-        problems.append(_problem(prefix.rstrip(".") or "request", f"must be a JSON object, got {obj!r}"))
+        problems.append(_problem(prefix.rstrip(".") or "request", f"must be a JSON object, got {_got(obj)}"))
         return
     if required and not required <= obj.keys():
         for name in required:
             if name not in obj:
                 problems.append(_problem(prefix + name, "is required"))
+    unknown = 0
     for name, value in obj.items():
         check = spec.get(name, _UNKNOWN)
         if check is _UNKNOWN:
-            if not allow_unknown:
-                known = ", ".join(sorted(spec))
-                problems.append(_problem(prefix + str(name), f"is not a known field (known: {known})"))
+            unknown += 1
+            if not allow_unknown and unknown <= MAX_UNKNOWN_NAMED:
+                bad_name = " (and its name is not valid Unicode text)" if type(name) is str and text_problem(name) else ""
+                problems.append(_problem(prefix + field_label(name),
+                                         f"is not a known field{bad_name} (known: {', '.join(sorted(spec))})"))
             continue
         if check is not None:
             text = check(value)
             if text:
                 problems.append(_problem(prefix + name, text))
+    if not allow_unknown and unknown > MAX_UNKNOWN_NAMED:
+        where = prefix.rstrip(".") or "request"
+        problems.append(_problem(where, f"has {unknown - MAX_UNKNOWN_NAMED} more unknown fields"))
 
 
 def _check_pilot(pilot, problems):
@@ -169,7 +223,7 @@ def _check_stop_policy(policy, problems):
         if type(metric) is str and reads_holdout(metric):
             problems.append(reason(
                 "invalid-request",
-                f"stop_policy.early_stop.metric {metric!r} reads the final holdout; early stopping "
+                f"stop_policy.early_stop.metric {shown(metric)} reads the final holdout; early stopping "
                 "must use a development metric",
                 fix="name a validation (development) metric, e.g. 'val_loss'",
                 field="stop_policy.early_stop.metric"))

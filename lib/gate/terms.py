@@ -3,13 +3,16 @@
 Vocabulary: run kinds, capacity types, budget bases, stop reasons and artifact statuses (the ledger's
 columns and the request's fields use exactly these strings). Helpers: naive-UTC time (the convention
 of requests, decisions and the ledger), calendar-month bounds, "finite number in range" checks,
-spreadsheet-formula neutralising and JSON serialisation of the values decisions hold.
+spreadsheet-formula neutralising, a safe short display of any value (`shown`), and JSON in and out
+that never fails on what a hostile request holds (`json_text`, `loads_bounded`).
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import re
+import reprlib
 from datetime import date, datetime, timedelta, timezone
 
 
@@ -46,10 +49,10 @@ TEAM_NAME_RULE = ("1-64 characters: letters, digits, '-', '_' or '.', starting w
 def team_name_problem(value) -> str | None:
     """None when `value` is a valid team name (TEAM_NAME), else the problem as text."""
     if type(value) is not str:
-        return f"must be a team name ({TEAM_NAME_RULE}), got {type(value).__name__} {value!r}"
+        return f"must be a team name ({TEAM_NAME_RULE}), got {type(value).__name__} {shown(value)}"
     if TEAM_NAME.fullmatch(value):
         return None
-    return f"must be a team name ({TEAM_NAME_RULE}), got {value[:100]!r}"
+    return f"must be a team name ({TEAM_NAME_RULE}), got {shown(value)}"
 
 
 # ------------------------------------------------------------------------------------------ time
@@ -109,35 +112,47 @@ def next_month_start(now: datetime) -> datetime:
 
 # --------------------------------------------------------------------------------------- numbers
 
+FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: an integer beyond it is "too large"
+
 def number_problem(value, minimum: float = 0.0, *, strict: bool = False, integral: bool = False,
                    maximum: float | None = None, below: float | None = None) -> str | None:
     """None when `value` is an int or float (never a bool), finite, ≥ `minimum` (> when `strict`),
-    ≤ `maximum`, < `below` and whole when `integral`; else the problem as text ("must be ...").
+    ≤ `maximum`, < `below` and whole when `integral`; else the problem as text ("must be ...", or
+    "is too large" for an integer no float can hold). Never raises, whatever the value.
 
     This is the check of JSON-shaped input (requests, the teams file): plain int/float only.
     """
-    if type(value) in (int, float) and math.isfinite(value) \
+    kind = type(value)
+    if kind is int and not -FLOAT_MAX <= value <= FLOAT_MAX:
+        # math.isfinite / float() would raise OverflowError: say what is wrong instead
+        return f"is too large ({shown(value)})" + (f"; must be ≤ {maximum:g}" if maximum is not None else "")
+    if kind in (int, float) and math.isfinite(value) \
             and (value > minimum if strict else value >= minimum) \
             and (maximum is None or value <= maximum) and (below is None or value < below) \
             and (not integral or value == int(value)):
         return None
-    if type(value) not in (int, float):
-        return f"must be a number, got {type(value).__name__} {value!r}"
+    if kind not in (int, float):
+        return f"must be a number, got {kind.__name__} {shown(value)}"
     if not math.isfinite(value):
         return f"must be finite, got {value!r}"
     if integral and value != int(value):
         return f"must be a whole number, got {value!r}"
     if value < minimum or (strict and value == minimum):
-        return f"must be {'>' if strict else '≥'} {minimum:g}, got {value!r}"
+        return f"must be {'>' if strict else '≥'} {minimum:g}, got {shown(value)}"
     if maximum is not None and value > maximum:
-        return f"must be ≤ {maximum:g}, got {value!r}"
-    return f"must be < {below:g}, got {value!r}"
+        return f"must be ≤ {maximum:g}, got {shown(value)}"
+    return f"must be < {below:g}, got {shown(value)}"
 
 
 def finite_number(value) -> float | None:
-    """`value` as a float when it is a finite real number (not a bool), else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    """`value` as a float when it is a finite real number (not a bool), else None (also for an
+    integer too large for a float)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            x = float(value)
+        except OverflowError:
+            return None
+        return x if math.isfinite(x) else None
     return None
 
 
@@ -149,8 +164,11 @@ def checked_number(name: str, value, *, positive: bool = False, allow_inf: bool 
     (an interruption-free MTBF), as the planning maths and the ledger's finish record need.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InputError(f"{name} must be a number, got {value!r}")
-    x = float(value)
+        raise InputError(f"{name} must be a number, got {shown(value)}")
+    try:
+        x = float(value)
+    except OverflowError:
+        raise InputError(f"{name} is too large ({shown(value)})") from None
     if allow_inf and x == math.inf:
         return x
     problem = number_problem(x, strict=positive)
@@ -163,7 +181,7 @@ def checked_count(name: str, value, *, minimum: int = 1) -> int:
     """`value` as an int, or InputError naming `name`: a whole real number (an integral float or
     numpy integer passes, a bool never) ≥ `minimum`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InputError(f"{name} must be a whole number, got {value!r}")
+        raise InputError(f"{name} must be a whole number, got {shown(value)}")
     x = int(value) if isinstance(value, numbers.Integral) else float(value)
     problem = number_problem(x, minimum, integral=True)
     if problem:
@@ -194,3 +212,121 @@ def json_default(o):
     if isinstance(o, (set, frozenset)):
         return sorted(o)
     return str(o)
+
+
+class _Shown(reprlib.Repr):
+    """reprlib, bounded in depth and length, that also survives integers of any size."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxlong, self.maxother = 3, limit, limit // 2, limit
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 1024:  # beyond every float; repr() of one of 4,300+ digits raises
+            return f"{'a negative' if x < 0 else 'an'} integer of more than 300 digits"
+        return super().repr_int(x, level)
+
+
+def shown(value, limit: int = 60) -> str:
+    """A short display of any value for a message, never raising: nesting, long strings and long
+    integers are cut (about `limit` characters), lone surrogates come out escaped (repr)."""
+    text = _Shown(limit).repr(value)
+    return text if len(text) <= 3 * limit else text[:3 * limit] + "..."
+
+
+def text_problem(value: str) -> str | None:
+    """None when the string can be written as UTF-8 (the ledger, the journal and every answer must
+    hold it); else the problem as text naming the first lone surrogate (U+D800-U+DFFF)."""
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"must be valid Unicode text, got a lone surrogate ({shown(value[exc.start])}) at character {exc.start}"
+    return None
+
+
+def escape_surrogates(json_str: str) -> str:
+    """JSON text (from json.dumps(..., ensure_ascii=False)) with each lone surrogate written as its
+    \\uXXXX escape: the same JSON value, now valid UTF-8 (in JSON text a surrogate can only stand
+    inside a string literal, where every backslash is already doubled). Other text: each lone
+    surrogate as that escape, readable."""
+    if json_str.isascii():
+        return json_str
+    # UTF-8 encodes every other character: only surrogates get backslashreplace's \uXXXX
+    return json_str.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+MAX_JSON_DEPTH = 64  # nesting levels a request's JSON may have (a request needs 3)
+
+
+def _plain(o, depth: int):
+    """`o` with what standard JSON cannot hold made text: non-finite floats as "NaN" / "Infinity"
+    / "-Infinity", integers too long to print as `shown`, non-string keys as str, and whatever
+    lies deeper than `depth` levels as "..."."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return "NaN" if o != o else ("Infinity" if o > 0 else "-Infinity")
+    if isinstance(o, int) and not isinstance(o, bool) and o.bit_length() > 1024:
+        return shown(o)
+    if isinstance(o, (dict, list, tuple)) and depth <= 0:
+        return "..."
+    if isinstance(o, dict):
+        return {k if isinstance(k, str) else shown(k): _plain(v, depth - 1) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v, depth - 1) for v in o]
+    return o
+
+
+def json_text(obj, *, sort_keys: bool = False) -> str:
+    """`obj` as standard JSON text that is valid UTF-8, for any value a request or decision may hold,
+    never raising; datetimes and sets as `json_default` writes them, lone surrogates as \\u escapes.
+    What json.dumps cannot write (NaN, ±inf, integers of 4,300+ digits, nesting past the recursion
+    limit) is written through `_plain`. Valid plain data comes out exactly as json.dumps writes it."""
+    def dumps(o):
+        return json.dumps(o, sort_keys=sort_keys, default=json_default, ensure_ascii=False, allow_nan=False)
+    try:
+        text = dumps(obj)
+    except (ValueError, TypeError, RecursionError):
+        text = dumps(_plain(obj, MAX_JSON_DEPTH))
+    return escape_surrogates(text)
+
+
+class JSONTooDeep(ValueError):
+    """JSON text nested deeper than it may be (`loads_bounded`)."""
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str, stop_above: int | None = None) -> int:
+    """How deeply JSON text nests arrays and objects, counted without parsing or recursion (brackets
+    inside strings do not count; malformed text may count deeper than a parser would get). With
+    `stop_above`, counting stops at the first level deeper than that."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)) if "[" in text or "{" in text else ""
+    depth = deepest = 0
+    for step in map(_BRACKET_STEP.__getitem__, brackets):
+        depth += step
+        if depth > deepest:
+            deepest = depth
+            if stop_above is not None and deepest > stop_above:
+                break
+    return deepest
+
+
+def _json_int(digits: str) -> int:
+    # int() refuses 4,300+ digits (ValueError); any integer that long is "too large" for the gate
+    if len(digits) > 4000:
+        return -10 ** 4000 if digits.startswith("-") else 10 ** 4000
+    return int(digits)
+
+
+def loads_bounded(text: str, *, max_depth: int = MAX_JSON_DEPTH):
+    """Parse JSON text from outside (a request), never failing but with json.JSONDecodeError (not
+    JSON) or JSONTooDeep (nested deeper than `max_depth`, refused before parsing: no RecursionError).
+    NaN, Infinity and -Infinity are read as floats and integers of any length as ints (beyond
+    4,000 digits as ±10**4000), for the request's validation to refuse by field name."""
+    if text.count("[") + text.count("{") > max_depth and json_depth(text, max_depth) > max_depth:
+        raise JSONTooDeep(f"nested deeper than {max_depth} levels")
+    return json.loads(text, parse_constant=float, parse_int=_json_int)

@@ -31,7 +31,7 @@ from lib.gate.contracts import (Calibration, CalibrationRow, Decision, Interrupt
 from lib.gate.stopping import artifact_status_for
 from lib.gate.terms import (ARTIFACT_STATUSES, CALIBRATION_STOPS, CENSORED_STOPS,
                             INCOMPLETE_STOPS, KINDS, STOP_REASONS, InputError, checked_count,
-                            checked_number, finite_number, json_default, month_start, naive_utc,
+                            checked_number, finite_number, json_text, month_start, naive_utc,
                             next_month_start, utcnow)
 from lib.ledger.connection import (LedgerError, LedgerLocked, NotALedger, ledger_path, open_ledger,
                                    owner_only_files, transaction)
@@ -317,12 +317,14 @@ def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Polic
     """
     from lib.gate.admission import decide, reject, unknown_team
     from lib.gate.reasons import reason
+    from lib.gate.request import run_id_problem, team_name_problem
 
     team = request.get("team") if isinstance(request, dict) else None
-    policy = facts.policy(team) if isinstance(team, str) else None
+    # an invalid team or run ID is never looked up (DuckDB refuses e.g. a lone surrogate): rejected by name
+    policy = facts.policy(team) if team_name_problem(team) is None else None
     if policy is None:
         return unknown_team(request, known_teams=facts.known_teams(), now=now), None
-    if type(request.get("run_id")) is str and facts.booked(request["run_id"]):
+    if run_id_problem(request.get("run_id")) is None and facts.booked(request["run_id"]):
         replayed = facts.recorded_admit(request, now)
         if replayed is not None:
             return replayed, policy
@@ -347,7 +349,7 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
 
 def canonical_json(obj) -> str:
     """The JSON a decision and its request are recorded as: sorted keys, so equal dicts give equal text."""
-    return json.dumps(obj, sort_keys=True, default=json_default, ensure_ascii=False)
+    return json_text(obj, sort_keys=True)
 
 
 # estimate item columns <- item keys that decide() may use (first match wins)

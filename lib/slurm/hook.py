@@ -6,7 +6,7 @@
     <python> -S -c 'import sys, lib.slurm.hook as h; sys.exit(h.main())' --account A --partition P
              --time-limit MIN --name N --comment C --tres-per-node ... --tres-per-job ... --num-tasks ...
 
-It turns the job description into a gate request (see `build_request`), decides and records it as
+It turns the job description into a gate request (lib.slurm.comment.build_request), decides and records it as
 `lib.ledger.service.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
@@ -27,11 +27,24 @@ max_runtime_hours without --time becomes the job's time limit, so Slurm enforces
 run_id: the comment's, else the job name; the job is renamed to the run ID so that the sacct import
 lands the job's actual GPU-hours on the same run.
 
+What the gate judges, and what is a gate failure:
+- judged (exit 0 or 1, whatever the failure policy): a comment that is a JSON object with every
+  required field present (or supplied by the job), whatever the fields hold. A value the gate cannot
+  take is a `reject` naming the field (exit 1): a wrong type, NaN / Infinity / -Infinity, an integer
+  too large for any float ("too large"), text that is not valid Unicode (a lone surrogate, as a
+  \\udXXX escape or as bytes that are not UTF-8 inside a JSON string: "must be valid Unicode text"),
+  a string longer than its field allows, an unknown field (named, whatever it holds), nested junk;
+- rejected before any decision (exit 1, nothing recorded): a comment whose JSON nests deeper than 64
+  levels (lib.gate.terms.MAX_JSON_DEPTH), refused before it is parsed; an array job with GPUs;
+- an incomplete request, a gate failure (the failure policy below applies): no comment, an @FILE that
+  cannot be used (unreadable, not a regular file of the submitter, over 1 MB), text that is not JSON,
+  JSON that is not an object, a required field missing or null that the job does not supply.
+
 Failure policy (TG_ON_GATE_FAILURE): when the gate cannot judge a job — the ledger stays locked past
-TG_GATE_TIMEOUT_S, the gate crashes, or the job brings no complete request (no or malformed comment,
-missing fields) — `refuse` (default) refuses it with the reason; `accept-and-flag` lets it through,
-sets its admin comment, tells the user, and appends a JSON line to TG_FLAG_LOG. A complete request
-that the gate judges (defer, or reject as invalid) is always refused.
+TG_GATE_TIMEOUT_S, the gate crashes, or the job brings an incomplete request (above) — `refuse`
+(default) refuses it with the reason; `accept-and-flag` lets it through, sets its admin comment, tells
+the user, and appends a JSON line to TG_FLAG_LOG. A request that the gate judges (defer, or reject as
+invalid) is always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET
@@ -47,27 +60,22 @@ import sys
 
 EXIT_ADMIT, EXIT_REFUSED, EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED = 0, 1, 3, 4
 FAILURE_POLICIES = ("refuse", "accept-and-flag")
-NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields (INFINITE is 0xFFFFFFFF)
-# without these the gate cannot judge the job (a gate failure); a missing data_snapshot is not among
-# them: the decision defers it with `no-snapshot`, as it does for the command line
-REQUIRED = ("run_id", "team", "kind", "gpus", "gpu_mem_gb", "max_runtime_hours", "budget_gpu_hours",
-            "checkpoint_supported", "expected_interruptions", "capacity")
 FIELDS = ("account", "partition", "time_limit", "name", "comment", "user", "uid", "work_dir",
           "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "num_tasks",
           "min_nodes", "array")
-MAX_REQUEST_FILE_BYTES = 1_000_000
-COMMENT_HELP = ("put the request in --comment as JSON, e.g. --comment='{\"run_id\": \"r1\", \"kind\": "
-                "\"exploratory\", \"gpu_mem_gb\": 80, \"budget_gpu_hours\": 4, \"estimated_gpu_hours\": 2, "
-                "\"checkpoint_supported\": true, \"expected_interruptions\": 0, \"data_snapshot\": \"S\"}' "
-                "or --comment=@request.json")
+# the job description -> request step lives in lib.slurm.comment (not imported by the socket client);
+# its names are reachable here as before (lib.slurm.hook.build_request, ...), imported on first use
+_FROM_COMMENT = frozenset(("COMMENT_HELP", "MAX_REQUEST_FILE_BYTES", "NO_VAL", "REQUIRED", "IncompleteRequest",
+                           "Refusal", "Rejected", "build_request", "capacity_for", "gpu_count", "job_gpus",
+                           "parse_comment", "runtime_hours"))
+FLAG_LOG_FIELD_CHARS = 4096  # a job field's characters the flag log keeps (a comment may be megabytes)
 
 
-class IncompleteRequest(Exception):
-    """The job brings no complete gate request (a gate failure: the failure policy applies)."""
-
-
-class Refusal(Exception):
-    """The hook refuses the job by itself, before any decision (e.g. an array job with GPUs)."""
+def __getattr__(name):
+    if name in _FROM_COMMENT:
+        from lib.slurm import comment
+        return getattr(comment, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Outcome:
@@ -95,169 +103,6 @@ class Outcome:
 
 def _one_line(text) -> str:
     return " ".join(str(text).split())
-
-
-# ------------------------------------------------------------------------ job description -> request
-
-def _slurm_int(value) -> int | None:
-    """A Slurm 32-bit count/minutes field as int; None when unset (NO_VAL, INFINITE, empty, nil)."""
-    if value is None:
-        return None
-    try:
-        n = int(float(str(value).strip()))
-    except ValueError:
-        return None
-    return None if n >= NO_VAL or n < 0 else n
-
-
-def gpu_count(spec) -> int | None:
-    """GPUs named in one tres string: 'gres:gpu:2', 'gres/gpu:2', 'gpu:6', 'gres:gpu:a100:2',
-    'gres/gpu=2', 'cpu=4,gres/gpu:1'. A gpu entry without a count means 1. None when no gpu entry."""
-    if not spec:
-        return None
-    total = None
-    for entry in str(spec).split(","):
-        entry = entry.strip()
-        for prefix in ("gres:", "gres/", "tres:", "tres/"):
-            if entry.startswith(prefix):
-                entry = entry[len(prefix):]
-        entry = entry.replace("=", ":")
-        parts = entry.split(":")
-        if not parts or parts[0].lower() != "gpu":
-            continue
-        count = 1
-        if len(parts) > 1 and parts[-1].isdigit():
-            count = int(parts[-1])
-        total = (total or 0) + count
-    return total
-
-
-def job_gpus(fields: dict) -> int | None:
-    """Total GPUs the job asks for, the largest of its per-job, per-node × nodes, per-task × tasks and
-    per-socket × nodes forms (a job may carry several; judging the largest never under-counts)."""
-    nodes = _slurm_int(fields.get("min_nodes")) or 1
-    tasks = _slurm_int(fields.get("num_tasks")) or 1
-    forms = []
-    if (n := gpu_count(fields.get("tres_per_job"))) is not None:
-        forms.append(n)
-    if (n := gpu_count(fields.get("tres_per_node"))) is not None:
-        forms.append(n * nodes)
-    if (n := gpu_count(fields.get("tres_per_task"))) is not None:
-        forms.append(n * tasks)
-    if (n := gpu_count(fields.get("tres_per_socket"))) is not None:
-        forms.append(n * nodes)
-    return max(forms) if forms else None
-
-
-def runtime_hours(time_limit) -> float | None:
-    """Slurm's time_limit (minutes) as hours; None when unset or unlimited."""
-    minutes = _slurm_int(time_limit)
-    return None if minutes is None or minutes == 0 else minutes / 60.0
-
-
-def capacity_for(partition, preemptible_partitions, default_partition=None) -> str:
-    """'preemptible' when any partition the job may run in is one of the team's preemptible ones."""
-    names = [p.strip() for p in str(partition or default_partition or "").split(",") if p.strip()]
-    preemptible = set(preemptible_partitions or ())
-    return "preemptible" if any(p in preemptible for p in names) else "stable"
-
-
-def parse_comment(comment, *, work_dir=None, uid=None) -> dict:
-    """The request fields the job's --comment carries: a JSON object, or @FILE naming a JSON file.
-
-    Raises IncompleteRequest when there is no comment, it is neither, or the file cannot be used.
-    A request file must be a regular file owned by the submitting user (any file when root submits),
-    under 1 MB: the hook runs as SlurmUser and must not read other people's files on a user's behalf.
-    """
-    text = (comment or "").strip()
-    if not text:
-        raise IncompleteRequest(f"the job has no --comment with the gate request; {COMMENT_HELP}")
-    source = "--comment"
-    if text.startswith("@"):
-        path = text[1:].strip()
-        if not os.path.isabs(path):
-            path = os.path.join(work_dir or "/", path)
-        source = f"request file {path}"
-        # open first (never following a symlink), then check what was opened: no window in which
-        # a swapped link could make SlurmUser read another user's file
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as exc:
-            raise IncompleteRequest(f"{source} cannot be read ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            submitter = _slurm_int(uid)
-            owner_ok = submitter is not None and (submitter == 0 or st.st_uid == submitter)
-            import stat as _stat
-            if not _stat.S_ISREG(st.st_mode) or not owner_ok:
-                raise IncompleteRequest(f"{source} must be a regular file owned by the submitting user")
-            if st.st_size > MAX_REQUEST_FILE_BYTES:
-                raise IncompleteRequest(f"{source} is larger than {MAX_REQUEST_FILE_BYTES} bytes")
-            try:
-                text = f.read(MAX_REQUEST_FILE_BYTES + 1).decode("utf-8-sig")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise IncompleteRequest(f"{source} cannot be read ({exc})") from None
-    import json
-    try:
-        # NaN / Infinity stay strings: the decision then rejects them as not numbers (never accepted)
-        obj = json.loads(text, parse_constant=str)
-    except json.JSONDecodeError as exc:
-        raise IncompleteRequest(
-            f"{source} is not a JSON object ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            f"{COMMENT_HELP}") from None
-    if not isinstance(obj, dict):
-        raise IncompleteRequest(f"{source} is JSON but not an object; {COMMENT_HELP}")
-    return obj
-
-
-def build_request(fields: dict, *, preemptible_partitions=None, default_partition=None):
-    """(request, time_limit_min_to_set, notes) from the job description and its comment.
-
-    `preemptible_partitions`: the team's list, or a callable team -> list (looked up in the ledger).
-    Raises IncompleteRequest when required fields are missing, Refusal for jobs the gate cannot take.
-    """
-    if str(fields.get("array") or "").strip():
-        raise Refusal("array jobs that request GPUs are not gated task by task: submit each run as its "
-                      "own job (one run ID each)")
-    req = parse_comment(fields.get("comment"), work_dir=fields.get("work_dir"), uid=fields.get("uid"))
-    notes = []
-
-    def enforce(key, value, unit=""):
-        if value is None:
-            return
-        if key in req and req[key] != value:
-            notes.append(f"{key} from the job ({value}{unit}) replaces the comment's {req[key]!r}")
-        req[key] = value
-
-    enforce("team", (fields.get("account") or "").strip() or None)
-    gpus = job_gpus(fields)
-    enforce("gpus", gpus)
-    hours = runtime_hours(fields.get("time_limit"))
-    time_to_set = None
-    if hours is not None:
-        enforce("max_runtime_hours", hours, " h")
-    elif _is_number(req.get("max_runtime_hours")) and 0 < req["max_runtime_hours"] < float("inf"):
-        # no --time: the job gets the judged runtime as its limit, so Slurm enforces it
-        time_to_set = max(1, int(-(-req["max_runtime_hours"] * 60 // 1)))
-    if not req.get("run_id") and (fields.get("name") or "").strip():
-        req["run_id"] = fields["name"].strip()
-    team = req.get("team")
-    if callable(preemptible_partitions):
-        preemptible_partitions = preemptible_partitions(team) if isinstance(team, str) else []
-    req["capacity"] = capacity_for(fields.get("partition"), preemptible_partitions, default_partition)
-    missing = [k for k in REQUIRED if req.get(k) is None]
-    if "estimated_gpu_hours" not in req and "pilot" not in req:
-        missing.append("estimated_gpu_hours or pilot")
-    if missing:
-        hint = {"team": "--account=TEAM", "gpus": "--gres=gpu:N or --gpus=N",
-                "max_runtime_hours": "--time=HH:MM:SS", "run_id": "--job-name=RUN_ID"}
-        how = "; ".join(f"{k}: {hint.get(k, '--comment')}" for k in missing)
-        raise IncompleteRequest(f"missing request fields: {', '.join(missing)} ({how})")
-    return req, time_to_set, notes
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 # ------------------------------------------------------------------------ deciding
@@ -293,8 +138,9 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
     """
     import lib.ledger.service as store
-    from lib.gate.terms import utcnow
+    from lib.gate.terms import team_name_problem, utcnow
     from lib.ledger.connection import open_ledger, transaction
+    from lib.slurm.comment import capacity_for
     from lib.slurm.live import drain_left_over_journal
 
     drain_left_over_journal(db, timeout_s=timeout_s)  # what a stopped gate server answered comes first
@@ -314,7 +160,8 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
         stack.enter_context(deciding_in_process(ledger_path(db).resolve()))
         con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=timeout_s))
         with transaction(con):
-            policy = store.team_policy(con, team)
+            # a team that is no team name is not looked up (the decision rejects it by field)
+            policy = store.team_policy(con, team) if team_name_problem(team) is None else None
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
                                                default_partition)
             decision, _ = store.decide_in_ledger(con, request, now)
@@ -327,8 +174,10 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
 
     By default the request goes to the ledger (`submit_in_ledger`, which also reads the team's
     preemptible partitions); tests may pass `submit(request) -> decision` and `preemptible` (a list,
-    or team -> list) instead.
+    or team -> list) instead. Which job comments are judged, rejected or a gate failure: lib.slurm.comment.
     """
+    from lib.gate.request import run_id_problem
+    from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request
     run_id = None
     try:
         if config["on_failure"] not in FAILURE_POLICIES:
@@ -338,7 +187,8 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
         request, time_to_set, notes = build_request(
             fields, preemptible_partitions=preemptible or [],
             default_partition=config["default_partition"])
-        run_id = request.get("run_id")
+        # a run ID only when it is one (a failure may rename the job after it)
+        run_id = request["run_id"] if run_id_problem(request.get("run_id")) is None else None
         if submit is None:
             decision = submit_in_ledger(request, partition=fields.get("partition"),
                                         default_partition=config["default_partition"],
@@ -347,6 +197,10 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
             decision = submit(request)
     except Refusal as exc:
         return Outcome(EXIT_REFUSED, f"training-gate: refused: {exc}")
+    except Rejected as exc:  # invalid before any decision: a reject (nothing recorded), never a failure
+        from lib.gate.admission import reject
+        named = {k: (fields.get(f) or "").strip() or None for k, f in (("run_id", "name"), ("team", "account"))}
+        return outcome_for(reject(named, exc.problems))
     except IncompleteRequest as exc:
         return failure(fields, config, f"incomplete request: {exc}", run_id=run_id)
     except Exception as exc:  # locked ledger, unreadable ledger, a bug: the gate failed
@@ -356,6 +210,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
 
 def outcome_for(decision: dict, *, time_to_set=None, notes=()) -> Outcome:
     """The hook's answer to a decision: admit -> accept; defer / reject -> one line, every reason + fix."""
+    from lib.slurm.comment import _is_number
     extra = (" (" + "; ".join(notes) + ")") if notes else ""
     if decision.get("state") == "admit":
         est = decision.get("estimate") or {}
@@ -379,7 +234,7 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Outcome:
     accept = policy == "accept-and-flag"
     _flag_log(config, {"action": "accepted-and-flagged" if accept else "refused", "why": why,
                        "run_id": run_id, "policy": policy, "note": config.get("policy_note"),
-                       "job": {k: fields.get(k) for k in FIELDS}})
+                       "job": {k: _clipped(fields.get(k)) for k in FIELDS}})
     if accept:
         return Outcome(
             EXIT_FAILED_ACCEPTED,
@@ -392,18 +247,23 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Outcome:
         "the ledger is busy try again shortly (TG_ON_GATE_FAILURE=refuse)")
 
 
+def _clipped(value):
+    if isinstance(value, str) and len(value) > FLAG_LOG_FIELD_CHARS:
+        return f"{value[:FLAG_LOG_FIELD_CHARS]}... ({len(value)} characters)"
+    return value
+
+
 def _flag_log(config: dict, record: dict) -> None:
     path = config.get("flag_log")
     if not path:
         return
     import datetime as _dt
-    import json
 
-    from lib.gate.terms import json_default
+    from lib.gate.terms import json_text
     record = {"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **record}
     try:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True, default=json_default) + "\n")
+            f.write(json_text(record, sort_keys=True) + "\n")  # any text: lone surrogates as \\u escapes
     except OSError as exc:
         print(f"training-gate: cannot write the flag log {path}: {exc}", file=sys.stderr)
 
@@ -452,7 +312,11 @@ def encode_request(fields: dict, config: dict) -> bytes:
         for k, v in d.items():
             if v is not None:
                 parts += [prefix + k, str(v)]
-    return "\0".join(parts).encode("utf-8", "surrogateescape")
+    text = "\0".join(parts)
+    try:
+        return text.encode("utf-8", "surrogateescape")  # bytes Python read as surrogates go out as they came
+    except UnicodeEncodeError:  # another lone surrogate (e.g. a request's "\\ud800"): as that escape,
+        return text.encode("utf-8", "backslashreplace")  # which a JSON string reads back as the same text
 
 
 def decode_request(data: bytes) -> tuple[dict, dict]:

@@ -28,6 +28,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from lib.gate.terms import escape_surrogates
 from lib.ledger.audit import os_actor
 
 DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
@@ -96,14 +97,17 @@ class Journal:
 
     def append(self, *, decided_at: datetime, origin: str, request_json: str, decision_json: str,
                state: str, caller_uid: int | None, caller_pid: int | None, actor: str | None = None) -> int:
-        """Write one decision durably (status decided); its seq. Raises JournalError."""
+        """Write one decision durably (status decided); its seq. Raises JournalError. Any text can be
+        written: a lone surrogate (which SQLite's UTF-8 cannot hold) goes in as its \\udXXX escape, in
+        the JSON columns as the JSON escape that reads back as the same text."""
         try:
             with self._mu:
                 cur = self._con.execute(
                     "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
                     "caller_pid, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [decided_at.isoformat(), origin, request_json, decision_json, state, caller_uid, caller_pid,
-                     actor])
+                    [decided_at.isoformat(), escape_surrogates(origin), escape_surrogates(request_json),
+                     escape_surrogates(decision_json), escape_surrogates(state), caller_uid, caller_pid,
+                     None if actor is None else escape_surrogates(actor)])
                 return int(cur.lastrowid)
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None

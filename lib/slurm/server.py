@@ -13,7 +13,10 @@ Wire format (lib.slurm.hook.encode_request): NUL-separated "f:<job field>", valu
 "c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
 c:request (the request JSON), c:origin, c:now; c:op=flush moves what is journaled for c:db into the
 ledger now, when this server serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then the
-hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3).
+hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3). Any value
+in c:request is the decision's to judge (a reject names the field); a c:request nested deeper than 64
+levels is rejected before it is parsed (a reject decision, nothing journaled); text that is not JSON
+is an error line.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lib.gate.terms import json_default, naive_utc, utcnow
+from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
 from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
                             gate)
@@ -34,7 +37,8 @@ from lib.slurm.live import LiveGate, ServerBusy
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
-MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
+MAX_MESSAGE = 4 << 20      # bytes; a job description with its comment is a few kB, a hostile one may hold
+                           # megabyte strings: those are the request validation's to refuse, by field
 READ_TIMEOUT_S = 5.0
 
 
@@ -123,15 +127,28 @@ class GateServer:
             live = self.gate_for(config.get("db"), float(config.get("timeout_s") or 5.0))
             if op not in ("check", "submit"):
                 raise ValueError(f"unknown op {op!r}")
-            request = json.loads(config.get("request") or "null")
             now = naive_utc(config.get("now")) or utcnow()
-            decision, seq = live.decide(request, now=now, origin=config.get("origin") or "cli",
-                                        write=op == "submit", caller=caller)
+            try:  # any value in the request is the decision's to refuse by field; only its nesting is not
+                request = loads_bounded(config.get("request") or "null")
+            except JSONTooDeep as exc:
+                decision, seq = _too_deep(exc, now), None  # refused before a decision: nothing journaled
+            else:
+                decision, seq = live.decide(request, now=now, origin=config.get("origin") or "cli",
+                                            write=op == "submit", caller=caller)
         except Exception as exc:
             _send(conn, f"{EXIT_FAILED_REFUSED}\n{type(exc).__name__}: {' '.join(str(exc).split())}\n")
             return None
-        sent = _send(conn, "0\n" + json.dumps(decision, default=json_default, ensure_ascii=False) + "\n")
+        sent = _send(conn, "0\n" + json_text(decision) + "\n")
         return (live, seq, sent) if seq is not None else None
+
+
+def _too_deep(exc: JSONTooDeep, now):
+    """The reject of a request whose JSON nests too deeply to be parsed (c:request)."""
+    from lib.gate.admission import reject
+    from lib.gate.reasons import reason
+    return reject({}, [reason("invalid-request", f"the request JSON is {exc}", field="request",
+                              fix="send the request as one JSON object whose fields nest at most two levels")],
+                  now=now)
 
 
 def _hook_answer(outcome: Outcome) -> str:
@@ -140,9 +157,10 @@ def _hook_answer(outcome: Outcome) -> str:
 
 def _send(conn, text: str) -> bool:
     """True when the whole answer was handed to the caller's socket. Ends our side of the connection,
-    so the caller has its answer at once (the journal's note about it comes after)."""
+    so the caller has its answer at once (the journal's note about it comes after). Any text goes out
+    as UTF-8: a lone surrogate (a hostile request's text repeated in a message) as its \\udXXX escape."""
     try:
-        conn.sendall(text.encode("utf-8", "surrogateescape"))
+        conn.sendall(text.encode("utf-8", "backslashreplace"))
     except OSError:
         return False
     try:
