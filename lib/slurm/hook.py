@@ -126,8 +126,20 @@ def _float(text, default):
         return default
 
 
+def job_actor(fields: dict) -> str | None:
+    """Who submitted the job, as the ledger records actors ("NAME (uid N)"), from the user and uid
+    Slurm reports; None when the job description carries no uid."""
+    from lib.ledger.audit import os_actor
+    from lib.slurm.comment import _slurm_int
+    uid = _slurm_int(fields.get("uid"))
+    if uid is None:
+        return None
+    name = fields.get("user")
+    return os_actor(uid, name.strip()[:64] if isinstance(name, str) and name.strip() else None)
+
+
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
-                     timeout_s: float = 5.0, closer=None) -> dict:
+                     timeout_s: float = 5.0, closer=None, actor: str | None = None) -> dict:
     """Decide and record the request as lib.ledger.service.submit_request(origin="slurm") does, with the
     capacity read from the team's preemptible_partitions inside the same write transaction.
 
@@ -165,7 +177,7 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
                                                default_partition)
             decision, _ = store.decide_in_ledger(con, request, now)
-            store.record_decision(con, request, decision, "slurm", now)
+            store.record_decision(con, request, decision, "slurm", now, actor=actor)
     return decision
 
 
@@ -192,7 +204,8 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
         if submit is None:
             decision = submit_in_ledger(request, partition=fields.get("partition"),
                                         default_partition=config["default_partition"],
-                                        db=config["db"], timeout_s=config["timeout_s"], closer=closer)
+                                        db=config["db"], timeout_s=config["timeout_s"], closer=closer,
+                                        actor=job_actor(fields))
         else:
             decision = submit(request)
     except Refusal as exc:

@@ -32,7 +32,7 @@ from pathlib import Path
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
 from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
-                            gate)
+                            gate, job_actor)
 from lib.slurm.live import LiveGate, ServerBusy
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
@@ -111,7 +111,7 @@ class GateServer:
         else:
             def submit(request):
                 decision, seq = live.decide(request, now=utcnow().replace(microsecond=0), origin="slurm",
-                                            write=True, caller=caller)
+                                            write=True, caller=caller, actor=job_actor(fields))
                 ticket.append(seq)
                 return decision
             outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions)
