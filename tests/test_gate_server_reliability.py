@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lib.ledger.connection import open_ledger
-from tests.fixtures_slurm import GateServerProcess, decisions, hook_request, make_slurm_ledger
+from tests.fixtures_slurm import COMMENT_REQUEST, GateServerProcess, decisions, hook_request, make_slurm_ledger
 from tests.fixtures_slurm import raw_answer as _raw
 
 
@@ -92,15 +92,29 @@ def test_a_full_journal_refuses_never_admits_without_a_record_and_the_server_goe
     assert {r["run_id"] for r in decisions(ledger) if r["state"] == "admit"} == set(admitted)
 
 
-def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holder(ledger, tmp_path):
+@pytest.mark.parametrize("name", ["same path", "hard link"])
+def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holder(ledger, tmp_path, name):
+    """By the file's identity, not its name: a hard link to the ledger is the same ledger."""
+    second = ledger
+    if name == "hard link":
+        second = tmp_path / "elsewhere" / "link.duckdb"
+        second.parent.mkdir()
+        second.hardlink_to(ledger)
     first = GateServerProcess(ledger, tmp_path / "a.sock")
     try:
         with pytest.raises(AssertionError) as info:
-            GateServerProcess(ledger, tmp_path / "b.sock")
+            GateServerProcess(second, tmp_path / "b.sock")
         assert f"pid {first.proc.pid}" in str(info.value)
         assert first.ask(hook_request("still-serving")).code == 0
+        # nor does an in-process submit through that name decide beside the server
+        from tests.fixtures_ledger import run_cli, write_json
+        request = write_json(tmp_path / "r.json", {**COMMENT_REQUEST, "run_id": "beside", "team": "vision",
+                                                   "gpus": 1, "max_runtime_hours": 1, "capacity": "stable"})
+        p = run_cli("submit", request, db=second)
+        assert p.returncode == 3 and f"pid {first.proc.pid}" in p.stderr, p.stderr
     finally:
         first.stop()
+    assert "beside" not in {r["run_id"] for r in decisions(ledger)}
 
 
 def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
