@@ -5,9 +5,10 @@ from datetime import timedelta
 
 import pytest
 
+from lib.ledger import demo
 from lib.ledger.demo import build_demo, ensure_demo_history
 from lib.gate.reasons import CODES
-from lib.gate.terms import STOP_REASONS
+from lib.gate.terms import ARTIFACT_STATUSES, CAPACITIES, ESTIMATE_SOURCES, KINDS, STOP_REASONS
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import counts, query, run_cli
 
@@ -20,6 +21,21 @@ def big_demo(tmp_path_factory):
     seen = []
     counts_ = build_demo(path, runs=3000, seed=1, now=NOW, progress=lambda f, m: seen.append((f, m)))
     return path, counts_, seen
+
+
+def test_the_demos_subsets_and_weights_are_named_in_the_vocabulary():
+    """The demo re-types no term: its subsets come from lib.gate.terms and lib.gate.reasons, and
+    every dict of weights is keyed by their names."""
+    assert set(demo.STOPS) <= set(STOP_REASONS) and set(demo.SOURCES) <= set(ESTIMATE_SOURCES)
+    assert set(demo.CUT_SHORT) <= set(demo.STOPS)
+    assert set(demo.DEFER_WEIGHTS) == set(demo.DEFER_CODES) and set(demo.DEFER_CODES) <= set(CODES)
+    assert list(demo.DEFER_CODES) == sorted(demo.DEFER_CODES, key=list(CODES).index)
+    per_kind = [demo.GPU_P, demo.WALL, demo.PREEMPTIBLE_SHARE, demo.EARLY_STOP_SHARE, demo.OTHER_KIND_MIX,
+                demo.KIND_LETTERS, *demo.KIND_MIX.values()]
+    assert all(set(weights) == set(KINDS) for weights in per_kind)
+    assert len(demo.ARTIFACT_OF_STOP) == len(demo.STOPS)
+    assert set(demo.ARTIFACT_OF_STOP) <= set(range(len(ARTIFACT_STATUSES)))
+    assert {demo.STABLE, demo.PREEMPTIBLE} == set(range(len(CAPACITIES)))
 
 
 def test_same_seed_same_ledger_other_seed_other_ledger(tmp_path):

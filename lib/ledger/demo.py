@@ -47,7 +47,10 @@ import pandas as pd
 
 from lib.gate.admission import decide
 from lib.gate.calibration import calibrate
-from lib.gate.terms import CAPACITIES, KINDS, STOP_REASONS, finite_number, naive_utc, utcnow
+from lib.gate.reasons import CODES
+from lib.gate.stopping import artifact_status_for
+from lib.gate.terms import (ARTIFACT_STATUSES, CAPACITIES, ESTIMATE_SOURCES, KINDS, STOP_REASONS, finite_number,
+                            naive_utc, utcnow)
 from lib.ledger import team_weeks
 from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import open_ledger, transaction
@@ -55,9 +58,12 @@ from lib.ledger.teams_file import load_teams, sync_teams
 
 HISTORY_DAYS = 730   # the demo history's default length, days before now
 MIN_DAYS = 60        # shortest history: the cost shift below lies inside it
+# The demo's subsets of the vocabulary (lib.gate.terms, lib.gate.reasons), and its weights as dicts
+# keyed by the vocabulary's names (tests/test_demo.py checks every key is one).
 STOPS = tuple(s for s in STOP_REASONS if s != "requeued")  # requeued jobs come from sacct only
-ARTIFACTS = ("complete", "incomplete", "none")
-SOURCES = ("pilot", "stated")
+STOP = {s: i for i, s in enumerate(STOPS)}                 # a stop reason's code in the generated runs
+SOURCES = tuple(s for s in ESTIMATE_SOURCES if s != "requested")  # requested estimates: sacct only
+EXPLORATORY, PRODUCTION, RETRAINING = (KINDS.index(k) for k in ("exploratory", "production", "retraining"))
 GPU_CHOICES = np.array([1, 2, 4, 8, 16, 32, 64])
 # probabilities over GPU_CHOICES per kind
 GPU_P = {
@@ -67,29 +73,60 @@ GPU_P = {
 }
 # (median wall hours of the estimate, log sigma)
 WALL = {"exploratory": (4.0, 0.9), "production": (16.0, 0.7), "retraining": (5.0, 0.35)}
-# team -> (median actual/estimate for stated estimates, log sigma, long-tail probability, kind mix)
+# the share of a kind's runs on preemptible capacity, where the team has it
+PREEMPTIBLE_SHARE = {"exploratory": 0.35, "production": 0.10, "retraining": 0.05}
+# team -> (median actual/estimate for stated estimates, log sigma, long-tail probability)
 TEAM_TRAITS = {
-    "nlp-research": (1.45, 0.40, 0.09, (0.72, 0.25, 0.03)),
-    "vision": (1.15, 0.30, 0.05, (0.55, 0.30, 0.15)),
-    "search": (1.05, 0.22, 0.04, (0.40, 0.30, 0.30)),
-    "ranking": (0.92, 0.18, 0.03, (0.35, 0.25, 0.40)),
-    "ads": (1.25, 0.28, 0.06, (0.35, 0.25, 0.40)),
-    "speech": (1.10, 0.25, 0.04, (0.55, 0.30, 0.15)),
-    "robotics": (1.60, 0.45, 0.10, (0.70, 0.25, 0.05)),
-    "safety": (1.00, 0.20, 0.03, (0.60, 0.35, 0.05)),
+    "nlp-research": (1.45, 0.40, 0.09), "vision": (1.15, 0.30, 0.05), "search": (1.05, 0.22, 0.04),
+    "ranking": (0.92, 0.18, 0.03), "ads": (1.25, 0.28, 0.06), "speech": (1.10, 0.25, 0.04),
+    "robotics": (1.60, 0.45, 0.10), "safety": (1.00, 0.20, 0.03),
 }
-DEFER_CODES = ("no-snapshot", "no-pilot", "budget", "period-budget", "gpu-cap", "memory-cap",
-               "runtime-cap", "memory", "no-recovery", "capacity", "retraining-protection")
-DEFER_P = np.array([0.02, 0.08, 0.17, 0.12, 0.04, 0.02, 0.04, 0.02, 0.04, 0.39, 0.06])
+# team -> the share of its runs of each kind
+KIND_MIX = {
+    "nlp-research": {"exploratory": 0.72, "production": 0.25, "retraining": 0.03},
+    "vision": {"exploratory": 0.55, "production": 0.30, "retraining": 0.15},
+    "search": {"exploratory": 0.40, "production": 0.30, "retraining": 0.30},
+    "ranking": {"exploratory": 0.35, "production": 0.25, "retraining": 0.40},
+    "ads": {"exploratory": 0.35, "production": 0.25, "retraining": 0.40},
+    "speech": {"exploratory": 0.55, "production": 0.30, "retraining": 0.15},
+    "robotics": {"exploratory": 0.70, "production": 0.25, "retraining": 0.05},
+    "safety": {"exploratory": 0.60, "production": 0.35, "retraining": 0.05},
+}
+# a team the demo does not know, and the requests deferred and never admitted
+OTHER_KIND_MIX = {"exploratory": 0.6, "production": 0.3, "retraining": 0.1}
+# how often a deferral gives each reason (the gate's codes but invalid-request)
+DEFER_WEIGHTS = {"no-snapshot": 0.02, "no-pilot": 0.08, "budget": 0.17, "period-budget": 0.12,
+                 "gpu-cap": 0.04, "memory-cap": 0.02, "runtime-cap": 0.04, "memory": 0.02,
+                 "no-recovery": 0.04, "capacity": 0.39, "retraining-protection": 0.06}
+DEFER_CODES = tuple(c for c in CODES if c in DEFER_WEIGHTS)   # in the order decisions list them
+DEFER_P = np.array([DEFER_WEIGHTS[c] for c in DEFER_CODES])
+# How a run ended that neither ran to its end nor went unused, in the order they are drawn: the stop
+# -> (the share of runs ending so, the range of the share of its need used by then). Early stops
+# depend on the kind; preemptions happen on preemptible capacity only.
+EARLY_STOP_SHARE = {"exploratory": 0.15, "production": 0.05, "retraining": 0.0}
+CUT_SHORT = {"early-stop": (EARLY_STOP_SHARE, (0.35, 0.85)), "failed": (0.025, (0.05, 0.8)),
+             "cancelled": (0.02, (0.05, 0.8)), "out-of-memory": (0.007, (0.005, 0.05)),
+             "node-fail": (0.008, (0.05, 0.8)), "failed-steps": (0.01, (0.05, 0.8)),
+             "preempted": (0.08, (0.05, 0.8))}
+NEVER_USED_SHARE = 0.025   # reservations that ran nothing (stopped as cancelled)
+ARTIFACT_OF_STOP = np.array([ARTIFACT_STATUSES.index(artifact_status_for(s)) for s in STOPS])
+STABLE, PREEMPTIBLE = (CAPACITIES.index(c) for c in ("stable", "preemptible"))
 DEFAULT_RUNS = 10_000
 COST_SHIFT = ("ranking", 45, 2.0)   # team, days before now, factor on what its runs needed since
 
 
 def _traits(team: str, rng: np.random.Generator):
+    """TEAM_TRAITS and the kind mix (in KINDS order) of `team`; drawn for a team the demo does not know."""
+    mix = tuple(KIND_MIX.get(team, OTHER_KIND_MIX)[k] for k in KINDS)
     if team in TEAM_TRAITS:
-        return TEAM_TRAITS[team]
+        return (*TEAM_TRAITS[team], mix)
     bias = float(rng.uniform(0.9, 1.6))
-    return (bias, float(rng.uniform(0.2, 0.4)), float(rng.uniform(0.03, 0.08)), (0.6, 0.3, 0.1))
+    return (bias, float(rng.uniform(0.2, 0.4)), float(rng.uniform(0.03, 0.08)), mix)
+
+
+def _stops(*names: str) -> list[int]:
+    """The codes of the stop reasons `names` in the generated runs."""
+    return [STOP[name] for name in names]
 
 
 def _sql_list(values) -> str:
@@ -127,13 +164,13 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
             while len(active_rows) < budget_active and used < target:
                 cap = max(1, min(t["max_gpus_per_job"], int(target - used)))
                 g = int(rng.choice(GPU_CHOICES[GPU_CHOICES <= cap]))
-                active_rows.append((ti, int(rng.random() < 0.2), g))
+                active_rows.append((ti, PRODUCTION if rng.random() < 0.2 else EXPLORATORY, g))
                 used += g
                 if rng.random() < 0.15:
                     break
             if t["retraining_reserved_gpus"] and len(active_rows) < budget_active:
                 g = int(min(t["retraining_reserved_gpus"], 8))
-                active_rows.append((ti, 2, g))
+                active_rows.append((ti, RETRAINING, g))
     A = len(active_rows)
     H = runs - A  # finished (or abandoned) history
 
@@ -157,7 +194,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     now_np = np.datetime64(now, "us")
     day0 = np.datetime64(now.replace(hour=0, minute=0, second=0, microsecond=0), "us")
     hour_now = (now_np - day0) / np.timedelta64(1, "h")
-    is_rt = kind_i == 2
+    is_rt = kind_i == RETRAINING
     offset_h = 2 + (team_i % 4) * 0.5 + rng.random(n) / 6
     t_sub = np.where(is_rt, np.floor((t_sub + hour_now) / 24) * 24 - hour_now + offset_h, t_sub)
 
@@ -173,7 +210,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     gpu_mem = np.minimum(np.where(rng.random(n) < 0.7, 80.0, 40.0), mem_cap)
 
     has_spot = np.array([bool(t["preemptible_partitions"]) for t in teams])[team_i]
-    p_spot = np.array([0.35, 0.10, 0.05])[kind_i]
+    p_spot = np.array([PREEMPTIBLE_SHARE[k] for k in KINDS])[kind_i]
     preempt = has_spot & (rng.random(n) < p_spot)
 
     # ---- the estimate -------------------------------------------------------------------------
@@ -185,9 +222,9 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     threshold = np.array([t["pilot_required_above_gpu_hours"] for t in teams])[team_i]
     pilot = np.where(est > threshold, rng.random(n) < 0.92, rng.random(n) < 0.25)
 
-    skip_eval = (kind_i == 0) & (rng.random(n) < 0.6)
+    skip_eval = (kind_i == EXPLORATORY) & (rng.random(n) < 0.6)
     s_ckpt = rng.uniform(0.01, 0.05, n)
-    s_eval = np.where(skip_eval, 0.0, np.where(kind_i == 0, rng.uniform(0.01, 0.05, n),
+    s_eval = np.where(skip_eval, 0.0, np.where(kind_i == EXPLORATORY, rng.uniform(0.01, 0.05, n),
                                                rng.uniform(0.04, 0.10, n)))
     s_data = rng.uniform(0.01, 0.06, n)
     s_rst = np.where(preempt, rng.uniform(0.04, 0.12, n), rng.uniform(0.0, 0.02, n))
@@ -212,15 +249,16 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
         ratio = np.where(shifted, ratio * COST_SHIFT[2], ratio)
     needed = est * ratio
 
-    margin = np.select([kind_i == 0, kind_i == 1], [rng.uniform(1.05, 1.6, n), rng.uniform(1.25, 1.8, n)],
-                       rng.uniform(1.25, 1.6, n))
+    margin = np.select([kind_i == EXPLORATORY, kind_i == PRODUCTION],
+                       [rng.uniform(1.05, 1.6, n), rng.uniform(1.25, 1.8, n)], rng.uniform(1.25, 1.6, n))
     budget = np.round(np.maximum(est * margin * np.where(pilot, 1.0, bias ** 0.7), 0.5), 1)
     budget = np.maximum(budget, np.ceil(est * 10) / 10)   # the gate admitted it: its estimate fits
     max_rt = np.round(np.minimum(team_rt, est_wall * rng.uniform(1.5, 3.0, n)), 1)
     max_rt = np.maximum(max_rt, np.minimum(team_rt, 0.5))
-    ckpt_ok = rng.random(n) < np.select([kind_i == 1, kind_i == 2], [0.99, 0.97], 0.88)
+    ckpt_ok = rng.random(n) < np.select([kind_i == PRODUCTION, kind_i == RETRAINING], [0.99, 0.97], 0.88)
     ckpt_ok |= preempt   # the gate admits preemptible capacity only to jobs that can checkpoint
-    holdout_allow = np.select([kind_i == 1, kind_i == 2], [rng.integers(1, 4, n), np.ones(n, np.int64)], 0)
+    holdout_allow = np.select([kind_i == PRODUCTION, kind_i == RETRAINING],
+                              [rng.integers(1, 4, n), np.ones(n, np.int64)], 0)
 
     # interruptions: mean time between interruptions per job, hours
     mtbi = np.where(preempt, 7.0 / (1 + gpus / 16), 4000.0 / gpus)
@@ -236,31 +274,29 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     full = needed + lost + retry
 
     # ---- how it ended --------------------------------------------------------------------------
-    stop = np.zeros(n, np.int64)  # completed
+    stop = np.full(n, STOP["completed"], np.int64)
     u = rng.random(n)
-    early = np.where(kind_i == 0, 0.15, np.where(kind_i == 1, 0.05, 0.0))
-    cuts = np.cumsum([early, np.full(n, 0.025), np.full(n, 0.02), np.full(n, 0.007),
-                      np.full(n, 0.008), np.full(n, 0.01), np.where(preempt, 0.08, 0.0),
-                      np.full(n, 0.025)], axis=0)
-    outcome = (u[None, :] > cuts).sum(axis=0)   # 0 early, 1 failed, 2 cancelled, 3 oom, 4 node-fail,
-    #                                             5 failed-steps, 6 preempted, 7 never used, 8 normal
+
+    def share(name: str, p) -> np.ndarray:   # of the runs that end as `name` (CUT_SHORT)
+        if name == "early-stop":
+            return np.array([p[k] for k in KINDS])[kind_i]
+        return np.where(preempt, p, 0.0) if name == "preempted" else np.full(n, p)
+    cuts = np.cumsum([share(name, p) for name, (p, _) in CUT_SHORT.items()] + [np.full(n, NEVER_USED_SHARE)],
+                     axis=0)
+    outcome = (u[None, :] > cuts).sum(axis=0)   # the o-th stop of CUT_SHORT, then never used, then ran to its end
     scale = np.ones(n)
-    code_of = {0: 1, 1: 6, 2: 7, 3: 8, 4: 9, 5: 4, 6: 5}
-    for o, s in code_of.items():
+    for o, (name, (_, (lo, hi))) in enumerate(CUT_SHORT.items()):
         m = outcome == o
-        stop[m] = s
-        lo, hi = {0: (0.35, 0.85), 3: (0.005, 0.05)}.get(o, (0.05, 0.8))
+        stop[m] = STOP[name]
         scale[m] = rng.uniform(lo, hi, int(m.sum()))
-    never = outcome == 7
-    stop[never] = 7
+    never = outcome == len(CUT_SHORT)
+    stop[never] = STOP["cancelled"]
     scale[never] = 0.0
     actual = full * scale
     limit_wall = gpus * max_rt
     limit = np.minimum(budget, limit_wall)
-    over = (actual > limit) & ~never
-    stop = np.where(over & (stop == 0) | over & (stop == 1),
-                    np.where(budget <= limit_wall, 2, 3), stop)
-    stop = np.where(over & (stop > 3), np.where(budget <= limit_wall, 2, 3), stop)
+    over = (actual > limit) & ~never   # stopped at its budget or its wall clock, whatever came next
+    stop = np.where(over, np.where(budget <= limit_wall, STOP["budget"], STOP["wall-clock"]), stop)
     actual = np.where(over, limit, actual)
     k = np.where(full > 0, actual / full, 0.0)
     a_ckpt, a_eval, lost, retry = (np.round(x * k, 4) for x in (a_ckpt, a_eval, lost, retry))
@@ -269,23 +305,24 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     actual = np.maximum(actual, np.round(parts + 5e-4, 3))  # items never exceed the total
     frac_done = np.where(full > 0, np.minimum(1.0, actual / np.maximum(full, 1e-9)), 0)
     interrupts = np.round(interrupts * frac_done).astype(np.int64)
-    restarts = np.where((stop == 5) & (interrupts > 0), interrupts - 1, interrupts)
-    artifact = np.select([np.isin(stop, (0, 1)), np.isin(stop, (2, 3, 4))], [0, 1], 2)
-    full_eval = np.select([stop == 0, stop == 1], [~skip_eval & (rng.random(n) < 0.97),
-                                                    ~skip_eval & (rng.random(n) < 0.5)], False)
-    reads = np.where(kind_i > 0, rng.binomial(np.maximum(holdout_allow, 1), 0.6), 0)
+    restarts = np.where((stop == STOP["preempted"]) & (interrupts > 0), interrupts - 1, interrupts)
+    artifact = ARTIFACT_OF_STOP[stop]
+    full_eval = np.select([stop == STOP["completed"], stop == STOP["early-stop"]],
+                          [~skip_eval & (rng.random(n) < 0.97), ~skip_eval & (rng.random(n) < 0.5)], False)
+    reads = np.where(kind_i != EXPLORATORY, rng.binomial(np.maximum(holdout_allow, 1), 0.6), 0)
     reads = np.minimum(reads, holdout_allow)
-    over_read = rng.random(n) < np.where(kind_i == 0, 0.03, 0.04)
+    over_read = rng.random(n) < np.where(kind_i == EXPLORATORY, 0.03, 0.04)
     reads = np.where(over_read, holdout_allow + rng.integers(1, 4, n), reads)
-    reads = np.where(never | ~np.isin(stop, (0, 1, 2, 3)), np.where(never, 0, reads // 2), reads)
-    has_ckpt = ckpt_ok & ~never & (actual > 0) & ~np.isin(stop, (7, 8))
+    reached_a_limit = np.isin(stop, _stops("completed", "early-stop", "budget", "wall-clock"))
+    reads = np.where(never | ~reached_a_limit, np.where(never, 0, reads // 2), reads)
+    has_ckpt = ckpt_ok & ~never & (actual > 0) & ~np.isin(stop, _stops("cancelled", "out-of-memory"))
     ckpt_step = np.floor(frac_done * rng.integers(2_000, 200_000, n) / 500) * 500
 
     # ---- reservation and times (hours relative to now) ------------------------------------------
     res_from = t_sub
-    wall_est = est_wall * np.where(kind_i == 1, 1.15, 1.05)
+    wall_est = est_wall * np.where(kind_i == PRODUCTION, 1.15, 1.05)
     res_until = res_from + wall_est
-    reserved_gh = np.round(np.minimum(est * np.where(kind_i == 0, 1.05, 1.2), budget), 3)
+    reserved_gh = np.round(np.minimum(est * np.where(kind_i == EXPLORATORY, 1.05, 1.2), budget), 3)
     late = np.where(rng.random(n) < 0.12, rng.exponential(2.0, n), rng.exponential(0.1, n))
     started = res_from + late
     wall_actual = actual / gpus + restarts * restart_min / 60
@@ -311,9 +348,9 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     active = ~hist
 
     runs_df = pd.DataFrame({
-        "i": np.arange(n) + offset, "team_i": team_i, "kind_i": kind_i, "cap_i": preempt.astype(np.int64),
+        "i": np.arange(n) + offset, "team_i": team_i, "kind_i": kind_i, "cap_i": np.where(preempt, PREEMPTIBLE, STABLE),
         "gpus": gpus, "gpu_mem_gb": gpu_mem,
-        "est": est, "src_i": np.where(pilot, 0, 1),
+        "est": est, "src_i": np.where(pilot, SOURCES.index("pilot"), SOURCES.index("stated")),
         "e_comp": np.round(e_comp, 3), "e_ckpt": e_ckpt, "e_eval": e_eval, "e_data": e_data,
         "e_rst": e_rst, "budget": budget, "max_rt": max_rt,
         "reserved_from": _ts(now_np, res_from), "reserved_until": _ts(now_np, res_until),
@@ -359,7 +396,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     deferred_df = pd.DataFrame({
         "j": np.arange(n_def) + offset, "later": later, "i": of_run + offset,
         "team_i": np.where(later, team_i[of_run], rng.choice(T, n_def, p=w / w.sum())),
-        "kind_i": np.where(later, kind_i[of_run], rng.choice(3, n_def, p=[0.6, 0.3, 0.1])),
+        "kind_i": np.where(later, kind_i[of_run], rng.choice(len(KINDS), n_def, p=[OTHER_KIND_MIX[k] for k in KINDS])),
         "c_lo": np.where(c2 < 0, c1, np.minimum(c1, c2)), "c_hi": np.where(c2 < 0, -1, np.maximum(c1, c2)),
         "decided_at": _ts(now_np, d_time),
         "judged": np.round(np.where(later, est[of_run] * rng.uniform(1.0, 1.4, n_def),
@@ -581,13 +618,13 @@ def _run_ids(data: dict, rows: np.ndarray) -> list[str]:
     makes them: team-k-yymmdd-i, k the kind's letter, yymmdd the submission day, i the row number."""
     runs = data["runs"]
     team = np.array(data["teams"], dtype=object)[runs["team_i"].to_numpy()[rows]]
-    kind = np.array(KIND_LETTERS, dtype=object)[runs["kind_i"].to_numpy()[rows]]
+    kind = np.array([KIND_LETTERS[k] for k in KINDS], dtype=object)[runs["kind_i"].to_numpy()[rows]]
     day = pd.DatetimeIndex(runs["submitted_at"].to_numpy()[rows]).strftime("%y%m%d")
     return [f"{t}-{k}-{d}-{str(i).rjust(7, '0')[:7]}"
             for t, k, d, i in zip(team, kind, day, runs["i"].to_numpy()[rows].tolist())]
 
 
-KIND_LETTERS = ("x", "p", "r")   # a demo run ID's letter per kind (KINDS order)
+KIND_LETTERS = {"exploratory": "x", "production": "p", "retraining": "r"}   # a demo run ID's letter per kind
 
 
 def _insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], counts: dict, step) -> None:
@@ -595,7 +632,7 @@ def _insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], coun
     and the deferred decisions (in decision order); adds to `counts`."""
     con.register("demo_runs", data["runs"])
     T, K, C, S = (_sql_list(x) for x in (names, KINDS, CAPACITIES, STOPS))
-    run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(KIND_LETTERS)}[kind_i + 1] || '-' || "
+    run_id = (f"{T}[team_i + 1] || '-' || {_sql_list(KIND_LETTERS[k] for k in KINDS)}[kind_i + 1] || '-' || "
               "strftime(submitted_at, '%y%m%d') || '-' || lpad(i::VARCHAR, 7, '0')")
     step(0.05, "inserting runs")
     con.execute(f"""
@@ -629,7 +666,7 @@ def _insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], coun
             CASE WHEN stop_i >= 0 THEN {S}[stop_i + 1] END AS stop_reason,
             CASE WHEN interrupts >= 0 THEN interrupts END AS interruptions,
             CASE WHEN restarts >= 0 THEN restarts END AS restarts,
-            CASE WHEN artifact_i >= 0 THEN {_sql_list(ARTIFACTS)}[artifact_i + 1] END AS artifact_status,
+            CASE WHEN artifact_i >= 0 THEN {_sql_list(ARTIFACT_STATUSES)}[artifact_i + 1] END AS artifact_status,
             CASE WHEN has_ckpt THEN 'ckpt://' || d.run_id || '/step-' || ckpt_step::VARCHAR END
                 AS last_valid_checkpoint,
             CASE WHEN NOT active THEN full_eval END AS full_evaluation,
