@@ -101,7 +101,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     mix = np.array([tr[3] for tr in traits])
     mix = mix / mix.sum(axis=1, keepdims=True)
     u = rng.random(n)
-    kind_i = (u[:, None] > np.cumsum(mix, axis=1)[team_i][:, :2]).sum(axis=1)
+    kind_i = (u[:, None] > np.cumsum(mix, axis=1)[team_i][:, :len(KINDS) - 1]).sum(axis=1)
     if A:
         kind_i[H:] = [r[1] for r in active_rows]
 
@@ -232,8 +232,9 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     reads = np.minimum(reads, holdout_allow)
     over_read = rng.random(n) < np.where(kind_i == EXPLORATORY, 0.03, 0.04)
     reads = np.where(over_read, holdout_allow + rng.integers(1, 4, n), reads)
-    reached_a_limit = np.isin(stop, _stops("completed", "early-stop", "budget", "wall-clock"))
-    reads = np.where(never | ~reached_a_limit, np.where(never, 0, reads // 2), reads)
+    # a run cut short by a failure read the holdout half as often as one that ended by plan
+    ended_by_plan = np.isin(stop, _stops("completed", "early-stop", "budget", "wall-clock"))
+    reads = np.where(never | ~ended_by_plan, np.where(never, 0, reads // 2), reads)
     has_ckpt = ckpt_ok & ~never & (actual > 0) & ~np.isin(stop, _stops("cancelled", "out-of-memory"))
     ckpt_step = np.floor(frac_done * rng.integers(2_000, 200_000, n) / 500) * 500
 
