@@ -46,6 +46,7 @@ def test_every_booked_run_id_is_found_and_unknown_ones_are_not(demo_ledger):
 
 def test_a_duckdb_that_hashes_strings_otherwise_falls_back_on_md5(demo_ledger, monkeypatch):
     monkeypatch.setattr(booked_ids, "string_hash", lambda text: len(text))   # no longer DuckDB's hash
+    monkeypatch.setattr(booked_ids, "_agrees", {})   # nothing probed yet in this process
     booked, free = _booked_and_free(demo_ledger)
     with open_ledger(demo_ledger, read_only=True) as con:
         assert not booked_ids.same_string_hash(con)
@@ -53,3 +54,23 @@ def test_a_duckdb_that_hashes_strings_otherwise_falls_back_on_md5(demo_ledger, m
     assert ids.hash_one is md5_lower
     assert all(ids.maybe(run_id) for run_id in booked)
     assert sum(ids.maybe(run_id) for run_id in free) == 0
+
+
+def test_the_probe_is_asked_once_per_duckdb_version(monkeypatch):
+    """The answer is kept under duckdb.__version__: the same DuckDB is not probed again, another
+    version loaded into the process is."""
+    monkeypatch.setattr(booked_ids, "_agrees", {})
+    probes = []
+    con = duckdb.connect()
+    real_execute = con.execute
+
+    class Counting:
+        def execute(self, sql, *args):
+            probes.append(sql)
+            return real_execute(sql, *args)
+
+    assert booked_ids.same_string_hash(Counting()) and booked_ids.same_string_hash(Counting())
+    assert len(probes) == 1 and list(booked_ids._agrees) == [duckdb.__version__]
+    monkeypatch.setattr(duckdb, "__version__", duckdb.__version__ + "-another-build")
+    assert booked_ids.same_string_hash(Counting())
+    assert len(probes) == 2 and duckdb.__version__ in booked_ids._agrees and len(booked_ids._agrees) == 2

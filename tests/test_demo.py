@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import pytest
 
-from lib.ledger.demo import build_demo, ensure_demo_history
+from lib.ledger.demo import build_demo, ensure_demo_history, insert, parameters
 from lib.gate.reasons import CODES
-from lib.gate.terms import STOP_REASONS
+from lib.gate.terms import ARTIFACT_STATUSES, CAPACITIES, ESTIMATE_SOURCES, KINDS, STOP_REASONS
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import counts, query, run_cli
 
@@ -20,6 +20,22 @@ def big_demo(tmp_path_factory):
     seen = []
     counts_ = build_demo(path, runs=3000, seed=1, now=NOW, progress=lambda f, m: seen.append((f, m)))
     return path, counts_, seen
+
+
+def test_the_demos_subsets_and_weights_are_named_in_the_vocabulary():
+    """The demo re-types no term: its subsets come from lib.gate.terms and lib.gate.reasons, and
+    every dict of weights is keyed by their names."""
+    p = parameters
+    assert set(p.STOPS) <= set(STOP_REASONS) and set(p.SOURCES) <= set(ESTIMATE_SOURCES)
+    assert set(p.CUT_SHORT) <= set(p.STOPS)
+    assert set(p.DEFER_WEIGHTS) <= set(CODES) and set(p.DEFER_CODES) == set(p.DEFER_WEIGHTS)
+    assert list(p.DEFER_CODES) == sorted(p.DEFER_CODES, key=list(CODES).index)
+    per_kind = [p.GPU_P, p.WALL, p.PREEMPTIBLE_SHARE, p.EARLY_STOP_SHARE, p.OTHER_KIND_MIX,
+                *p.KIND_MIX.values(), insert.KIND_LETTERS]
+    assert all(set(weights) == set(KINDS) for weights in per_kind)
+    assert len(p.ARTIFACT_OF_STOP) == len(p.STOPS)
+    assert set(p.ARTIFACT_OF_STOP) <= set(range(len(ARTIFACT_STATUSES)))
+    assert {p.STABLE, p.PREEMPTIBLE} == set(range(len(CAPACITIES)))
 
 
 def test_same_seed_same_ledger_other_seed_other_ledger(tmp_path):

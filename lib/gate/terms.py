@@ -1,10 +1,10 @@
 """The project's shared vocabulary and small helpers, each defined once.
 
-Vocabulary: run kinds, capacity types, budget bases, stop reasons and artifact statuses (the ledger's
-columns and the request's fields use exactly these strings). Helpers: naive-UTC time (the convention
-of requests, decisions and the ledger), calendar-month bounds, "finite number in range" checks,
-spreadsheet-formula neutralising, a safe short display of any value (`shown`), and JSON in and out
-that never fails on what a hostile request holds (`json_text`, `loads_bounded`).
+Vocabulary: run kinds, capacity types, budget bases, stop reasons, artifact statuses and estimate
+sources (the ledger's columns and the request's fields use exactly these strings). Helpers: naive-UTC
+time (the convention of requests, decisions and the ledger), calendar-month bounds, "finite number in
+range" checks, spreadsheet-formula neutralising, a safe short display of any value (`shown`), and
+JSON in and out that never fails on what a hostile request holds (`json_text`, `loads_bounded`).
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ INCOMPLETE_STOPS = ("budget", "wall-clock", "failed-steps")  # deliberate stops:
 CENSORED_STOPS = ("budget", "wall-clock")  # the actual is only a lower bound on what the run needed
 CALIBRATION_STOPS = COMPLETE_STOPS + CENSORED_STOPS  # stops whose actual says something about the estimate
 ARTIFACT_STATUSES = ("complete", "incomplete", "none")
+# where a run's estimate came from (the ledger's runs.estimate_source): a pilot, the team's own
+# number, or the time limit × GPUs an sacct import fell back on (never used for calibration)
+ESTIMATE_SOURCES = ("pilot", "stated", "requested")
 
 # A team name, wherever one enters (teams file, CSV and sacct imports, requests): 1-64 characters,
 # ASCII letters, digits, '-', '_' and '.', the first a letter or a digit (a leading '-' reads as a

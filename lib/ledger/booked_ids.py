@@ -3,17 +3,27 @@ refuse a run ID a second time without opening the ledger for every request.
 
 A run ID is booked when its run holds a reservation or has run (service.BOOKED): a resubmission
 under it would double-book. The ledger's scan hashes every booked run ID with DuckDB's own string
-`hash()` (about 0.6 s for ten million runs, where an MD5 of each takes 3.5 s: the server reloads
-after every import); `string_hash` computes the same number in Python for the one run ID a request
-names. A DuckDB release that hashed strings differently would be caught by `load_booked`'s check
-of fixed probes, which then falls back on MD5 (`md5_number_lower`, the same in Python's hashlib).
+`hash()`, far cheaper than an MD5 of each (the server reloads after every import; README,
+Benchmarks, `bench_gate_reload`); `string_hash` computes the same number in Python for the one run
+ID a request names. A DuckDB release that hashed strings differently would be caught by
+`load_booked`'s check of fixed probes, asked once per DuckDB version in a process, which then falls
+back on MD5 (`md5_number_lower`, the same in Python's hashlib).
 Two IDs may share a hash, so a match is only a "maybe": the caller confirms it in the ledger.
+
+Where the constants come from: DuckDB's source, `src/common/types/hash.cpp` (`HashBytes`, behind
+`Hash(const char *, size_t)` and `Hash(string_t)`: the seed 0xe17a1465, the length multiplier
+0xc6a4a7935bd1e995, the block multiplier 0xd6e8feb86659fd93) and
+`src/include/duckdb/common/types/hash.hpp` (`MurmurHash64`, the finaliser) of the duckdb/duckdb
+repository: the same in every release from v1.3.0 through v1.5.5 and on the v2.0 development line
+(main at 044a04a7cd3, 2026-08-20). The DuckDB this project runs is 2.0.1 (`duckdb.__version__`,
+engine commit 8d78114e90); the probes below and tests/test_booked_ids.py check it hashes alike.
 """
 from __future__ import annotations
 
 import hashlib
 from typing import Callable
 
+import duckdb
 import numpy as np
 
 from lib.ledger.service import BOOKED
@@ -65,17 +75,18 @@ class BookedIds:
         return i < len(self.hashes) and self.hashes[i] == h
 
 
-_agrees: dict = {}   # string_hash (the function) -> whether it is this process's DuckDB's hash
+_agrees: dict[str, bool] = {}   # duckdb.__version__ -> whether that DuckDB's string hash() is string_hash
 
 
 def same_string_hash(con) -> bool:
     """True when this DuckDB's `hash()` of every probe string is `string_hash`'s. Asked once per
-    process (a few ms: the server reloads often, and the library it loaded does not change)."""
-    fn = string_hash
-    if fn not in _agrees:
+    DuckDB version in a process (the server reloads often, and the library it loaded does not change;
+    another version, loaded in its place, is asked again)."""
+    version = duckdb.__version__
+    if version not in _agrees:
         got = con.execute("SELECT list_transform($p::VARCHAR[], lambda s: hash(s))", {"p": PROBES}).fetchone()[0]
-        _agrees[fn] = got == [fn(p) for p in PROBES]
-    return _agrees[fn]
+        _agrees[version] = got == [string_hash(p) for p in PROBES]
+    return _agrees[version]
 
 
 def load_booked(con) -> BookedIds:

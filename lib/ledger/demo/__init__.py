@@ -1,0 +1,157 @@
+"""A realistic, seeded run history for the demo ledger (and benchmarks), two years long by default.
+
+`build_demo(db, runs=10_000, seed=0)` syncs the teams of data/teams.toml, then builds runs ending at
+`now` (default: the current UTC minute) CHUNK_RUNS at a time: each chunk generated with numpy
+(`runs`: what the history models), its deferred requests decided by the gate (`deferrals`), then
+inserted in one transaction (`insert`: strings are built in SQL); the next chunk is generated in a
+thread while DuckDB inserts this one. The numbers the history is made of are in `parameters`.
+
+Re-running replaces the previous demo rows (source 'demo', origin 'demo') and nothing else.
+Same seed and same `now` -> the same ledger. Every build is recorded in the ledger's audit (action
+"demo": who built it, and how many runs) in the transaction of its last chunk.
+
+`ensure_demo_history` is the bootstrap of a new ledger: it builds only into a ledger that holds
+nothing yet (`already_holds`), checked under the write lock the build then keeps.
+"""
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from lib.gate.terms import utcnow
+from lib.ledger import team_weeks
+from lib.ledger.audit import Who, command_line, record
+from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.demo.deferrals import deferred_decisions, demo_state
+from lib.ledger.demo.insert import insert_chunk
+from lib.ledger.demo.parameters import COST_SHIFT, HISTORY_DAYS, MIN_DAYS
+from lib.ledger.demo.runs import generate
+from lib.ledger.teams_file import load_teams, sync_teams
+
+__all__ = ["build_demo", "ensure_demo_history", "already_holds", "NotNew", "generate", "demo_state",
+           "DEFAULT_RUNS", "HISTORY_DAYS", "MIN_DAYS", "COST_SHIFT", "CHUNK_RUNS"]
+
+DEFAULT_RUNS = 10_000
+CHUNK_RUNS = 1_000_000   # runs generated and inserted at a time by build_demo
+DEMO_MEMORY_LIMIT = "1GB"  # DuckDB's buffer limit while building (it writes or spills beyond)
+
+
+def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, *, now=None,
+               teams_file=None, timeout_s: float = 30.0, days: int = HISTORY_DAYS, who: Who | None = None,
+               only_into_new: bool = False) -> dict:
+    """Build the demo history of `days` days into the ledger (replacing an earlier demo); returns
+    row counts. The same runs over more days are a longer history at a lower daily rate.
+    `who` is recorded in the audit as the builder (default: the command line's OS user).
+    `only_into_new`: raise NotNew, writing nothing, when the ledger already holds anything.
+    Runs are generated and inserted CHUNK_RUNS at a time, one transaction each, so memory stays
+    bounded at any size: a build of up to CHUNK_RUNS runs (the default included) is all or nothing;
+    a larger one that is interrupted leaves whole chunks, which the next build replaces. Each chunk
+    is stored in time order (runs by reservation start, decisions by decision time), as a ledger
+    filled over time holds them, so the pages' time filters skip what lies outside them."""
+    for name, value, least in (("runs", runs, 1), ("days", days, MIN_DAYS)):
+        if type(value) is not int or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    say = progress or (lambda fraction, message: None)
+    now = now or utcnow().replace(second=0, microsecond=0)
+    teams, snapshots = load_teams(teams_file)
+    names = [t["team"] for t in teams]
+    chunks = _chunks(runs, seed)
+    counts = {"runs": 0, "pilots": 0, "decisions": 0, "deferred": 0, "active": 0}
+    say(0.02, "writing teams and snapshots")
+    with open_ledger(db, read_only=False, timeout_s=timeout_s) as con:
+        con.execute("SET enable_progress_bar = false")
+        con.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
+        if only_into_new and (held := already_holds(con)):
+            raise NotNew(f"the ledger already holds {held}")
+        counts.update(sync_teams(con, teams_file))
+        # the next chunk is generated (and its deferrals decided, in Python) in a thread while
+        # DuckDB, which releases the GIL, inserts this one
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0], days)
+            for k, (size, offset, _, _) in enumerate(chunks):
+                def step(part: float, message: str, k=k, offset=offset, size=size) -> None:
+                    where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
+                    say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
+                step(0.0, f"generating {size:,} runs")
+                data = ahead.result()
+                if k + 1 < len(chunks):
+                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1], days)
+                # one transaction per chunk: DuckDB keeps a transaction's rows (and its key index)
+                # in memory until it commits
+                with transaction(con):
+                    if k == 0:
+                        step(0.01, "removing the previous demo")
+                        counts["deleted_runs"] = con.execute(
+                            "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
+                        con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
+                        con.execute("DELETE FROM runs WHERE source = 'demo'")
+                        con.execute("DELETE FROM decisions WHERE origin = 'demo'")
+                    insert_chunk(con, data, names, snapshots, counts, step)
+                    team_weeks.rebuild(con)
+                    if k + 1 == len(chunks):
+                        record(con, who or command_line(), "demo", inserted=counts["runs"],
+                               detail=f"{runs:,} runs over {days} days, seed {seed}; replaced "
+                                      f"{counts['deleted_runs']:,} earlier demo runs")
+                    step(0.95, "committing")
+                del data
+    say(1.0, f"demo ledger built: {counts['runs']:,} runs")
+    return counts
+
+
+def _chunks(runs: int, seed: int) -> list[tuple[int, int, object, bool]]:
+    """(size, offset, seed, last) per chunk: one chunk (seeded `seed`, as every build up to
+    CHUNK_RUNS is) or CHUNK_RUNS-sized chunks seeded (seed, k); the last holds the active runs."""
+    sizes = [CHUNK_RUNS] * (runs // CHUNK_RUNS) + ([runs % CHUNK_RUNS] if runs % CHUNK_RUNS else [])
+    offsets = np.cumsum([0] + sizes[:-1]).tolist()
+    return [(size, int(offset), seed if len(sizes) == 1 else [seed, k], k == len(sizes) - 1)
+            for k, (size, offset) in enumerate(zip(sizes, offsets))]
+
+
+def _prepare(teams: list[dict], snapshots: list[dict], now: datetime, chunk: tuple, days: int) -> dict:
+    """One chunk's generated tables (`generate`) with its deferred decisions decided
+    (`deferrals.deferred_decisions`) as "deferred_rows"."""
+    size, offset, seed, last = chunk
+    data = generate(teams, snapshots, size, seed, now, offset=offset, active=last, days=days)
+    data["deferred_rows"] = deferred_decisions(data, teams, snapshots) if len(data["deferred"]) else None
+    return data
+
+
+class NotNew(Exception):
+    """The ledger already holds something, so the demo bootstrap leaves it alone."""
+
+
+LEDGER_TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)",
+                                     (Path(__file__).parent.parent / "schema.sql").read_text(encoding="utf-8")))
+
+
+def already_holds(con) -> str | None:
+    """What the ledger on `con` holds besides its empty schema ("3 teams", "a table x that is not the
+    ledger's", …), or None for a new ledger: no row in any table, no table or view of anyone else,
+    nothing in `meta` but the schema version."""
+    for schema, name, kind in con.execute(
+            "SELECT table_schema, table_name, table_type FROM information_schema.tables "
+            "WHERE table_catalog = current_database() ORDER BY ALL").fetchall():
+        if schema != "main" or name not in LEDGER_TABLES or kind != "BASE TABLE":
+            return f"a {kind.lower()} {schema}.{name} that is not the ledger's"
+    first = ("runs", "decisions", "teams")
+    for name in [*first, *sorted(LEDGER_TABLES - set(first))]:
+        where = " WHERE key <> 'schema_version'" if name == "meta" else ""
+        n = con.execute(f"SELECT count(*) FROM {name}{where}").fetchall()[0][0]
+        if n:
+            return f"{n:,} row(s) in its {name} table"
+    return None
+
+
+def ensure_demo_history(db=None, *, who: Who | None = None, **kwargs) -> bool:
+    """Build the default demo into a new ledger (one that does not exist yet, or holds nothing:
+    `already_holds`), recording `who` built it; True when it did. A ledger holding anything at all
+    (teams, runs, decisions, an audit, tables of someone else) is left as it is: False."""
+    try:
+        build_demo(db, who=who, only_into_new=True, **kwargs)
+    except NotNew:
+        return False
+    return True
