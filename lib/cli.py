@@ -28,8 +28,8 @@ from pathlib import Path
 
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.contracts import Decision
-from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, STOP_REASONS, SUBMIT_CLOCK_WINDOW, InputError,
-                            checked_submit_time, json_default)
+from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH, STOP_REASONS,
+                            SUBMIT_CLOCK_WINDOW, InputError, checked_submit_time, json_default, json_depth)
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
 
@@ -100,6 +100,8 @@ def read_request(source: str):
 
     def no_constants(name):
         raise ValueError(f"{name} is not a JSON number")
+    if json_depth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:  # before parsing: no recursion to run out of
+        raise InputError(f"request {source} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
