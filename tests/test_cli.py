@@ -183,7 +183,7 @@ def test_import_of_bad_input_exits_2_and_writes_nothing(demo_ledger, tmp_path):
 
 def test_a_request_nested_too_deeply_exits_2(demo_ledger):
     p = run_cli("check", "-", db=demo_ledger, stdin="[" * 100_000 + "]" * 100_000)
-    assert p.returncode == 2 and "nested too deeply" in p.stderr
+    assert p.returncode == 2 and "nested deeper than 64 levels" in p.stderr
 
 
 def test_usage_errors_exit_2():

@@ -157,7 +157,7 @@ CLI_CASES = {
     "lone surrogate in a key": (placed_text(BASE_CLI, ("x",), "1", key_token='"k\\udfff"'), "not valid Unicode"),
     "megabyte note": (placed_text(BASE_CLI, ("note",), '"' + "x" * 900_000 + '"'), "at most 2000 characters"),
     "NaN": (placed_text(BASE_CLI, ("gpu_mem_gb",), "NaN"), "NaN"),
-    "deep nesting": (placed_text(BASE_CLI, ("note",), "[" * DEEP + "]" * DEEP), "nested too deeply"),
+    "deep nesting": (placed_text(BASE_CLI, ("note",), "[" * DEEP + "]" * DEEP), "nested deeper than 64 levels"),
     "5000 digits": (placed_text(BASE_CLI, ("gpus",), "9" * 5000), "not valid JSON"),
 }
 
