@@ -135,7 +135,7 @@ class Calibration(TypedDict):
 
 
 class InterruptionRate(TypedDict):
-    """Interruptions observed on preemptible capacity (lib.ledger.service.interruption_rate): per
+    """Interruptions observed on preemptible capacity (lib.ledger.state.interruption_rate): per
     GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
     per_gpu_hour: float
     scope: Literal["team", "all"]

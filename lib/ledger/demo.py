@@ -20,7 +20,7 @@ them from a DataFrame with one INSERT ... SELECT per table (strings are built in
   pilot-estimated runs), plus deferred requests (about 8 % of runs), most of them admitted later
   under the same run ID. Each deferral is the gate's own decision: a full request built to meet a
   drawn reason, decided by lib.gate.admission.decide over the team's policy and `demo_state`, and
-  serialised as lib.ledger.service.record_decision records a submit (re-deciding it gives it again);
+  serialised as lib.ledger.recording.record_decision records a submit (re-deciding it gives it again);
   the demo's admits are generated history and are not re-decided;
 - a change: every run `COST_SHIFT` names (team, days ago, factor) requested in its last days needs
   that factor more (a new model family, pilots still from the old one), so the Estimate accuracy
@@ -443,8 +443,8 @@ def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: st
 
 def _deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict]) -> pd.DataFrame:
     """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
-    team's policy and demo_state, and serialised as lib.ledger.service.record_decision records it."""
-    from lib.ledger.service import canonical_json
+    team's policy and demo_state, and serialised as lib.ledger.recording.record_decision records it."""
+    from lib.ledger.recording import canonical_json
     d = data["deferred"]
     codes = np.array(DEFER_CODES)
     rows = []

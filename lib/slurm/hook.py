@@ -7,7 +7,7 @@
              --time-limit MIN --name N --comment C --tres-per-node ... --tres-per-job ... --num-tasks ...
 
 It turns the job description into a gate request (lib.slurm.comment.build_request), decides and records it as
-`lib.ledger.service.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
+`lib.ledger.deciding.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
@@ -140,7 +140,7 @@ def job_actor(fields: dict) -> str | None:
 
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
                      timeout_s: float = 5.0, closer=None, actor: str | None = None) -> dict:
-    """Decide and record the request as lib.ledger.service.submit_request(origin="slurm") does, with the
+    """Decide and record the request as lib.ledger.deciding.submit_request(origin="slurm") does, with the
     capacity read from the team's preemptible_partitions inside the same write transaction.
 
     One ledger open instead of two (a read-only open for the team's partitions, then submit_request)
@@ -149,9 +149,11 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     `closer` (a contextlib.ExitStack): the ledger is closed when the caller closes it, so the warm
     server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
     """
-    import lib.ledger.service as store
     from lib.gate.terms import team_name_problem, utcnow
     from lib.ledger.connection import open_ledger, transaction
+    from lib.ledger.deciding import decide_in_ledger
+    from lib.ledger.recording import record_decision
+    from lib.ledger.state import team_policy
     from lib.slurm.comment import capacity_for
     from lib.slurm.live import drain_left_over_journal
 
@@ -173,11 +175,11 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
         con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=timeout_s))
         with transaction(con):
             # a team that is no team name is not looked up (the decision rejects it by field)
-            policy = store.team_policy(con, team) if team_name_problem(team) is None else None
+            policy = team_policy(con, team) if team_name_problem(team) is None else None
             request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
                                                default_partition)
-            decision, _ = store.decide_in_ledger(con, request, now)
-            store.record_decision(con, request, decision, "slurm", now, actor=actor)
+            decision, _ = decide_in_ledger(con, request, now)
+            record_decision(con, request, decision, "slurm", now, actor=actor)
     return decision
 
 

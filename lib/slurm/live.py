@@ -2,7 +2,7 @@
 moved into the ledger in batches.
 
 `LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
-IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.service.team_state`
+IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
 reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
@@ -45,8 +45,10 @@ from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
 from lib.ledger.decider_lock import ServerBusy, ServerLock
-from lib.ledger.service import (LedgerFacts, booked_reservation, canonical_json, decide_with, team_policy,
-                                team_state, writer_turn)
+from lib.ledger.deciding import LedgerFacts, decide_with
+from lib.ledger.recording import booked_reservation, canonical_json
+from lib.ledger.state import team_policy, team_state
+from lib.ledger.writer import writer_turn
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
 
 FACTS_TTL_S = 300.0

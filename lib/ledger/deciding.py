@@ -1,0 +1,142 @@
+"""The gate over the ledger: `check_request` (the what-if) and `submit_request` (decide and record).
+
+`check_request` and `submit_request` call the same pure `lib.gate.admission.decide(request, policy, state)`
+over the same policy and state (lib.ledger.state); `check_request` opens the ledger read-only and writes
+nothing, `submit_request` does everything in ONE write transaction (read policy + state, decide,
+append the decision, reserve on admit: lib.ledger.recording). DuckDB admits one writing process per
+file, and `lib.ledger.connection.open_ledger` retries a locked file for a bounded time, so concurrent
+submitters serialize: each one sees every reservation committed before it, and none is double-booked.
+Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3). Submitting
+the admitted request again, unchanged, answers the recorded decision and writes nothing (a retry
+after a lost answer); see `recorded_admit`.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from lib.gate.contracts import Decision, Policy, Request, State
+from lib.gate.terms import KINDS, naive_utc, utcnow
+from lib.ledger.connection import ledger_path, open_ledger, transaction
+from lib.ledger.decider_lock import deciding_in_process
+from lib.ledger.recording import canonical_json, record_decision
+from lib.ledger.state import team_policy, team_state
+from lib.ledger.writer import write_ledger
+
+BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
+
+
+def booked(con, run_id) -> bool:
+    """True when the run ID already holds a reservation or has run (a resubmission would double-book)."""
+    if type(run_id) is not str:
+        return False
+    row = con.execute(f"SELECT {BOOKED} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return bool(row and row[0])
+
+
+def recorded_admit(con, request, now: datetime) -> Decision | None:
+    """The admit recorded for this very request, while its reservation still waits for the run.
+
+    "This very request": the same JSON object as the one recorded with the admit, compared after
+    the same canonical serialisation (keys sorted), so key order does not matter but values and
+    their types do. The reservation must not have started, ended or expired at `now`. The answer
+    is the recorded decision as recorded, plus "replayed": true and "recorded_at" (ISO time of
+    the decisions row). None when there is no such admit.
+    """
+    run_id = request.get("run_id")
+    live = con.execute(
+        "SELECT count(*) FROM runs WHERE run_id = ? AND reserved_gpu_hours IS NOT NULL "
+        "AND started_at IS NULL AND ended_at IS NULL AND (reserved_until IS NULL OR reserved_until > ?)",
+        [run_id, now]).fetchone()[0]
+    if not live:
+        return None
+    row = con.execute(
+        "SELECT decided_at, request_json, decision_json FROM decisions "
+        "WHERE run_id = ? AND state = 'admit' ORDER BY decision_id DESC LIMIT 1", [run_id]).fetchone()
+    if row is None or row[1] != canonical_json(request):
+        return None
+    return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
+
+
+class LedgerFacts:
+    """What a decision reads, read from an open ledger connection. `decide_with` takes any object with
+    these methods: the warm gate server (lib.slurm.live) answers them from the state it holds."""
+
+    def __init__(self, con):
+        self.con = con
+
+    def policy(self, team: str) -> Policy | None:
+        return team_policy(self.con, team)
+
+    def known_teams(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+
+    def booked(self, run_id) -> bool:
+        return booked(self.con, run_id)
+
+    def recorded_admit(self, request: Request, now: datetime) -> Decision | None:
+        return recorded_admit(self.con, request, now)
+
+    def state(self, team: str, now: datetime, kind: str | None) -> State:
+        return team_state(self.con, team, now, kind=kind)
+
+
+def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Policy | None]:
+    """(decision, policy) for the request against `facts` (a `LedgerFacts` or the like).
+
+    A request whose run ID is booked is refused, unless it is the very request that booked it and
+    the reservation still waits for the run: then the answer is the recorded admit (see
+    `recorded_admit`), so a caller that lost the answer can retry safely.
+    """
+    from lib.gate.admission import decide, reject, unknown_team
+    from lib.gate.reasons import reason
+    from lib.gate.request import run_id_problem, team_name_problem
+
+    team = request.get("team") if isinstance(request, dict) else None
+    # an invalid team or run ID is never looked up (DuckDB refuses e.g. a lone surrogate): rejected by name
+    policy = facts.policy(team) if team_name_problem(team) is None else None
+    if policy is None:
+        return unknown_team(request, known_teams=facts.known_teams(), now=now), None
+    if run_id_problem(request.get("run_id")) is None and facts.booked(request["run_id"]):
+        replayed = facts.recorded_admit(request, now)
+        if replayed is not None:
+            return replayed, policy
+        return reject(request, [reason(
+            "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
+            fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
+    kind = request.get("kind")
+    state = facts.state(team, now, kind if kind in KINDS else None)
+    return decide(request, policy, state), policy
+
+
+def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Policy | None]:
+    """(decision, policy) for the request against the ledger as `con` sees it (see `decide_with`)."""
+    return decide_with(request, now, LedgerFacts(con))
+
+
+def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0) -> Decision:
+    """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
+
+    For a request already admitted and still waiting for its run, that is the recorded admit.
+    """
+    now = naive_utc(now) or utcnow()
+    with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
+        decision, _ = decide_in_ledger(con, request, now)
+    return decision
+
+
+def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
+                   timeout_s: float = 10.0, actor: str | None = None) -> Decision:
+    """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
+    the run becomes a reservation.
+
+    Resubmitting the very request that was admitted (the caller lost the answer) records nothing
+    new: the answer is the recorded admit, marked "replayed" (see `recorded_admit`). Waits at most
+    `timeout_s` seconds for the ledger, then raises LedgerLocked.
+    """
+    now = naive_utc(now) or utcnow()
+    with deciding_in_process(ledger_path(db).resolve()), write_ledger(db, timeout_s) as con:
+        with transaction(con):
+            decision, policy = decide_in_ledger(con, request, now)
+            record_decision(con, request, decision, origin, now, actor=actor)
+    return decision
