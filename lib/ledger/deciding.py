@@ -1,19 +1,26 @@
 """The gate over the ledger: `check_request` (the what-if) and `submit_request` (decide and record).
 
-`check_request` and `submit_request` call the same pure `lib.gate.admission.decide(request, policy, state)`
-over the same policy and state (lib.ledger.state); `check_request` opens the ledger read-only and writes
-nothing, `submit_request` does everything in ONE write transaction (read policy + state, decide,
-append the decision, reserve on admit: lib.ledger.recording). DuckDB admits one writing process per
-file, and `lib.ledger.connection.open_ledger` retries a locked file for a bounded time, so concurrent
-submitters serialize: each one sees every reservation committed before it, and none is double-booked.
-Past the timeout `LedgerLocked` is raised (the command line turns it into exit code 3). Submitting
-the admitted request again, unchanged, answers the recorded decision and writes nothing (a retry
-after a lost answer); see `recorded_admit`.
+Both call the same `decide_with(request, now, facts)`, which calls the pure
+`lib.gate.admission.decide(request, policy, state)` over the policy and state the facts object
+reads: here `LedgerFacts` over an open connection; the warm gate server (lib.slurm.live.LiveGate)
+answers the same questions from the state it holds.
+
+`check_request` opens the ledger read-only and writes nothing. `submit_request` is the one way an
+in-process decider (`python -m lib submit`, the Slurm hook without a gate server) decides and
+records: the decider lock first (lib.ledger.decider_lock: refused while a gate server decides for
+the ledger), then the writer turn and DuckDB's own lock (lib.ledger.writer.write_ledger), then ONE
+write transaction that reads policy and state, decides, appends the decision and reserves on admit
+(lib.ledger.recording.record_decisions, which the gate server's batches write through too).
+Concurrent submitters serialize: each sees every reservation committed before it, and none is
+double-booked. Past the timeout `LedgerLocked` is raised (the command line turns it into exit code
+3). Submitting the admitted request again, unchanged, answers the recorded decision and writes
+nothing (a retry after a lost answer); see `recorded_admit`.
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Callable
 
 from lib.gate.contracts import Decision, Policy, Request, State
 from lib.gate.terms import KINDS, naive_utc, utcnow
@@ -81,8 +88,17 @@ class LedgerFacts:
         return team_state(self.con, team, now, kind=kind)
 
 
+def policy_for(request: Request, facts) -> Policy | None:
+    """The policy of the team the request names; None for an unknown team, and without a look-up for
+    a value that is no team name (DuckDB refuses e.g. a lone surrogate; the decision rejects it by name)."""
+    from lib.gate.request import team_name_problem
+    team = request.get("team") if isinstance(request, dict) else None
+    return facts.policy(team) if team_name_problem(team) is None else None
+
+
 def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Policy | None]:
-    """(decision, policy) for the request against `facts` (a `LedgerFacts` or the like).
+    """(decision, policy) for the request against `facts` (a `LedgerFacts`, or the gate server's
+    live state).
 
     A request whose run ID is booked is refused, unless it is the very request that booked it and
     the reservation still waits for the run: then the answer is the recorded admit (see
@@ -90,11 +106,9 @@ def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Polic
     """
     from lib.gate.admission import decide, reject, unknown_team
     from lib.gate.reasons import reason
-    from lib.gate.request import run_id_problem, team_name_problem
+    from lib.gate.request import run_id_problem
 
-    team = request.get("team") if isinstance(request, dict) else None
-    # an invalid team or run ID is never looked up (DuckDB refuses e.g. a lone surrogate): rejected by name
-    policy = facts.policy(team) if team_name_problem(team) is None else None
+    policy = policy_for(request, facts)
     if policy is None:
         return unknown_team(request, known_teams=facts.known_teams(), now=now), None
     if run_id_problem(request.get("run_id")) is None and facts.booked(request["run_id"]):
@@ -105,7 +119,7 @@ def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Polic
             "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
             fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
     kind = request.get("kind")
-    state = facts.state(team, now, kind if kind in KINDS else None)
+    state = facts.state(request["team"], now, kind if kind in KINDS else None)
     return decide(request, policy, state), policy
 
 
@@ -125,18 +139,36 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
     return decision
 
 
-def submit_request(request: Request, *, db=None, origin: str = "cli", now=None,
-                   timeout_s: float = 10.0, actor: str | None = None) -> Decision:
+def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0,
+                   actor: str | None = None,
+                   prepare: Callable[[Request, Policy | None], Request] | None = None) -> Decision:
     """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
-    the run becomes a reservation.
+    the run becomes a reservation. The one write path of every in-process decider (see the module
+    docstring for its locks).
+
+    `prepare(request, policy) -> request`: what the caller completes from the team's policy before
+    the decision, inside the same transaction (the Slurm hook: the capacity, from the team's
+    preemptible partitions); `policy` is None for an unknown team. The request it returns is the one
+    decided and recorded.
+
+    A gate server's left-over journal is the caller's to drain first
+    (lib.slurm.live.drain_left_over_journal: the journal belongs to the Slurm layer), so that this
+    decision sees every decision that server answered; the command line and the Slurm hook do.
 
     Resubmitting the very request that was admitted (the caller lost the answer) records nothing
     new: the answer is the recorded admit, marked "replayed" (see `recorded_admit`). Waits at most
-    `timeout_s` seconds for the ledger, then raises LedgerLocked.
+    `timeout_s` seconds for the ledger, then raises LedgerLocked; raises ServerBusy at once when a
+    gate server decides for this ledger.
     """
     now = naive_utc(now) or utcnow()
+    # the decider lock's descriptor is closed after the DuckDB connection (the contexts close in
+    # reverse order): closing any descriptor of the ledger drops every fcntl lock this process holds
+    # on it, DuckDB's own included (see lib.ledger.decider_lock)
     with deciding_in_process(ledger_path(db).resolve()), write_ledger(db, timeout_s) as con:
         with transaction(con):
-            decision, policy = decide_in_ledger(con, request, now)
+            facts = LedgerFacts(con)
+            if prepare is not None:
+                request = prepare(request, policy_for(request, facts))
+            decision, _ = decide_with(request, now, facts)
             record_decision(con, request, decision, origin, now, actor=actor)
     return decision
