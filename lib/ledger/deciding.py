@@ -2,8 +2,8 @@
 
 Both call the same `decide_with(request, now, facts)`, which calls the pure
 `lib.gate.admission.decide(request, policy, state)` over the policy and state the facts object
-reads: here `LedgerFacts` over an open connection; the warm gate server (lib.slurm.live.LiveGate)
-answers the same questions from the state it holds.
+reads (`lib.gate.contracts.DecisionFacts`): here `LedgerFacts` over an open connection; the warm
+gate server (lib.slurm.live.LiveGate) answers the same questions from the state it holds.
 
 `check_request` opens the ledger read-only and writes nothing. `submit_request` is the one way an
 in-process decider (`python -m lib submit`, the Slurm hook without a gate server) decides and
@@ -22,7 +22,7 @@ import json
 from datetime import datetime
 from typing import Callable
 
-from lib.gate.contracts import Decision, Policy, Request, State
+from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
 from lib.gate.terms import KINDS, naive_utc, utcnow
 from lib.ledger.connection import ledger_path, open_ledger, transaction
 from lib.ledger.decider_lock import deciding_in_process
@@ -66,8 +66,7 @@ def recorded_admit(con, request, now: datetime) -> Decision | None:
 
 
 class LedgerFacts:
-    """What a decision reads, read from an open ledger connection. `decide_with` takes any object with
-    these methods: the warm gate server (lib.slurm.live) answers them from the state it holds."""
+    """The `DecisionFacts` of an open ledger connection: what a decision reads, read as `con` sees it."""
 
     def __init__(self, con):
         self.con = con
@@ -88,7 +87,7 @@ class LedgerFacts:
         return team_state(self.con, team, now, kind=kind)
 
 
-def policy_for(request: Request, facts) -> Policy | None:
+def policy_for(request: Request, facts: DecisionFacts) -> Policy | None:
     """The policy of the team the request names; None for an unknown team, and without a look-up for
     a value that is no team name (DuckDB refuses e.g. a lone surrogate; the decision rejects it by name)."""
     from lib.gate.request import team_name_problem
@@ -96,7 +95,7 @@ def policy_for(request: Request, facts) -> Policy | None:
     return facts.policy(team) if team_name_problem(team) is None else None
 
 
-def decide_with(request: Request, now: datetime, facts) -> tuple[Decision, Policy | None]:
+def decide_with(request: Request, now: datetime, facts: DecisionFacts) -> tuple[Decision, Policy | None]:
     """(decision, policy) for the request against `facts` (a `LedgerFacts`, or the gate server's
     live state).
 
