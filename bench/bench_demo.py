@@ -60,7 +60,7 @@ def bench(size: int, folder: Path) -> dict:
     rw = _median_s(_open_close(path, False))
     check_s = None
     try:
-        from lib.ledger.service import check_request
+        from lib.ledger.deciding import check_request
         req = {"run_id": "bench-1", "team": "vision", "kind": "production", "gpus": 8, "gpu_mem_gb": 80,
                "max_runtime_hours": 24, "budget_gpu_hours": 400, "checkpoint_supported": True,
                "expected_interruptions": 1, "data_snapshot": "common-crawl-2025-04",

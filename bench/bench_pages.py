@@ -17,7 +17,7 @@ For each ledger and each page:
 - for Reservations also "reservations, other month": picking last month in the budget's month
   picker (a new query for that month, the rest of the page as before).
 Times are the median of --repeat runs (seconds). Also printed: the cost of one read-only open of
-the ledger, of one what-if check (lib.ledger.service.check_request) and of one `python -m lib check`
+the ledger, of one what-if check (lib.ledger.deciding.check_request) and of one `python -m lib check`
 beyond process start (the command's wall time less that of `python -m lib --help`); the growth of
 each first render from the smallest to the largest ledger; and the peak memory (VmHWM) of this
 process, which rendered every page of every ledger as the app's process does (the ledgers are built
@@ -120,7 +120,7 @@ def open_cost_s(path: Path, n: int = 20) -> float:
 
 
 def check_cost_s(path: Path) -> float:
-    from lib.ledger.service import check_request
+    from lib.ledger.deciding import check_request
     t = time.perf_counter()
     check_request(REQUEST, db=path)
     return time.perf_counter() - t

@@ -9,7 +9,7 @@ Times N submissions each (held with --hold, so nothing runs; cancelled at the en
   gated, refused a GPU job over its budget, refused by sbatch                        - defer
   gated, cold    a GPU job judged in-process (no server: Python imports DuckDB per sbatch)
 and the Python start-up parts: `python -c pass`, `python -S -c pass`, the hook's own import under -S
-(what the warm path starts), and `import lib.ledger.service` (what the cold path adds).
+(what the warm path starts), and `import lib.ledger.deciding` (what the cold path adds).
 The hook config is pointed at a temporary ledger for the run and restored afterwards.
 Prints a table: median and P95 in ms, and the median added over pass-through. Goal: < 100 ms.
 """
@@ -103,7 +103,7 @@ def main() -> int:
         "python -c pass": [py, "-c", "pass"],
         "python -S -c pass": [py, "-S", "-c", "pass"],
         "python -S -c 'import lib.slurm.hook' (warm path start)": [py, "-S", "-c", "import lib.slurm.hook"],
-        "python -c 'import lib.ledger.service' (cold path imports)": [py, "-c", "import lib.ledger.service"],
+        "python -c 'import lib.ledger.deciding' (cold path imports)": [py, "-c", "import lib.ledger.deciding"],
     }
     for label, cmd in starts.items():
         times = [timed(cmd, env)[0] for _ in range(min(args.n, 20))]

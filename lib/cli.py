@@ -153,7 +153,7 @@ def via_gate_server(args, op: str, request) -> Decision | None:
 
 
 def cmd_check(args) -> int:
-    from lib.ledger.service import check_request
+    from lib.ledger.deciding import check_request
     request = read_request(args.request)
     decision = via_gate_server(args, "check", request)
     if decision is None:
@@ -190,7 +190,7 @@ def check_submitter(request, path=None) -> None:
 
 
 def cmd_submit(args) -> int:
-    from lib.ledger.service import submit_request
+    from lib.ledger.deciding import submit_request
     args.now = checked_submit_time(args.now)  # a recorded decision is dated now, give or take minutes
     request = read_request(args.request)
     check_submitter(request)
@@ -235,7 +235,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_finish(args) -> int:
-    from lib.ledger.service import finish_run
+    from lib.ledger.finishing import finish_run
     row = finish_run(
         args.run_id, actual_gpu_hours=args.actual_gpu_hours, stop_reason=args.stop_reason,
         ended_at=args.ended_at, started_at=args.started_at,
@@ -460,7 +460,7 @@ def main(argv=None) -> int:
     for name, default in (("db", None), ("progress", False), ("timeout", 10.0)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    from lib.ledger.service import UnknownRun
+    from lib.ledger.finishing import UnknownRun
     from lib.ledger.teams_file import TeamsFileError
     try:
         check_ledger_file(args.db)  # a wrong --db is refused before anything is made next to it

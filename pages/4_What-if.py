@@ -1,6 +1,6 @@
 """What-if: try a proposed request against the gate as it stands now, without submitting it.
 
-The form calls lib.ledger.service.check_request — exactly what `python -m lib check` calls — and shows the
+The form calls lib.ledger.deciding.check_request — exactly what `python -m lib check` calls — and shows the
 decision, every reason with its fix, the raw and calibrated estimate, and the request JSON ready
 for `python -m lib submit`. The result stays on screen until the inputs change.
 """
@@ -10,7 +10,7 @@ import streamlit as st
 import ui
 from lib.dashboard import figures, whatif
 from lib.gate.access import may
-from lib.ledger.service import check_request
+from lib.ledger.deciding import check_request
 
 ui.frame()
 grant = ui.require("what-if")   # planners for any team, members for their own teams

@@ -1,5 +1,6 @@
 """Builders for the policy-replay tests: a ledger whose history is made by the gate's own `submit`
-and `finish` (lib.ledger.service), never by the demo generator, and small replay worlds as plain data.
+and `finish` (lib.ledger.deciding, lib.ledger.finishing), never by the demo generator, and small
+replay worlds as plain data.
 
 `build_submitted_ledger` plays a seeded sequence of requests from three teams with small quotas and
 monthly budgets across a month boundary: every request goes through `submit_request` at its time,
@@ -70,7 +71,8 @@ def preemptible(req: dict, rng: random.Random) -> dict:
 def build_submitted_ledger(folder: Path, n: int = REPLAY_REQUESTS, seed: int = 3) -> tuple[Path, datetime, datetime]:
     """(ledger path, first decision time, last decision time) of the scripted history."""
     from lib.ledger.connection import open_ledger
-    from lib.ledger.service import finish_run, submit_request
+    from lib.ledger.deciding import submit_request
+    from lib.ledger.finishing import finish_run
     from lib.ledger.teams_file import sync_teams
 
     rng = random.Random(seed)

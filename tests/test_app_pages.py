@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import check_request
+from lib.ledger.deciding import check_request
 from tests.fixtures_app import PAGES as PAGE_SCRIPTS, ROOT, open_app, page_script, run_count
 
 PAGES = ["overview", "reservations", "idle_capacity", "forecast", "estimate_accuracy", "what_if", "upload",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lib.ledger.audit import os_actor
-from lib.ledger.service import FinishInputError, finish_run, submit_request
+from lib.ledger.deciding import submit_request
+from lib.ledger.finishing import FinishInputError, finish_run
 from tests.fixtures_ledger import TINY_TEAMS, query, run_cli, tiny_request, write_json
 
 AUDIT = ("SELECT actor, origin, action, file_name, format, rows_inserted, rows_updated, rows_unchanged, detail "

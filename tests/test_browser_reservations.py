@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lib.ledger.connection import open_ledger, transaction
-from lib.ledger.service import submit_request
+from lib.ledger.deciding import submit_request
 from tests.fixtures_app import BROWSER_TESTS, IDLE, TIMEOUT_MS, fill_ledger, serve_app
 from tests.fixtures_ledger import demo_request
 

@@ -10,7 +10,7 @@ from lib.dashboard import queries
 from lib.dashboard.filters import Filters
 from lib.gate.capacity import capacity_fit
 from lib.ledger.connection import open_ledger, transaction
-from lib.ledger.service import submit_request
+from lib.ledger.deciding import submit_request
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import tiny_request
 

@@ -12,7 +12,7 @@ from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.filters import Filters
 from lib.gate.capacity import held_at, holdings_timeline
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import held_reservations, team_state
+from lib.ledger.state import held_reservations, team_state
 from tests.fixtures_app import TEAMS, fill_ledger
 from tests.fixtures_gate import NOW
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 import duckdb
 import pytest
 
-from lib.ledger.service import submit_request
+from lib.ledger.deciding import submit_request
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import REPO, counts, demo_request, query, run_cli, tiny_request, write_json
 
@@ -194,11 +194,11 @@ def test_usage_errors_exit_2():
 @pytest.mark.parametrize("bug", [ValueError("a bug in the gate"), KeyError("estimate"), TypeError("bad operand")])
 def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(demo_ledger, tmp_path, monkeypatch, capsys, bug):
     from lib import cli
-    from lib.ledger import service
+    from lib.ledger import deciding
 
     def broken(*args, **kwargs):
         raise bug
-    monkeypatch.setattr(service, "decide_in_ledger", broken)
+    monkeypatch.setattr(deciding, "decide_in_ledger", broken)
     code = cli.main(["--db", str(demo_ledger), "check", str(write_json(tmp_path / "r.json", demo_request())), *AT])
     assert code == cli.EXIT_FAILURE == 3
     assert f"gate failure: {type(bug).__name__}" in capsys.readouterr().err
@@ -207,7 +207,7 @@ def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(demo_ledger, t
 def test_a_finish_value_the_user_got_wrong_is_input_exit_2(tiny_ledger, capsys):
     from lib import cli
     from lib.gate.terms import InputError
-    from lib.ledger.service import FinishInputError, finish_run
+    from lib.ledger.finishing import FinishInputError, finish_run
     assert issubclass(FinishInputError, InputError)
     submit_request(tiny_request(1), db=tiny_ledger, now=NOW)
     code = cli.main(["--db", str(tiny_ledger), "finish", "tiny-001", "--actual-gpu-hours", "1",

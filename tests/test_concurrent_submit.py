@@ -14,7 +14,8 @@ import time
 import pytest
 
 from lib.ledger.connection import LedgerLocked
-from lib.ledger.service import submit_request, writer_turn
+from lib.ledger.deciding import submit_request
+from lib.ledger.writer import writer_turn
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import REPO, counts, query, run_cli, tiny_request, write_json
 
@@ -83,7 +84,7 @@ def test_a_ledger_locked_past_the_timeout_exits_3_and_changes_nothing(tiny_ledge
 
 WAITER = """
 import sys, time
-from lib.ledger.service import writer_turn
+from lib.ledger.writer import writer_turn
 db, me, log = sys.argv[1], sys.argv[2], sys.argv[3]
 print("ready", flush=True)
 sys.stdin.readline()
@@ -138,7 +139,7 @@ def test_a_writer_that_gave_up_waiting_leaves_the_lock_to_the_next(tmp_path):
     t1 = time.monotonic()
     with writer_turn(db, 5.0):  # the abandoned wait got the lock and let it go at once
         assert time.monotonic() - t1 < 1.0
-        other = subprocess.run([sys.executable, "-c", "import sys\nfrom lib.ledger.service import writer_turn\n"
+        other = subprocess.run([sys.executable, "-c", "import sys\nfrom lib.ledger.writer import writer_turn\n"
                                 "with writer_turn(sys.argv[1], 0.3): pass", str(db)],
                                cwd=REPO, capture_output=True, text=True, timeout=60)
         assert other.returncode != 0 and "LedgerLocked" in other.stderr  # held here, not leaked

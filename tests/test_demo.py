@@ -144,7 +144,7 @@ def test_deferred_decisions_carry_known_reason_codes(big_demo):
 
 
 def test_rebuild_replaces_the_demo_and_keeps_other_rows(demo_ledger):
-    from lib.ledger.service import submit_request
+    from lib.ledger.deciding import submit_request
     from tests.fixtures_ledger import demo_request as request
     submit_request(request(), db=demo_ledger, now=NOW)
     before = counts(demo_ledger)

@@ -8,7 +8,7 @@ from lib.gate.admission import decide
 from lib.gate.request import validate
 from lib.ledger.connection import open_ledger
 from lib.ledger.demo import demo_state
-from lib.ledger.service import team_policy
+from lib.ledger.state import team_policy
 from lib.ledger.teams_file import load_teams
 
 

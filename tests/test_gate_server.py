@@ -8,7 +8,9 @@ import pytest
 
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import check_request, finish_run, submit_request, team_state
+from lib.ledger.deciding import check_request, submit_request
+from lib.ledger.finishing import finish_run
+from lib.ledger.state import team_state
 from lib.slurm.live import LiveGate, ServerBusy
 from tests.fixtures_slurm import COMMENT_REQUEST, decisions, make_slurm_ledger
 

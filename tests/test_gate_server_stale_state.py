@@ -13,7 +13,7 @@ import pytest
 
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import check_request
+from lib.ledger.deciding import check_request
 from lib.slurm.hook import build_request
 from tests.fixtures_slurm import REPO, GateServerProcess, job
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from lib.gate.terms import (JSONTooDeep, checked_number, finite_number, json_depth, json_text, loads_bounded,
                             number_problem, shown, utcnow)
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import LedgerFacts, canonical_json, check_request, decide_with, submit_request
+from lib.ledger.deciding import LedgerFacts, check_request, decide_with, submit_request
+from lib.ledger.recording import canonical_json
 from tests.fixtures_hostile_requests import (DEEP, PATHS, PILOT, STATED, deep_list, field_name, keys, names_field,
                                              placed, placed_text, values)
 from tests.fixtures_ledger import counts, run_cli

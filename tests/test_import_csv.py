@@ -203,7 +203,7 @@ def test_random_text_round_trips(tmp_path_factory, job, snap):
 
 def test_an_import_may_add_actuals_to_an_admitted_run_but_never_change_what_was_judged(import_ledger):
     from lib.ledger.connection import open_ledger
-    with open_ledger(import_ledger) as con:  # a reservation as lib.ledger.service.submit_request records it
+    with open_ledger(import_ledger) as con:  # a reservation as lib.ledger.deciding.submit_request records it
         con.execute("INSERT INTO runs (run_id, team, kind, gpus, reserved_gpu_hours, source, updated_at) "
                     "VALUES ('adm-1', 'vision', 'production', 2, 10.0, 'submit', now())").fetchall()
     before = dump(import_ledger)

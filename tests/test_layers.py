@@ -16,7 +16,7 @@ RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli"
 
 
 def _layer(module: str) -> str:
-    """'lib.ledger.service' -> 'ledger'; 'lib' itself -> ''."""
+    """'lib.ledger.state' -> 'ledger'; 'lib' itself -> ''."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 

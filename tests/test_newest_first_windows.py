@@ -7,41 +7,42 @@ import pytest
 
 from lib.dashboard import queries
 from lib.dashboard.filters import Filters
-from lib.ledger import service as store
+from lib.ledger import calibration_rows as calib
 from lib.ledger.connection import open_ledger
+from lib.ledger.state import KNOWN_TEAMS
 from tests.fixtures_gate import NOW
 
 FEW = 15   # rows per scope: few enough that a busy scope finds them within the last week
 
 
 def test_the_newest_rows_of_a_busy_scope_come_from_the_last_days_and_equal_the_whole_windows(busy_ledger, monkeypatch):
-    p = {**store.calibration_params(NOW), "max_runs": FEW, "team": "nlp-research", "kind": "exploratory"}
-    sql = (f"SELECT run_id, ended_at FROM ({store.CALIBRATION_ROWS_SQL}) WHERE team = $team AND kind = $kind "
-           f"{store.CALIBRATION_ORDER} LIMIT $max_runs")
+    p = {**calib.calibration_params(NOW), "max_runs": FEW, "team": "nlp-research", "kind": "exploratory"}
+    sql = (f"SELECT run_id, ended_at FROM ({calib.CALIBRATION_ROWS_SQL}) WHERE team = $team AND kind = $kind "
+           f"{calib.CALIBRATION_ORDER} LIMIT $max_runs")
     with open_ledger(busy_ledger, read_only=True) as con:
-        week = con.execute(sql, {**p, "since": NOW - pd.Timedelta(days=store.NEWEST_FIRST_DAYS[0]).to_pytimedelta()}).fetchall()
+        week = con.execute(sql, {**p, "since": NOW - pd.Timedelta(days=calib.NEWEST_FIRST_DAYS[0]).to_pytimedelta()}).fetchall()
         assert len(week) == FEW, "the scope must be busy enough for the narrow window to answer"
-        got = store.newest_rows(con, sql, p, FEW)
+        got = calib.newest_rows(con, sql, p, FEW)
         whole = con.execute(sql, p).fetchall()
     assert got == whole == week
 
 
 def test_a_scope_short_of_rows_is_read_over_the_whole_window(busy_ledger):
-    p = {**store.calibration_params(NOW), "max_runs": 10_000, "team": "safety", "kind": "retraining"}
-    sql = (f"SELECT run_id FROM ({store.CALIBRATION_ROWS_SQL}) WHERE team = $team AND kind = $kind "
-           f"{store.CALIBRATION_ORDER} LIMIT $max_runs")
+    p = {**calib.calibration_params(NOW), "max_runs": 10_000, "team": "safety", "kind": "retraining"}
+    sql = (f"SELECT run_id FROM ({calib.CALIBRATION_ROWS_SQL}) WHERE team = $team AND kind = $kind "
+           f"{calib.CALIBRATION_ORDER} LIMIT $max_runs")
     with open_ledger(busy_ledger, read_only=True) as con:
         whole = con.execute(sql, p).fetchall()
-        assert store.newest_rows(con, sql, p, 10_000) == whole
+        assert calib.newest_rows(con, sql, p, 10_000) == whole
 
 
 @pytest.mark.parametrize("max_runs", [FEW, 60, 1000])
 def test_the_gates_calibration_is_the_same_with_or_without_the_newest_first_windows(busy_ledger, monkeypatch, max_runs):
     with open_ledger(busy_ledger, read_only=True) as con:
-        fast = {(t, k): store.calibration(con, t, k, NOW, max_runs=max_runs)
+        fast = {(t, k): calib.calibration(con, t, k, NOW, max_runs=max_runs)
                 for t in ("nlp-research", "ranking", "safety") for k in ("exploratory", "production", "retraining")}
-        monkeypatch.setattr(store, "NEWEST_FIRST_DAYS", ())
-        slow = {key: store.calibration(con, *key, NOW, max_runs=max_runs) for key in fast}
+        monkeypatch.setattr(calib, "NEWEST_FIRST_DAYS", ())
+        slow = {key: calib.calibration(con, *key, NOW, max_runs=max_runs) for key in fast}
     assert fast == slow
 
 
@@ -49,11 +50,11 @@ def test_the_gates_calibration_is_the_same_with_or_without_the_newest_first_wind
 def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_without_them(busy_ledger, monkeypatch, max_runs):
     f = Filters(NOW.date(), NOW.date())
     with open_ledger(busy_ledger, read_only=True) as con:
-        p = {**store.calibration_params(NOW), "max_runs": max_runs}
-        teams = [t for (t,) in con.execute(store.KNOWN_TEAMS).fetchall()]
-        cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + queries.BACKTEST_RUNS, teams)
+        p = {**calib.calibration_params(NOW), "max_runs": max_runs}
+        teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
+        cut = calib.newest_cutoffs(con, calib.CALIBRATION_ROWS_SQL, p, max_runs + queries.BACKTEST_RUNS, teams)
     fast = queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
-    monkeypatch.setattr(store, "NEWEST_FIRST_DAYS", ())
+    monkeypatch.setattr(calib, "NEWEST_FIRST_DAYS", ())
     slow = queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
     if max_runs == FEW:
         assert any(since > p["since"] for since in cut.values()), "some scope must be cut short"

@@ -10,7 +10,8 @@ from lib.gate.admission import decide
 from lib.gate.estimate import estimate_request, from_pilot
 from lib.gate.request import validate
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import MIN_RATE_RUNS, check_request, interruption_rate
+from lib.ledger.deciding import check_request
+from lib.ledger.state import MIN_RATE_RUNS, interruption_rate
 from tests.fixtures_gate import NOW, PILOT, policy, request, state
 from tests.fixtures_ledger import tiny_request
 

@@ -12,7 +12,7 @@ from lib.gate.capacity import earliest_fit, fit_for_reasons
 from lib.gate.terms import next_month_start
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import open_ledger, transaction
-from lib.ledger.service import calibration as store_calibration
+from lib.ledger.calibration_rows import calibration as store_calibration
 from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
 from lib.dashboard.whatif import build_request
 from tests.fixtures_app import fill_ledger, insert_teams
@@ -284,7 +284,8 @@ def test_the_what_if_form_builds_a_contract_request():
 
 def test_every_write_path_registers_a_runs_team_so_the_team_list_reads_only_the_teams_table(demo_ledger, tmp_path):
     from lib.ledger.imports import import_runs
-    from lib.ledger.service import finish_run, submit_request
+    from lib.ledger.deciding import submit_request
+    from lib.ledger.finishing import finish_run
     from tests.fixtures_ledger import demo_request, query
     csv = tmp_path / "new-team.csv"
     csv.write_text("run_id,team,kind,gpus\nnew-team-001,brand-new,exploratory,2\n", encoding="utf-8")

@@ -13,7 +13,7 @@ from lib.dashboard import queries
 from lib.dashboard.filters import Filters
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
-from lib.ledger.service import submit_request
+from lib.ledger.deciding import submit_request
 from tests.fixtures_app import insert_teams, open_app
 from tests.fixtures_ledger import demo_request
 

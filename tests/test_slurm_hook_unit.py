@@ -280,6 +280,21 @@ def test_real_ledger_reads_preemptible_partitions_of_the_team(tmp_path):
     assert run_row(db, "vision-slurm-ok") is None
 
 
+def test_the_in_process_hook_waits_its_turn_among_the_ledgers_writers_like_submit(tmp_path):
+    import fcntl
+    db = make_slurm_ledger(tmp_path / "gate.duckdb")
+    held = os.open(f"{db}.writer-lock", os.O_RDWR | os.O_CREAT, 0o600)  # another writer's turn
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        out = h.gate(job(), config(tmp_path, db=str(db), timeout_s=0.3))
+    finally:
+        os.close(held)
+    assert out.code == h.EXIT_FAILED_REFUSED and "for other submitters" in out.msg
+    assert decisions(db) == []
+    out = h.gate(job(), config(tmp_path, db=str(db)))
+    assert out.code == h.EXIT_ADMIT, out.msg
+
+
 def test_an_unreadable_ledger_is_a_gate_failure(tmp_path):
     bad = tmp_path / "not-a-ledger.duckdb"
     bad.write_bytes(b"this is not a DuckDB file" * 100)

@@ -1,4 +1,5 @@
-"""lib.ledger.service: the policy and state the gate decides on, and what submit / finish write."""
+"""The gate over the ledger: the policy and state it decides on (lib.ledger.state, calibration_rows),
+and what submit (lib.ledger.deciding) and finish (lib.ledger.finishing) write."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import (UnknownRun, calibration, check_request, finish_run, submit_request, team_policy,
-                       team_state)
+from lib.ledger.calibration_rows import calibration
+from lib.ledger.deciding import check_request, submit_request
+from lib.ledger.finishing import UnknownRun, finish_run
+from lib.ledger.state import team_policy, team_state
 from tests.fixtures_gate import NOW, PILOT
 from tests.fixtures_ledger import counts, demo_request, query, tiny_request
 

@@ -11,7 +11,8 @@ import pytest
 from lib.dashboard.forecasts import forecast
 from lib.ledger.connection import open_ledger
 from lib.ledger.imports import import_runs
-from lib.ledger.service import finish_run, submit_request
+from lib.ledger.deciding import submit_request
+from lib.ledger.finishing import finish_run
 from lib.ledger import team_weeks
 from lib.ledger.team_weeks import GPU_HOURS, WEEK
 from tests.fixtures_gate import NOW

@@ -5,7 +5,7 @@ Weekly usage (GPU-hours, counted in the UTC week a run started): a run finished 
 counts its actual GPU-hours; a run started but not finished by then counts its reserved GPU-hours
 (what the gate expected it to use), so the last weeks are not understated by runs still running.
 Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
-Committed reservations for the burn-down are lib.ledger.service.held_reservations when forecasting
+Committed reservations for the burn-down are lib.ledger.state.held_reservations when forecasting
 from now (the gate's accounting); from a past moment, those whose window had begun and not ended.
 The maths is lib.planning.forecast.
 """
@@ -18,7 +18,7 @@ import pandas as pd
 
 from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
-from lib.ledger.service import held_reservations
+from lib.ledger.state import held_reservations
 from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, MAX_WEEKS, burn_down, pooled_ratios,
                                    weekly_forecast)
 

@@ -30,7 +30,7 @@ from lib.gate.terms import month_start as month_start_of, next_month_start, utcn
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, one_row, period_params, reader, used_params
-from lib.ledger.service import KNOWN_TEAMS, held_condition, held_reservations
+from lib.ledger.state import KNOWN_TEAMS, held_condition, held_reservations
 
 REQUESTED_LABEL = "requested, not measured"
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
@@ -380,7 +380,7 @@ def earliest_fits(waiting: pd.DataFrame, held: list[Reservation], quotas: pd.Dat
                   now: dt.datetime) -> pd.DataFrame:
     """Add `earliest_fit` and `fit_note` to deferred requests (team, kind, gpus, reason_codes as
     "code, code"): lib.gate.capacity.fit_for_reasons over the reservations that count against quotas
-    (`held`, lib.ledger.service.held_reservations), the same rule as the fix of the gate's capacity
+    (`held`, lib.ledger.state.held_reservations), the same rule as the fix of the gate's capacity
     reasons. Computed once per distinct (team, kind, GPUs, reasons)."""
     q = {row.team: (int(row.reserved_gpus), int(row.retraining_reserved_gpus)) for row in quotas.itertuples()}
     by_team: dict[str, list[Reservation]] = {}
@@ -518,27 +518,28 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     alarms: the team x kind scopes whose last ALARM_RUNS replayed runs exceeded their bound more often
     than the level allows (lib.gate.calibration.drift_alarm), with since when and what to do.
 
-    Same rows (lib.ledger.service.CALIBRATION_ROWS_SQL) and same function as
-    lib.ledger.service.calibration (what submit and check use): the `max_runs` most recent per scope,
-    fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x kind, it
-    reads each scope for every team at once (about 0.5 s instead of 1-2 s on a 1M-run ledger)."""
-    from lib.ledger import service as store
+    Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
+    lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
+    per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
+    kind, it reads each scope for every team at once (about 0.5 s instead of 1-2 s on a 1M-run ledger)."""
+    from lib.ledger.calibration_rows import (CALIBRATION_ROWS_SQL, CALIBRATION_WINDOW_DAYS, CUT_SQL,
+                                             calibration_params, cut_params, newest_cutoffs)
     from lib.gate.calibration import DEFAULT_MAX_RUNS, backtest, calibrate_scopes, drift_alarm
     from lib.gate.terms import KINDS
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
-    window_days = store.CALIBRATION_WINDOW_DAYS if window_days is None else window_days
-    p = {**store.calibration_params(now, window_days), "max_runs": max_runs}
+    window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
+    p = {**calibration_params(now, window_days), "max_runs": max_runs}
     cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with reader(db) as con:
         known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         teams = list(f.teams) or known
         # each team x kind's newest rows only (enough for the replay and for the team and
         # everyone scopes, whose newest rows are among their team x kinds' newest)
-        cut = store.newest_cutoffs(con, store.CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS, known)
-        sql = f"""CREATE TEMP TABLE cal AS WITH {store.CUT_SQL}
-          SELECT c.* FROM ({store.CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
-        q = {**p, **store.cut_params(cut, p["since"])}
+        cut = newest_cutoffs(con, CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS, known)
+        sql = f"""CREATE TEMP TABLE cal AS WITH {CUT_SQL}
+          SELECT c.* FROM ({CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
+        q = {**p, **cut_params(cut, p["since"])}
         con.execute(sql, used_params(sql, q))
         order = "ORDER BY c.ended_at DESC, c.run_id"
         # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,

@@ -107,7 +107,7 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     """Admit, defer or reject `request` for the team `policy` describes, given its current `state`.
 
     `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
-    are the reservations that count against the team's quota (lib.ledger.service.HELD_RESERVATIONS).
+    are the reservations that count against the team's quota (lib.ledger.state.held_condition).
     """
     now = state.get("now") or utcnow()
     req, problems = validate(request)

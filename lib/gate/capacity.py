@@ -1,7 +1,7 @@
 """When would a deferred request fit? Pure rules over the reservations that hold a team's quota.
 
 The reservations that count against a team's quota are its admitted, unfinished ones whose window
-has not passed (lib.ledger.service.HELD_RESERVATIONS selects them, for the gate and the dashboard
+has not passed (lib.ledger.state.held_condition selects them, for the gate and the dashboard
 alike): each holds its `gpus` accelerators from now until its `reserved_until` (None: no known end),
 including one whose window starts later, as the admission check counts it. Waiting cures only the
 time-dependent reasons (capacity, retraining-protection); the month rolling over cures

@@ -3,11 +3,14 @@
 They type the signatures only: at run time every value is an ordinary dict (parsed JSON, a ledger
 row, a decision), never a class instance. Units: GPU-hours (`*_gpu_hours`), hours (`*_hours`,
 `*_h`), accelerators (`gpus`), gigabytes (`*_gb`); times are naive UTC datetimes.
+
+One Protocol, `DecisionFacts`, names what a decision reads from whoever holds the facts (the
+ledger, or the warm gate server's live state).
 """
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, Protocol, TypedDict, runtime_checkable
 
 Kind = Literal["exploratory", "production", "retraining"]
 Capacity = Literal["stable", "preemptible"]
@@ -135,7 +138,7 @@ class Calibration(TypedDict):
 
 
 class InterruptionRate(TypedDict):
-    """Interruptions observed on preemptible capacity (lib.ledger.service.interruption_rate): per
+    """Interruptions observed on preemptible capacity (lib.ledger.state.interruption_rate): per
     GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
     per_gpu_hour: float
     scope: Literal["team", "all"]
@@ -207,6 +210,32 @@ class Decision(TypedDict):
     preempts_experiment_gpus: NotRequired[int]
     replayed: NotRequired[bool]
     recorded_at: NotRequired[str]
+
+
+@runtime_checkable
+class DecisionFacts(Protocol):
+    """Everything `lib.ledger.deciding.decide_with(request, now, facts)` reads besides the request:
+    `lib.ledger.deciding.LedgerFacts` reads it from an open ledger, the warm gate server's
+    `lib.slurm.live.LiveGate` from the state it holds. Both must answer alike, so the server's
+    decision is the one `python -m lib submit` would give (tests/test_decision_facts.py holds both to
+    this list)."""
+
+    def policy(self, team: str) -> Policy | None:
+        """The team's policy; None for a team the ledger does not know."""
+
+    def known_teams(self) -> list[str]:
+        """Every team with a policy, sorted (named in an unknown team's reject)."""
+
+    def booked(self, run_id: str) -> bool:
+        """True when the run ID already holds a reservation or has run."""
+
+    def recorded_admit(self, request: Request, now: datetime) -> Decision | None:
+        """The admit recorded for this very request while its reservation still waits for its run,
+        marked "replayed" with its "recorded_at"; None otherwise."""
+
+    def state(self, team: str, now: datetime, kind: str | None) -> State:
+        """The team's state at `now` as `lib.gate.admission.decide` takes it (its calibration for
+        `kind`; none when kind is None)."""
 
 
 class RecoverySituation(TypedDict):

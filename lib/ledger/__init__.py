@@ -1,3 +1,3 @@
-"""The ledger: everything that opens the DuckDB file (connection, schema, the gate's service
-functions, the team policy file, imports, the demo history).
+"""The ledger: everything that opens the DuckDB file (connection, schema, the gate over the ledger:
+state, deciding, recording, finishing; the team policy file, imports, the demo history).
 """

@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from lib.gate.contracts import Decision, Request
 from lib.ledger.connection import transaction
-from lib.ledger.service import record_decisions
+from lib.ledger.recording import record_decisions
 
 
 class JournalEntry(TypedDict):

@@ -26,7 +26,7 @@ from typing import Callable
 import duckdb
 import numpy as np
 
-from lib.ledger.service import BOOKED
+from lib.ledger.deciding import BOOKED
 
 _M = 0xd6e8feb86659fd93
 _MASK = (1 << 64) - 1

@@ -15,8 +15,9 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.service import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, KNOWN_TEAMS, MIN_RATE_RUNS,
-                                calibration_params, cut_params, newest_cutoffs, team_policy)
+from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, calibration_params,
+                                         cut_params, newest_cutoffs)
+from lib.ledger.state import KNOWN_TEAMS, MIN_RATE_RUNS, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
 
@@ -24,7 +25,7 @@ DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)
 _FAR_PAST, _FAR_FUTURE = datetime(1970, 1, 1), datetime(9999, 1, 1)
 
-# the runs lib.ledger.service.interruption_rate counts (given their end is in its window): their
+# the runs lib.ledger.state.interruption_rate counts (given their end is in its window): their
 # interruptions, else NULL
 _RATE_INTERRUPTIONS = ("CASE WHEN r.capacity = 'preemptible' AND r.interruptions IS NOT NULL "
                        "AND r.actual_gpu_hours > 0 THEN r.interruptions END")

@@ -9,12 +9,12 @@ recorded world with the replayed requests' outcomes swapped in:
   run ended or their window passed, as recorded. A request the replay admits holds its `gpus` from its
   decision time until its recorded run's end, shifted to the replay's admission time (the run's
   actual duration since admission), or until its reserved window ends (decision time + the replayed
-  estimate's wall hours, as `lib.ledger.service.record_decision` books it) when that comes first or
+  estimate's wall hours, as `lib.ledger.recording.record_decision` books it) when that comes first or
   the run never ended. A request the replay defers holds and spends nothing, even if it ran in reality.
 - **period spend**: actual GPU-hours of the team's runs that ended in the decision's calendar month
   by then, in the replay world (background runs as recorded, replay-admitted runs at their shifted end).
 - **calibration**: `lib.gate.calibration.calibrate_scopes` over the calibration rows
-  (lib.ledger.service.CALIBRATION_ROWS_SQL's rule) of runs finished by then in the replay world, in
+  (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL's rule) of runs finished by then in the replay world, in
   the 365-day window, at most the 1,000 most recent per scope, at the team's proposed level.
   With ``refresh="exact"`` it is recomputed whenever a scope it read changed; with ``"daily"`` once
   per (team, kind, level, UTC day), at the first request of that day (fast for 100,000 requests).
@@ -177,7 +177,7 @@ class _Scopes:
 
 class _Rates:
     """Interruptions per GPU-hour on preemptible capacity over the runs finished in the window before
-    now (lib.ledger.service.interruption_rate's rule): the team's with enough runs, else everyone's."""
+    now (lib.ledger.state.interruption_rate's rule): the team's with enough runs, else everyone's."""
 
     def __init__(self, base: dict, min_runs: int, window_days: int):
         self.min_runs, self.window = min_runs, timedelta(days=window_days)

@@ -7,7 +7,7 @@
              --time-limit MIN --name N --comment C --tres-per-node ... --tres-per-job ... --num-tasks ...
 
 It turns the job description into a gate request (lib.slurm.comment.build_request), decides and records it as
-`lib.ledger.service.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
+`lib.ledger.deciding.submit_request(origin="slurm")` does (`submit_in_ledger`: the same decision `python -m lib
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
@@ -139,49 +139,30 @@ def job_actor(fields: dict) -> str | None:
 
 
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
-                     timeout_s: float = 5.0, closer=None, actor: str | None = None) -> dict:
-    """Decide and record the request as lib.ledger.service.submit_request(origin="slurm") does, with the
-    capacity read from the team's preemptible_partitions inside the same write transaction.
-
-    One ledger open instead of two (a read-only open for the team's partitions, then submit_request)
-    halves the hook's time: a DuckDB open costs ~30 ms here. It uses the service layer's own
-    decide-and-record steps, so the hook and `python -m lib submit` decide and record alike.
-    `closer` (a contextlib.ExitStack): the ledger is closed when the caller closes it, so the warm
-    server can answer Slurm right after COMMIT (durable) and pay DuckDB's checkpoint-on-close after.
-    """
-    import lib.ledger.service as store
-    from lib.gate.terms import team_name_problem, utcnow
-    from lib.ledger.connection import open_ledger, transaction
+                     timeout_s: float = 5.0, actor: str | None = None) -> dict:
+    """Decide and record the request in-process, through the write path `python -m lib submit`
+    takes (lib.ledger.deciding.submit_request, origin "slurm"): what a stopped gate server
+    journaled goes into the ledger first, then the decider lock, the writer turn and one write
+    transaction. The capacity is set from the team's preemptible_partitions inside that transaction
+    (`prepare`), so the hook opens the ledger once."""
+    from lib.gate.terms import utcnow
+    from lib.ledger.deciding import submit_request
     from lib.slurm.comment import capacity_for
     from lib.slurm.live import drain_left_over_journal
 
     drain_left_over_journal(db, timeout_s=timeout_s)  # what a stopped gate server answered comes first
 
-    team = request.get("team")
+    def with_capacity(req: dict, policy) -> dict:
+        req["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"), default_partition)
+        return req
+
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
     # as sacct reports it (a job admitted and started within one second)
-    now = utcnow().replace(microsecond=0)
-    import contextlib
-
-    from lib.ledger.connection import ledger_path
-    from lib.ledger.decider_lock import deciding_in_process
-    with contextlib.ExitStack() as own:
-        stack = closer if closer is not None else own
-        # the decider lock's descriptor is closed after the connection (closing it first would drop
-        # DuckDB's own lock on the file: see lib.ledger.decider_lock)
-        stack.enter_context(deciding_in_process(ledger_path(db).resolve()))
-        con = stack.enter_context(open_ledger(db, read_only=False, timeout_s=timeout_s))
-        with transaction(con):
-            # a team that is no team name is not looked up (the decision rejects it by field)
-            policy = store.team_policy(con, team) if team_name_problem(team) is None else None
-            request["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"),
-                                               default_partition)
-            decision, _ = store.decide_in_ledger(con, request, now)
-            store.record_decision(con, request, decision, "slurm", now, actor=actor)
-    return decision
+    return submit_request(request, db=db, origin="slurm", now=utcnow().replace(microsecond=0),
+                          timeout_s=timeout_s, actor=actor, prepare=with_capacity)
 
 
-def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=None) -> Outcome:
+def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcome:
     """Judge one job. Never raises: gate failures go through the failure policy.
 
     By default the request goes to the ledger (`submit_in_ledger`, which also reads the team's
@@ -204,8 +185,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None, closer=No
         if submit is None:
             decision = submit_in_ledger(request, partition=fields.get("partition"),
                                         default_partition=config["default_partition"],
-                                        db=config["db"], timeout_s=config["timeout_s"], closer=closer,
-                                        actor=job_actor(fields))
+                                        db=config["db"], timeout_s=config["timeout_s"], actor=job_actor(fields))
         else:
             decision = submit(request)
     except Refusal as exc:

@@ -2,7 +2,7 @@
 
 A job that requests GPUs (--gres=gpu:N, --gpus[-per-node|-per-task|-per-socket]) is judged by the gate:
 the hook runs `lib.slurm.hook.main()` (absolute interpreter, repo as working directory and PYTHONPATH), which
-turns the job description into a gate request, calls lib.ledger.service.submit_request(origin="slurm") and
+turns the job description into a gate request, calls lib.ledger.deciding.submit_request(origin="slurm") and
 answers with an exit code:
   0 admitted        -> accept (job name set to the run ID so the sacct import lands on the same run;
                        a comment's runtime becomes the time limit when the job set none)

@@ -2,7 +2,7 @@
 moved into the ledger in batches.
 
 `LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
-IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.service.team_state`
+IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
 reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
@@ -45,8 +45,10 @@ from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
 from lib.ledger.decider_lock import ServerBusy, ServerLock
-from lib.ledger.service import (LedgerFacts, booked_reservation, canonical_json, decide_with, team_policy,
-                                team_state, writer_turn)
+from lib.ledger.deciding import LedgerFacts, decide_with
+from lib.ledger.recording import booked_reservation, canonical_json
+from lib.ledger.state import team_policy, team_state
+from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
 
 FACTS_TTL_S = 300.0
@@ -288,16 +290,15 @@ class LiveGate:
             with self._ledger_mu:
                 self._batch_state(writing=True, checked=False)
                 try:
-                    with writer_turn(self.db, self.timeout_s) as left_s:
-                        with open_ledger(self.db, read_only=False, timeout_s=left_s) as con:
-                            if self._stamp() != self._sig:
-                                self._stale = True  # someone else wrote since we looked: reload
-                            self._batch_state(writing=True, checked=True)
-                            n = apply_batch(con, self.journal.journal_id, entries)
-                            con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
-                            self._sig = self._stamp()
-                            # done before the file is let go: a writer that takes it next is not ours
-                            self._batch_state(writing=False, checked=False)
+                    with write_ledger(self.db, self.timeout_s) as con:
+                        if self._stamp() != self._sig:
+                            self._stale = True  # someone else wrote since we looked: reload
+                        self._batch_state(writing=True, checked=True)
+                        n = apply_batch(con, self.journal.journal_id, entries)
+                        con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
+                        self._sig = self._stamp()
+                        # done before the file is let go: a writer that takes it next is not ours
+                        self._batch_state(writing=False, checked=False)
                 finally:
                     self._batch_state(writing=False, checked=False)
                 self.applied = entries[-1]["seq"]
@@ -393,9 +394,8 @@ def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
             entries = journal.settled(0, limit=1 << 30)
             recorded = 0
             if entries:
-                with writer_turn(ledger, timeout_s) as left_s:
-                    with open_ledger(ledger, read_only=False, timeout_s=left_s) as con:
-                        recorded = apply_batch(con, journal.journal_id, entries)
+                with write_ledger(ledger, timeout_s) as con:
+                    recorded = apply_batch(con, journal.journal_id, entries)
                 journal.forget_through(entries[-1]["seq"])
             empty = journal.count() == 0
         finally:

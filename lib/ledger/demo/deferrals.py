@@ -1,7 +1,7 @@
 """The demo's deferred requests, decided by the gate itself: for each deferral `runs.generate` drew
 (a time, team, kind and one or two reasons), a full request built to meet those reasons, decided by
 lib.gate.admission.decide over the team's policy and `demo_state` — the state that gives those
-reasons — and serialised as lib.ledger.service.record_decision records a submit, so deciding it
+reasons — and serialised as lib.ledger.recording.record_decision records a submit, so deciding it
 again gives it again (tests/test_demo_decisions.py). The demo's admits are generated history and
 are not re-decided. Run in a thread while DuckDB inserts the chunk before.
 """
@@ -92,8 +92,8 @@ def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: st
 
 def deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict]) -> pd.DataFrame:
     """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
-    team's policy and demo_state, and serialised as lib.ledger.service.record_decision records it."""
-    from lib.ledger.service import canonical_json
+    team's policy and demo_state, and serialised as lib.ledger.recording.record_decision records it."""
+    from lib.ledger.recording import canonical_json
     d = data["deferred"]
     codes = np.array(DEFER_CODES)
     rows = []

@@ -1,0 +1,173 @@
+"""The gate over the ledger: `check_request` (the what-if) and `submit_request` (decide and record).
+
+Both call the same `decide_with(request, now, facts)`, which calls the pure
+`lib.gate.admission.decide(request, policy, state)` over the policy and state the facts object
+reads (`lib.gate.contracts.DecisionFacts`): here `LedgerFacts` over an open connection; the warm
+gate server (lib.slurm.live.LiveGate) answers the same questions from the state it holds.
+
+`check_request` opens the ledger read-only and writes nothing. `submit_request` is the one way an
+in-process decider (`python -m lib submit`, the Slurm hook without a gate server) decides and
+records: the decider lock first (lib.ledger.decider_lock: refused while a gate server decides for
+the ledger), then the writer turn and DuckDB's own lock (lib.ledger.writer.write_ledger), then ONE
+write transaction that reads policy and state, decides, appends the decision and reserves on admit
+(lib.ledger.recording.record_decisions, which the gate server's batches write through too).
+Concurrent submitters serialize: each sees every reservation committed before it, and none is
+double-booked. Past the timeout `LedgerLocked` is raised (the command line turns it into exit code
+3). Submitting the admitted request again, unchanged, answers the recorded decision and writes
+nothing (a retry after a lost answer); see `recorded_admit`.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Callable
+
+from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
+from lib.gate.terms import KINDS, naive_utc, utcnow
+from lib.ledger.connection import ledger_path, open_ledger, transaction
+from lib.ledger.decider_lock import deciding_in_process
+from lib.ledger.recording import canonical_json, record_decision
+from lib.ledger.state import team_policy, team_state
+from lib.ledger.writer import write_ledger
+
+BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
+
+
+def booked(con, run_id) -> bool:
+    """True when the run ID already holds a reservation or has run (a resubmission would double-book)."""
+    if type(run_id) is not str:
+        return False
+    row = con.execute(f"SELECT {BOOKED} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return bool(row and row[0])
+
+
+def recorded_admit(con, request, now: datetime) -> Decision | None:
+    """The admit recorded for this very request, while its reservation still waits for the run.
+
+    "This very request": the same JSON object as the one recorded with the admit, compared after
+    the same canonical serialisation (keys sorted), so key order does not matter but values and
+    their types do. The reservation must not have started, ended or expired at `now`. The answer
+    is the recorded decision as recorded, plus "replayed": true and "recorded_at" (ISO time of
+    the decisions row). None when there is no such admit.
+    """
+    run_id = request.get("run_id")
+    live = con.execute(
+        "SELECT count(*) FROM runs WHERE run_id = ? AND reserved_gpu_hours IS NOT NULL "
+        "AND started_at IS NULL AND ended_at IS NULL AND (reserved_until IS NULL OR reserved_until > ?)",
+        [run_id, now]).fetchone()[0]
+    if not live:
+        return None
+    row = con.execute(
+        "SELECT decided_at, request_json, decision_json FROM decisions "
+        "WHERE run_id = ? AND state = 'admit' ORDER BY decision_id DESC LIMIT 1", [run_id]).fetchone()
+    if row is None or row[1] != canonical_json(request):
+        return None
+    return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
+
+
+class LedgerFacts:
+    """The `DecisionFacts` of an open ledger connection: what a decision reads, read as `con` sees it."""
+
+    def __init__(self, con):
+        self.con = con
+
+    def policy(self, team: str) -> Policy | None:
+        return team_policy(self.con, team)
+
+    def known_teams(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
+
+    def booked(self, run_id) -> bool:
+        return booked(self.con, run_id)
+
+    def recorded_admit(self, request: Request, now: datetime) -> Decision | None:
+        return recorded_admit(self.con, request, now)
+
+    def state(self, team: str, now: datetime, kind: str | None) -> State:
+        return team_state(self.con, team, now, kind=kind)
+
+
+def policy_for(request: Request, facts: DecisionFacts) -> Policy | None:
+    """The policy of the team the request names; None for an unknown team, and without a look-up for
+    a value that is no team name (DuckDB refuses e.g. a lone surrogate; the decision rejects it by name)."""
+    from lib.gate.request import team_name_problem
+    team = request.get("team") if isinstance(request, dict) else None
+    return facts.policy(team) if team_name_problem(team) is None else None
+
+
+def decide_with(request: Request, now: datetime, facts: DecisionFacts) -> tuple[Decision, Policy | None]:
+    """(decision, policy) for the request against `facts` (a `LedgerFacts`, or the gate server's
+    live state).
+
+    A request whose run ID is booked is refused, unless it is the very request that booked it and
+    the reservation still waits for the run: then the answer is the recorded admit (see
+    `recorded_admit`), so a caller that lost the answer can retry safely.
+    """
+    from lib.gate.admission import decide, reject, unknown_team
+    from lib.gate.reasons import reason
+    from lib.gate.request import run_id_problem
+
+    policy = policy_for(request, facts)
+    if policy is None:
+        return unknown_team(request, known_teams=facts.known_teams(), now=now), None
+    if run_id_problem(request.get("run_id")) is None and facts.booked(request["run_id"]):
+        replayed = facts.recorded_admit(request, now)
+        if replayed is not None:
+            return replayed, policy
+        return reject(request, [reason(
+            "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
+            fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
+    kind = request.get("kind")
+    state = facts.state(request["team"], now, kind if kind in KINDS else None)
+    return decide(request, policy, state), policy
+
+
+def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Policy | None]:
+    """(decision, policy) for the request against the ledger as `con` sees it (see `decide_with`)."""
+    return decide_with(request, now, LedgerFacts(con))
+
+
+def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0) -> Decision:
+    """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
+
+    For a request already admitted and still waiting for its run, that is the recorded admit.
+    """
+    now = naive_utc(now) or utcnow()
+    with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
+        decision, _ = decide_in_ledger(con, request, now)
+    return decision
+
+
+def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0,
+                   actor: str | None = None,
+                   prepare: Callable[[Request, Policy | None], Request] | None = None) -> Decision:
+    """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
+    the run becomes a reservation. The one write path of every in-process decider (see the module
+    docstring for its locks).
+
+    `prepare(request, policy) -> request`: what the caller completes from the team's policy before
+    the decision, inside the same transaction (the Slurm hook: the capacity, from the team's
+    preemptible partitions); `policy` is None for an unknown team. The request it returns is the one
+    decided and recorded.
+
+    A gate server's left-over journal is the caller's to drain first
+    (lib.slurm.live.drain_left_over_journal: the journal belongs to the Slurm layer), so that this
+    decision sees every decision that server answered; the command line and the Slurm hook do.
+
+    Resubmitting the very request that was admitted (the caller lost the answer) records nothing
+    new: the answer is the recorded admit, marked "replayed" (see `recorded_admit`). Waits at most
+    `timeout_s` seconds for the ledger, then raises LedgerLocked; raises ServerBusy at once when a
+    gate server decides for this ledger.
+    """
+    now = naive_utc(now) or utcnow()
+    # the decider lock's descriptor is closed after the DuckDB connection (the contexts close in
+    # reverse order): closing any descriptor of the ledger drops every fcntl lock this process holds
+    # on it, DuckDB's own included (see lib.ledger.decider_lock)
+    with deciding_in_process(ledger_path(db).resolve()), write_ledger(db, timeout_s) as con:
+        with transaction(con):
+            facts = LedgerFacts(con)
+            if prepare is not None:
+                request = prepare(request, policy_for(request, facts))
+            decision, _ = decide_with(request, now, facts)
+            record_decision(con, request, decision, origin, now, actor=actor)
+    return decision

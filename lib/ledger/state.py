@@ -1,0 +1,101 @@
+"""A team's policy and state as the gate reads them from the ledger: the `policy` and `state` that
+`lib.gate.admission.decide(request, policy, state)` takes, and the held reservations that count
+against a quota (the dashboard's capacity views read the same ones).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from lib.gate.contracts import InterruptionRate, Policy, Reservation, State
+from lib.gate.terms import month_start, naive_utc, next_month_start, utcnow
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
+from lib.ledger.teams_file import POLICY_FIELDS
+
+# Every team a run names: each write path registers a run's team in `teams` before the run (an
+# import refuses an unknown team unless told to create it; the gate decides only for teams with a
+# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
+KNOWN_TEAMS = "SELECT team FROM teams"
+
+
+def team_policy(con, team) -> Policy | None:
+    """The team's policy row as a dict (team, the teams_file.POLICY_FIELDS, policy_version), or None for an unknown team."""
+    if type(team) is not str:
+        return None
+    cols = ("team", *POLICY_FIELDS, "policy_version")
+    row = con.execute(f"SELECT {', '.join(cols)} FROM teams WHERE team = ?", [team]).fetchone()
+    if row is None:
+        return None
+    policy = dict(zip(cols, row))
+    policy["preemptible_partitions"] = list(policy["preemptible_partitions"] or [])
+    return policy
+
+
+def held_condition(alias: str = "r", now: str = "?") -> str:
+    """The SQL condition selecting the reservations that count against their team's quota at the
+    time bound to `now` (a placeholder such as ? or $now): admitted (reserved_gpu_hours set), not
+    ended, and a window that has not passed (reserved_until unset or after now), whether or not it
+    has started. The gate's state and the dashboard's earliest fit and committed budget use it."""
+    p = f"{alias}." if alias else ""
+    return (f"{p}reserved_gpu_hours IS NOT NULL AND {p}ended_at IS NULL "
+            f"AND ({p}reserved_until IS NULL OR {p}reserved_until > {now})")
+
+
+def held_reservations(con, now: datetime, team: str | None = None) -> list[Reservation]:
+    """The reservations that count against quotas at `now` (see `held_condition`), of `team` or of
+    every team, ordered by run ID."""
+    sql = ("SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until FROM runs r "
+           f"WHERE {held_condition('r', '?')}" + (" AND r.team = ?" if team is not None else "")
+           + " ORDER BY r.run_id")
+    rows = con.execute(sql, [now] if team is None else [now, team]).fetchall()
+    return [{"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]), "reserved_gpu_hours": float(r[4]),
+             "reserved_from": r[5], "reserved_until": r[6]} for r in rows]
+
+
+def team_state(con, team, now=None, *, kind: str | None = None,
+               window_days: int = CALIBRATION_WINDOW_DAYS) -> State:
+    """The team's state at `now`: the `state` dict `decide` takes (now, reservations,
+    period_spent_gpu_hours, snapshots, calibration_history, calibration).
+
+    reservations: `held_reservations` of the team. period_spent_gpu_hours: actual GPU-hours of
+    the team's runs that ended in now's calendar month (UTC). calibration: the correction for the
+    team's `kind` runs (see `calibration`), read scope by scope from the ledger; None when no kind
+    is given.
+    """
+    now = naive_utc(now) or utcnow()
+    spent = con.execute(
+        "SELECT coalesce(sum(actual_gpu_hours), 0) FROM runs "
+        "WHERE team = ? AND ended_at >= ? AND ended_at < ?",
+        [team, month_start(now), next_month_start(now)]).fetchone()[0]
+    snapshots = {r[0] for r in con.execute(
+        "SELECT snapshot FROM snapshots WHERE team = ? OR team IS NULL", [team]).fetchall()}
+    return {
+        "now": now,
+        "reservations": held_reservations(con, now, team),
+        "period_spent_gpu_hours": float(spent),
+        "snapshots": snapshots,
+        "calibration_history": [],
+        "calibration": (calibration(con, team, kind, now, window_days=window_days)
+                        if kind is not None else None),
+        "interruption_rate": interruption_rate(con, team, now, window_days=window_days),
+    }
+
+
+MIN_RATE_RUNS = 20   # preemptible runs a team needs before its own interruption rate is used
+
+
+def interruption_rate(con, team: str, now: datetime, *,
+                      window_days: int = CALIBRATION_WINDOW_DAYS) -> InterruptionRate | None:
+    """Interruptions per GPU-hour observed on preemptible capacity over the finished runs of the
+    calibration window with a recorded interruption count: the team's when it has MIN_RATE_RUNS such
+    runs, else everyone's; None when nobody has any (or no GPU-hours)."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE team = $team), sum(actual_gpu_hours) FILTER (WHERE team = $team), "
+        "sum(interruptions) FILTER (WHERE team = $team), count(*), sum(actual_gpu_hours), sum(interruptions) "
+        "FROM runs WHERE capacity = 'preemptible' AND ended_at > $since AND ended_at <= $now "
+        "AND interruptions IS NOT NULL AND actual_gpu_hours > 0",
+        {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
+    for scope, (runs, hours, interruptions) in (("team", row[:3]), ("all", row[3:])):
+        if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
+            return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
+                    "gpu_hours": float(hours), "interruptions": int(interruptions)}
+    return None
