@@ -15,6 +15,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
+from lib.gate.terms import CAPACITIES, KINDS
 from ui.access import who, who_box
 from ui.data import db_path, ledger_errors, now_minute, sidebar_options
 from ui.demo import ensure_demo, ensure_ledger
@@ -70,9 +71,8 @@ def filter_widgets() -> Filters:
     sb = st.sidebar
     sb.header("Filters")
     teams = sb.multiselect("Teams", opts["teams"], key="f_teams", placeholder="all teams")
-    kinds = sb.multiselect("Kinds", ["exploratory", "production", "retraining"], key="f_kinds",
-                           placeholder="all kinds")
-    cap = sb.radio("Capacity type", ["all", "stable", "preemptible"], key="f_capacity", horizontal=True)
+    kinds = sb.multiselect("Kinds", KINDS, key="f_kinds", placeholder="all kinds")
+    cap = sb.radio("Capacity type", ["all", *CAPACITIES], key="f_capacity", horizontal=True)
     period = sb.selectbox("Period", list(RANGE_LABELS), key="f_range", format_func=RANGE_LABELS.get)
     if period != CUSTOM:
         st.session_state["f_dates"] = resolve_range(period, today)

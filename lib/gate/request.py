@@ -129,9 +129,10 @@ STOP_FIELDS = {
     "max_failed_steps": number(integral=True, maximum=INT32_MAX),
     "early_stop": None,
 }
+EARLY_STOP_MODES = ("min", "max")
 EARLY_STOP_FIELDS = {
     "metric": text(),
-    "mode": _choice(("min", "max")),
+    "mode": _choice(EARLY_STOP_MODES),
     "patience": number(integral=True, maximum=INT32_MAX),
     "min_delta": number(),
 }
