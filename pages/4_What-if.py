@@ -10,6 +10,8 @@ import streamlit as st
 import ui
 from lib.dashboard import figures, whatif
 from lib.gate.access import may
+from lib.gate.request import EARLY_STOP_MODES
+from lib.gate.terms import CAPACITIES, KINDS
 from lib.ledger.deciding import check_request
 
 ui.frame()
@@ -31,8 +33,8 @@ with st.form("what_if"):
     c = st.columns(4)
     c[0].text_input("Run ID", value="whatif-1", key="wi_run_id")
     c[1].selectbox("Team", teams, key="wi_team")
-    c[2].selectbox("Kind", ["exploratory", "production", "retraining"], key="wi_kind")
-    c[3].radio("Capacity type", ["stable", "preemptible"], key="wi_capacity", horizontal=True)
+    c[2].selectbox("Kind", KINDS, key="wi_kind")
+    c[3].radio("Capacity type", CAPACITIES, key="wi_capacity", horizontal=True)
     c = st.columns(4)
     c[0].number_input("Accelerators (GPUs)", min_value=1, value=8, step=1, key="wi_gpus")
     c[1].number_input("Memory per accelerator (GB)", min_value=0.0, value=80.0, key="wi_gpu_mem_gb")
@@ -73,7 +75,7 @@ with st.form("what_if"):
     c[3].checkbox("Skip full evaluation", value=False, key="wi_skip_full_evaluation")
     c = st.columns(4)
     c[0].text_input("Early stop: dev metric", value="", key="wi_early_stop_metric")
-    c[1].selectbox("Mode", ["min", "max"], key="wi_early_stop_mode")
+    c[1].selectbox("Mode", EARLY_STOP_MODES, key="wi_early_stop_mode")
     c[2].number_input("Patience (evaluations)", min_value=0, value=3, step=1, key="wi_early_stop_patience")
     c[3].number_input("Min delta", min_value=0.0, value=0.0, format="%.4f", key="wi_early_stop_min_delta")
     submitted = st.form_submit_button("Check this request", type="primary")

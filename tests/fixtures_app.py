@@ -24,24 +24,20 @@ from lib.ledger.connection import open_ledger, transaction
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 
-# short name -> (page script, navigation title, URL path): app.py's order. In Streamlit's classic
-# multipage mode, pages/<n>_<Title>.py is labelled <Title> (underscores as spaces) at URL /<Title>.
-PAGES = {
-    "overview": ("pages/0_Overview.py", "Overview", "Overview"),
-    "reservations": ("pages/1_Reservations.py", "Reservations", "Reservations"),
-    "idle_capacity": ("pages/2_Idle_reserved_capacity.py", "Idle reserved capacity", "Idle_reserved_capacity"),
-    "policy_replay": ("pages/8_Policy_replay.py", "Policy replay", "Policy_replay"),
-    "forecast": ("pages/9_Forecast.py", "Forecast", "Forecast"),
-    "estimate_accuracy": ("pages/3_Estimate_accuracy.py", "Estimate accuracy", "Estimate_accuracy"),
-    "what_if": ("pages/4_What-if.py", "What-if", "What-if"),
-    "recovery_planner": ("pages/5_Recovery_planner.py", "Recovery planner", "Recovery_planner"),
-    "upload": ("pages/6_Upload.py", "Upload", "Upload"),
-    "stops_promotion": ("pages/7_Stops_and_promotion.py", "Stops and promotion", "Stops_and_promotion"),
-}
+
+def __getattr__(name: str):
+    """`PAGES`: short name -> (page script, navigation title, URL path), in app.py's order, from the
+    app's one page list (ui.pages). Made on first use (a module __getattr__, PEP 562), so importing
+    this module, as conftest.py does for every test, does not import the UI kit and Streamlit."""
+    if name != "PAGES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ui.pages import PAGES, url_path
+    pages = globals()["PAGES"] = {p.name: (p.script, p.title, url_path(p.script)) for p in PAGES}
+    return pages
 
 
 def open_app(page: str | None = None, timeout_s: float = 60):
-    """app.py under AppTest (on $GATE_DB), switched to the page `name` of PAGES when given."""
+    """app.py under AppTest (on $GATE_DB), switched to the page of short name `page` when given."""
     from streamlit.testing.v1 import AppTest
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout_s)
     at.run()
@@ -53,7 +49,10 @@ def open_app(page: str | None = None, timeout_s: float = 60):
 
 def page_script(name: str) -> str:
     """The script of a page by short name, as AppTest.switch_page takes it: 'pages/<n>_<Title>.py'."""
-    return PAGES[name][0]
+    from ui.pages import page_script as script
+    return script(name)
+
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'  # a run has finished

@@ -136,7 +136,7 @@ def good_csv(now: dt.datetime) -> bytes:
 
 def checked_upload(now) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
-    at.switch_page("pages/6_Upload.py").run()
+    at.switch_page(page_script("upload")).run()
     at.file_uploader(key="upload_file").upload("history.csv", good_csv(now), "text/csv").run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.button(key="upload_import").disabled

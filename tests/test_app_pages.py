@@ -69,7 +69,7 @@ def test_the_sidebar_filters_change_the_numbers(page_ledger):
     assert speech_only != everyone
     assert float(speech_only.replace(",", "")) < float(everyone.replace(",", ""))
     # the filter is kept when another page opens, and applies there too
-    at.switch_page("pages/7_Stops_and_promotion.py").run()
+    at.switch_page(page_script("stops_promotion")).run()
     assert at.sidebar.multiselect(key="f_teams").value == ["speech"]
     teams_shown = set(at.dataframe[0].value["team"])
     assert teams_shown == {"speech"}
@@ -150,7 +150,7 @@ def test_a_good_upload_lands_and_the_overview_changes(page_ledger):
     at = open_app("overview")
     at.sidebar.multiselect(key="f_teams").set_value(["speech"]).run()
     reserved_before = metric(at, "Reserved GPU-hours")
-    at.switch_page("pages/6_Upload.py").run()
+    at.switch_page(page_script("upload")).run()
     at.file_uploader(key="upload_file").upload("history.csv", upload_csv(now, good_rows(now)), "text/csv").run()
     assert not at.exception, [e.value for e in at.exception]
     assert run_count(path) == before  # the check wrote nothing
@@ -158,7 +158,7 @@ def test_a_good_upload_lands_and_the_overview_changes(page_ledger):
     assert not at.exception, [e.value for e in at.exception]
     assert run_count(path) == before + 2
     assert any("2 inserted" in t.value for t in at.toast)
-    at.switch_page("pages/0_Overview.py").run()
+    at.switch_page(page_script("overview")).run()
     assert metric(at, "Reserved GPU-hours") != reserved_before
 
 

@@ -98,11 +98,11 @@ def grid_calls(path: Path) -> list[str]:
 
 
 def test_every_grid_is_drawn_by_ui_show_table():
-    files = [ROOT / "app.py", *sorted(ROOT.glob("ui*.py")), *sorted((ROOT / "pages").glob("*.py"))]
+    files = [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py"))]
     calls = [c for f in files for c in grid_calls(f)]
-    show_table = next(n for n in ast.parse((ROOT / "ui.py").read_text()).body
+    show_table = next(n for n in ast.parse((ROOT / "ui" / "tables.py").read_text()).body
                       if isinstance(n, ast.FunctionDef) and n.name == "show_table")
-    allowed = {f"ui.py:{n.lineno} .dataframe(" for n in ast.walk(show_table)
+    allowed = {f"tables.py:{n.lineno} .dataframe(" for n in ast.walk(show_table)
                if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "dataframe"}
     assert len(allowed) == 1
     assert [c for c in calls if c not in allowed] == []

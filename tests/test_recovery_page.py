@@ -7,10 +7,10 @@ from streamlit.testing.v1 import AppTest
 from lib.dashboard import queries, recovery_view
 from lib.dashboard.filters import default_filters
 from lib.dashboard.labels import ALL_TEAMS
-from tests.fixtures_app import ROOT
+from tests.fixtures_app import ROOT, page_script
 
 TIMEOUT_S = 60
-PAGE = "pages/5_Recovery_planner.py"
+PAGE = page_script("recovery_planner")
 
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -76,7 +76,7 @@ def test_a_typed_mtbf_survives_reruns_and_page_switches(page_ledger):
     press(at, "Plan")
     at.run()
     assert at.number_input(key="rp_mtbf_h").value == 3.25
-    at.switch_page("pages/0_Overview.py").run()
+    at.switch_page(page_script("overview")).run()
     at.switch_page(PAGE).run()
     assert at.number_input(key="rp_mtbf_h").value == 3.25
 

@@ -2,48 +2,44 @@
 
 Form widgets cannot be "absent", so optional numbers use 0 (and optional text an empty string) for
 "not given"; those fields are left out of the request. Everything else is passed through unchanged,
-so lib.gate.request validates it exactly as it would a JSON file.
+so lib.gate.request validates it exactly as it would a JSON file. The fields, and which are numbers
+(whole or not) and which true/false, are lib.gate.request's.
 """
 from __future__ import annotations
 
 import json
 
-PILOT_KEYS = ("steps_per_second", "worst_case_steps_per_second", "worst_case_share", "peak_mem_gb",
-              "checkpoint_write_s", "planned_steps", "checkpoint_interval_steps", "eval_gpu_hours",
-              "data_loading_fraction", "restart_minutes")
+from lib.gate.request import (BOOLEAN_FIELDS, EARLY_STOP_FIELDS, EARLY_STOP_MODES, NUMBER_FIELDS, PILOT_FIELDS,
+                              REQUIRED_FIELDS, STOP_FIELDS, WHOLE_NUMBER_FIELDS)
+
 _PILOT_OPTIONAL_ZERO = {"worst_case_steps_per_second", "checkpoint_interval_steps"}
-_INT_KEYS = {"gpus", "planned_steps", "checkpoint_interval_steps", "holdout_allowance", "max_failed_steps",
-             "patience"}
 
 
 def _num(key, v):
     if v is None:
         return None
-    return int(v) if key in _INT_KEYS else float(v)
+    return int(v) if key in WHOLE_NUMBER_FIELDS else float(v)
+
+
+def _typed(key, v):
+    """A form value as the request field `key` holds it: a number, true/false, or as typed."""
+    if key in NUMBER_FIELDS:
+        return _num(key, v)
+    return bool(v) if key in BOOLEAN_FIELDS else v
 
 
 def build_request(v: dict) -> dict:
     """The request for form values `v` (keys as in the contract, plus 'estimate_from' = 'pilot' |
     'estimate' and the stop-rule keys flattened: max_wall_clock_hours, spend_limit_gpu_hours,
     max_failed_steps, early_stop_metric, early_stop_mode, early_stop_patience, early_stop_min_delta)."""
-    r = {
-        "run_id": str(v.get("run_id", "")).strip(),
-        "team": v.get("team"),
-        "kind": v.get("kind"),
-        "gpus": _num("gpus", v.get("gpus")),
-        "gpu_mem_gb": _num("gpu_mem_gb", v.get("gpu_mem_gb")),
-        "max_runtime_hours": _num("max_runtime_hours", v.get("max_runtime_hours")),
-        "budget_gpu_hours": _num("budget_gpu_hours", v.get("budget_gpu_hours")),
-        "checkpoint_supported": bool(v.get("checkpoint_supported")),
-        "expected_interruptions": _num("expected_interruptions", v.get("expected_interruptions")),
-        "capacity": v.get("capacity"),
-    }
+    r = {k: _typed(k, v.get(k)) for k in REQUIRED_FIELDS}
+    r["run_id"] = str(v.get("run_id", "")).strip()
     snap = str(v.get("data_snapshot") or "").strip()
     if snap:
         r["data_snapshot"] = snap
     if v.get("estimate_from") == "pilot":
         pilot = {}
-        for k in PILOT_KEYS:
+        for k in PILOT_FIELDS:
             x = v.get(k)
             if x is None or (k in _PILOT_OPTIONAL_ZERO and not x):
                 continue
@@ -52,14 +48,15 @@ def build_request(v: dict) -> dict:
     else:
         r["estimated_gpu_hours"] = _num("estimated_gpu_hours", v.get("estimated_gpu_hours"))
     stop = {}
-    for k in ("max_wall_clock_hours", "spend_limit_gpu_hours", "max_failed_steps"):
-        if v.get(k):
+    for k in STOP_FIELDS:   # the limits; early_stop (not a number) below
+        if k in NUMBER_FIELDS and v.get(k):
             stop[k] = _num(k, v[k])
     metric = str(v.get("early_stop_metric") or "").strip()
     if metric:
-        stop["early_stop"] = {"metric": metric, "mode": v.get("early_stop_mode") or "min",
-                              "patience": int(v.get("early_stop_patience") or 0),
-                              "min_delta": float(v.get("early_stop_min_delta") or 0.0)}
+        es = {k: v.get(f"early_stop_{k}") for k in EARLY_STOP_FIELDS}   # metric, mode, patience, min_delta
+        es.update({k: _num(k, x or 0) for k, x in es.items() if k in NUMBER_FIELDS},
+                  metric=metric, mode=es["mode"] or EARLY_STOP_MODES[0])
+        stop["early_stop"] = es
     if stop:
         r["stop_policy"] = stop
     if v.get("skip_full_evaluation"):

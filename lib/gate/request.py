@@ -33,6 +33,7 @@ def number(minimum=0.0, *, strict=False, integral=False, maximum=None, below=Non
     def check(value):
         return number_problem(value, minimum, strict=strict, integral=integral, maximum=maximum,
                               below=below)
+    check.integral = integral   # what NUMBER_FIELDS and WHOLE_NUMBER_FIELDS are read from
     return check
 
 
@@ -129,9 +130,10 @@ STOP_FIELDS = {
     "max_failed_steps": number(integral=True, maximum=INT32_MAX),
     "early_stop": None,
 }
+EARLY_STOP_MODES = ("min", "max")
 EARLY_STOP_FIELDS = {
     "metric": text(),
-    "mode": _choice(("min", "max")),
+    "mode": _choice(EARLY_STOP_MODES),
     "patience": number(integral=True, maximum=INT32_MAX),
     "min_delta": number(),
 }
@@ -140,6 +142,14 @@ run_id_problem = _REQUIRED["run_id"]  # None for a run ID the gate can look up
 _UNKNOWN = object()
 _REQUIRED_NAMES = _REQUIRED.keys()
 FIELDS = tuple(_SPEC)
+REQUIRED_FIELDS = tuple(_REQUIRED)
+# Field names at every depth (request, pilot, stop_policy, early_stop; no name is used at two) by
+# type, read from the checks above: for code that builds a request from typed-in values (the what-if form).
+_ALL_SPECS = (_SPEC, PILOT_FIELDS, STOP_FIELDS, EARLY_STOP_FIELDS)
+NUMBER_FIELDS = frozenset(name for spec in _ALL_SPECS for name, check in spec.items() if hasattr(check, "integral"))
+WHOLE_NUMBER_FIELDS = frozenset(name for spec in _ALL_SPECS for name, check in spec.items()
+                                if getattr(check, "integral", False))
+BOOLEAN_FIELDS = frozenset(name for spec in _ALL_SPECS for name, check in spec.items() if check is _bool)
 
 
 def echoed(value):
