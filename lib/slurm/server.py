@@ -9,7 +9,7 @@ caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. 
 accept connections and read each (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds);
 decisions are taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
 
-Wire format (lib.slurm.hook.encode_request): NUL-separated "f:<job field>", value, ...,
+Wire format (lib.slurm.wire.encode_request): NUL-separated "f:<job field>", value, ...,
 "c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
 c:request (the request JSON), c:origin, c:now; c:op=flush moves what is journaled for c:db into the
 ledger now, when this server serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then the
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from lib.gate.terms import json_default, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
-from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
-                            gate)
+from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate
 from lib.slurm.live import LiveGate, ServerBusy
+from lib.slurm.wire import decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
@@ -251,7 +251,7 @@ def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
 
 def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
     """(exit code, rest of the answer) from the server, or None when no server listens there."""
-    from lib.slurm.hook import exchange
+    from lib.slurm.wire import exchange
     got = exchange(socket_path, {}, config, timeout_s)
     return None if got is None else (got[0], got[1].strip())
 

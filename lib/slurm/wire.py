@@ -1,0 +1,68 @@
+"""The gate server's wire format and its client: what the hook (`python -S`), the command line and the
+tests send to the warm gate server (lib.slurm.server) over its Unix socket, and read back.
+
+Request: NUL-separated "f:<job field>", value, ..., "c:<setting>", value, ... (C strings hold no
+NUL), then the client ends its side of the connection (EOF ends the message).
+Answer: "<exit code>\\n" then the rest (the hook's protocol lines, or for op requests the decision JSON
+or an error line).
+
+Cheap to import: only os, sys and _socket (json, socket.py, enum and selectors would cost more than
+the rest of the hook's start); Lua's own client (job_submit.lua) speaks the same format.
+"""
+from __future__ import annotations
+
+
+def encode_request(fields: dict, config: dict) -> bytes:
+    parts = []
+    for prefix, d in (("f:", fields), ("c:", config)):
+        for k, v in d.items():
+            if v is not None:
+                parts += [prefix + k, str(v)]
+    return "\0".join(parts).encode("utf-8", "surrogateescape")
+
+
+def decode_request(data: bytes) -> tuple[dict, dict]:
+    """(job fields, settings); timeout_s as a float (5 when it is not a number)."""
+    parts = data.decode("utf-8", "surrogateescape").split("\0") if data else []
+    fields, config = {}, {}
+    for k, v in zip(parts[0::2], parts[1::2]):
+        if k.startswith("f:"):
+            fields[k[2:]] = v
+        elif k.startswith("c:"):
+            config[k[2:]] = v
+    if "timeout_s" in config:
+        try:
+            config["timeout_s"] = float(config["timeout_s"])
+        except ValueError:
+            config["timeout_s"] = 5.0
+    return fields, config
+
+
+def _recv_all(sock) -> bytes:
+    chunks = []
+    while True:
+        b = sock.recv(65536)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> tuple[int, str] | None:
+    """(exit code, the rest of the answer) for one request to the warm server, or None when no
+    server listens there. A timeout or a broken answer raises (the caller's gate failure)."""
+    import _socket  # the C module: socket.py would import enum and selectors (~5-10 ms)
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    try:
+        s.connect(socket_path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        s.close()
+        return None
+    try:
+        s.sendall(encode_request(fields, config))
+        s.shutdown(_socket.SHUT_WR)
+        text = _recv_all(s).decode("utf-8", "replace")
+    finally:
+        s.close()
+    head, _, rest = text.partition("\n")
+    return int(head), rest
