@@ -36,6 +36,7 @@ TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per co
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
 MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
 READ_TIMEOUT_S = 5.0
+LISTEN_BACKLOG = 4096      # connections waiting for accept (the kernel caps it at net.core.somaxconn)
 
 
 class GateServer:
@@ -212,7 +213,7 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     finally:
         os.umask(old)
     os.chmod(binding, 0o600)
-    srv.listen(128)
+    srv.listen(LISTEN_BACKLOG)  # a burst waits in the backlog instead of failing connect() with EAGAIN
     os.replace(binding, socket_path)  # the path appears only once the server listens
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,

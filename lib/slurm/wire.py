@@ -11,6 +11,8 @@ the rest of the hook's start); Lua's own client (job_submit.lua) speaks the same
 """
 from __future__ import annotations
 
+CONNECT_RETRY_S = (0.002, 0.05)  # sleep between connect attempts while the listen backlog is full
+
 
 def encode_request(fields: dict, config: dict) -> bytes:
     parts = []
@@ -38,9 +40,11 @@ def decode_request(data: bytes) -> tuple[dict, dict]:
     return fields, config
 
 
-def _recv_all(sock) -> bytes:
+def _recv_all(sock, deadline: float) -> bytes:
+    import time
     chunks = []
     while True:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
         b = sock.recv(65536)
         if not b:
             return b"".join(chunks)
@@ -49,19 +53,32 @@ def _recv_all(sock) -> bytes:
 
 def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> tuple[int, str] | None:
     """(exit code, the rest of the answer) for one request to the warm server, or None when no
-    server listens there. A timeout or a broken answer raises (the caller's gate failure)."""
+    server listens there. A timeout or a broken answer raises (the caller's gate failure).
+
+    `timeout_s` bounds the whole exchange. A full listen backlog (EAGAIN on connect: the server is
+    busy with a burst) is tried again every few ms within it, then raises BlockingIOError."""
+    import time
+
     import _socket  # the C module: socket.py would import enum and selectors (~5-10 ms)
+    deadline = time.monotonic() + timeout_s
+    pause, most = CONNECT_RETRY_S
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
     try:
-        s.connect(socket_path)
-    except (FileNotFoundError, ConnectionRefusedError):
-        s.close()
-        return None
-    try:
+        while True:
+            s.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                s.connect(socket_path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                return None
+            except BlockingIOError:  # the backlog is full: not a gate failure yet
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, most)
         s.sendall(encode_request(fields, config))
         s.shutdown(_socket.SHUT_WR)
-        text = _recv_all(s).decode("utf-8", "replace")
+        text = _recv_all(s, deadline).decode("utf-8", "replace")
     finally:
         s.close()
     head, _, rest = text.partition("\n")
