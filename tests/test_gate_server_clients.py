@@ -1,5 +1,5 @@
-"""The warm gate server and its callers, as real processes: a burst of simultaneous connections all
-get an answer."""
+"""The warm gate server and its callers, as real processes: slow or idle clients never hold up a real
+job, and a burst of simultaneous connections all get an answer."""
 from __future__ import annotations
 
 import signal
@@ -11,11 +11,20 @@ import pytest
 
 from tests.fixtures_slurm import GateServerProcess, hook_request, make_slurm_ledger
 
+PROMPT_S = 1.0  # a real job's answer while slow callers hang on: well inside the Lua hook's ~13 s
+DEADLINE_S = 3.0  # lib.slurm.server.MESSAGE_DEADLINE_S: a whole message, however its bytes trickle
+
 
 @pytest.fixture
 def ledger(tmp_path):
     return make_slurm_ledger(tmp_path / "gate.duckdb")
 
+
+@pytest.fixture
+def server(ledger, tmp_path):
+    s = GateServerProcess(ledger, tmp_path / "gate.sock")
+    yield s
+    s.stop()
 
 # ------------------------------------------------------------------ many callers at once
 
@@ -113,3 +122,106 @@ def test_the_client_gives_up_on_a_full_backlog_when_its_timeout_runs_out(tmp_pat
     finally:
         first.close()
         listener.close()
+
+
+# ------------------------------------------------------------------ slow and idle clients
+
+def _connect(sock) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(sock))
+    return s
+
+
+def _answer(s: socket.socket) -> str:
+    """Everything the server sends until it closes (what a client that stopped sending reads)."""
+    chunks = []
+    try:
+        while b := s.recv(65536):
+            chunks.append(b)
+    except OSError:
+        pass
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+class Trickler(threading.Thread):
+    """A client that sends one byte every `every_s` seconds and never finishes its message; `answer`
+    is what the server sent it, `answered_after` when (seconds after connecting)."""
+
+    def __init__(self, sock, every_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.s, self.every_s = _connect(sock), every_s
+        self.t0 = time.monotonic()
+        self.answer, self.answered_after = None, None
+        self.halt = threading.Event()
+
+    def run(self):
+        self.s.setblocking(False)
+        while not self.halt.is_set():
+            try:
+                got = self.s.recv(65536)
+            except BlockingIOError:
+                got = None
+            except OSError:
+                got = b""
+            if got is not None:  # the server answered (or hung up): read the rest and stop
+                self.s.setblocking(True)
+                self.s.settimeout(5)
+                self.answer = (got + _answer(self.s).encode()).decode("utf-8", "replace")
+                self.answered_after = time.monotonic() - self.t0
+                return
+            try:
+                self.s.send(b"f")
+            except OSError:
+                pass
+            self.halt.wait(self.every_s)
+
+    def close(self):
+        self.halt.set()
+        self.join(timeout=10)
+        self.s.close()
+
+
+def _timed_ask(server, run_id, **config):
+    t = time.monotonic()
+    out = server.ask(hook_request(run_id), **config)
+    return out, time.monotonic() - t
+
+
+@pytest.mark.slow
+def test_a_job_is_answered_at_once_while_idle_and_trickling_connections_are_open(server):
+    idle = [_connect(server.sock) for _ in range(16)]
+    tricklers = [Trickler(server.sock) for _ in range(16)]
+    for t in tricklers:
+        t.start()
+    try:
+        time.sleep(0.3)  # every slow connection has reached the server
+        for i in range(3):
+            out, took = _timed_ask(server, f"prompt-{i}")
+            assert out.code == 0, out.lines()
+            assert took < PROMPT_S, f"a real job waited {took:.2f} s behind slow connections"
+    finally:
+        for s in idle:
+            s.close()
+        for t in tricklers:
+            t.close()
+
+
+@pytest.mark.slow
+def test_a_message_not_complete_by_its_deadline_is_refused_even_while_bytes_keep_coming(server):
+    idle = _connect(server.sock)
+    trickler = Trickler(server.sock, every_s=0.3)
+    trickler.start()
+    t0 = time.monotonic()
+    try:
+        idle_answer = _answer(idle)
+        idle_after = time.monotonic() - t0
+        trickler.join(timeout=DEADLINE_S + 5)
+    finally:
+        idle.close()
+        trickler.close()
+    for answer, after in ((idle_answer, idle_after), (trickler.answer, trickler.answered_after)):
+        assert answer is not None and answer.startswith("3\n"), answer
+        assert f"not complete within {DEADLINE_S:g} s" in answer
+        assert after is not None and after < DEADLINE_S + 1.5, after
+    assert server.ask(hook_request("after-slow")).code == 0

@@ -5,15 +5,22 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
-caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. WORKERS threads
-accept connections and read each (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds);
-decisions are taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
+caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Decisions are taken
+one at a time.
 
-Wire format (lib.slurm.wire.encode_request): NUL-separated "f:<job field>", value, ...,
-"c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
-c:request (the request JSON), c:origin, c:now; c:op=flush moves what is journaled for c:db into the
-ledger now, when this server serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then the
-hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3).
+Connections (lib.slurm.reader): WORKERS threads each accept a connection and answer it on the same
+thread when its whole message arrives within READ_TIMEOUT_S (the hook sends it at once: no hand-off
+between threads). Any other goes to one slow-reader thread, so idle or trickling callers never hold
+up a worker: a message must end (the caller's EOF) within MESSAGE_DEADLINE_S of its accept and stay
+under MAX_MESSAGE bytes, else it gets a refusal; the server goes on. LISTEN_BACKLOG connections may
+wait to be accepted (a burst); the client (lib.slurm.wire.exchange) tries again briefly when even
+that is full.
+
+Wire format (lib.slurm.wire): NUL-separated "f:<job field>", value, ..., "c:<setting>", value. The
+hook sends job fields; the command line sends c:op (check | submit), c:request (the request JSON),
+c:origin, c:now; c:op=flush moves what is journaled for c:db into the ledger now, when this server
+serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then
+the hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3).
 """
 from __future__ import annotations
 
@@ -21,21 +28,21 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 from lib.gate.terms import json_default, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
 from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate
 from lib.slurm.live import LiveGate, ServerBusy
+from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.wire import decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
-MAX_MESSAGE = 1 << 20      # bytes; a job description with its comment is a few kB
-READ_TIMEOUT_S = 5.0
+SEND_TIMEOUT_S = 5.0
 LISTEN_BACKLOG = 4096      # connections waiting for accept (the kernel caps it at net.core.somaxconn)
 
 
@@ -48,6 +55,7 @@ class GateServer:
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
         self.flush_interval_s = flush_interval_s
+        self.slow = SlowReader(self.answer, _refuse_unreadable)  # started by serve()
 
     def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
         key = ledger_path(db).resolve()
@@ -69,33 +77,37 @@ class GateServer:
     # ------------------------------------------------------------------ one connection
 
     def handle(self, conn: socket.socket) -> None:
-        import time
-        t0 = time.perf_counter()
+        """On the worker that accepted `conn` (the fast path, lib.slurm.reader): a caller that sends
+        its whole message at once is answered here; the slow reader takes any other."""
+        msg = Message(conn)
+        try:
+            complete = read_bounded(conn, msg)
+        except (OSError, ValueError) as exc:
+            _refuse_unreadable(conn, exc)
+            self.slow.add(conn, None)  # it drains what the caller still sends: no worker waits for that
+            return
+        if complete:
+            self.answer(conn, msg)
+        else:
+            self.slow.add(conn, msg)
+
+    def answer(self, conn: socket.socket, msg: Message) -> None:
+        """Decide on a whole message and answer it; then note whether the answer went out."""
         with conn:
-            conn.settimeout(READ_TIMEOUT_S)
-            try:
-                pid, uid, _gid = struct.unpack("3i", conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-            except OSError:
-                pid = uid = None
-            try:
-                data = _read_bounded(conn, MAX_MESSAGE)
-            except (OSError, ValueError) as exc:
-                _send(conn, f"{EXIT_FAILED_REFUSED}\nMSG training-gate: refused: unreadable message ({exc})\n")
-                _drain(conn)
-                return
-            got, config = decode_request(data)
+            conn.settimeout(SEND_TIMEOUT_S)
+            got, config = decode_request(msg.data())
             op = config.get("op")
             if op is None:
-                seq = self._hook(conn, got, config, (uid, pid))
+                seq = self._hook(conn, got, config, msg.caller)
             else:
-                seq = self._op(conn, op, config, (uid, pid))
-            answered_ms = (time.perf_counter() - t0) * 1000
+                seq = self._op(conn, op, config, msg.caller)
+            answered_ms = (time.perf_counter() - msg.t0) * 1000
             if seq is not None:
                 seq[0].settle(seq[1], answered=seq[2])
         if TIMING:
             print(f"lib.slurm.server: answered in {answered_ms:.2f} ms, settled at "
-                  f"{(time.perf_counter() - t0) * 1000:.2f} ms", file=sys.stderr, flush=True)
+                  f"{(time.perf_counter() - msg.t0) * 1000:.2f} ms{' (slow reader)' if msg.slow else ''}",
+                  file=sys.stderr, flush=True)
 
     def _hook(self, conn, got: dict, config: dict, caller):
         fields = {k: got.get(k) for k in FIELDS}
@@ -139,6 +151,10 @@ def _hook_answer(outcome: Outcome) -> str:
     return f"{outcome.code}\n" + "".join(ln + "\n" for ln in outcome.lines())
 
 
+def _refuse_unreadable(conn, why) -> None:
+    _send(conn, f"{EXIT_FAILED_REFUSED}\nMSG training-gate: refused: unreadable message ({why})\n")
+
+
 def _send(conn, text: str) -> bool:
     """True when the whole answer was handed to the caller's socket. Ends our side of the connection,
     so the caller has its answer at once (the journal's note about it comes after)."""
@@ -151,31 +167,6 @@ def _send(conn, text: str) -> bool:
     except OSError:
         pass
     return True
-
-
-def _drain(conn, limit_s: float = 2.0) -> None:
-    """Read and drop what the caller still sends (briefly), so it can read the refusal instead of a reset."""
-    import time
-    try:
-        conn.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + limit_s
-        conn.settimeout(limit_s)
-        while time.monotonic() < deadline and conn.recv(1 << 16):
-            pass
-    except OSError:
-        pass
-
-
-def _read_bounded(conn, limit: int) -> bytes:
-    chunks, size = [], 0
-    while True:
-        b = conn.recv(65536)
-        if not b:
-            return b"".join(chunks)
-        size += len(b)
-        if size > limit:
-            raise ValueError(f"message larger than {limit} bytes")
-        chunks.append(b)
 
 
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
@@ -219,7 +210,9 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,
           flush=True)
     # WORKERS threads each accept and answer in turn: no hand-off between threads on the way (each
-    # wake-up costs milliseconds on a busy machine), and a slow caller holds up only its own worker
+    # wake-up costs milliseconds on a busy machine). A caller whose message is not whole after
+    # READ_TIMEOUT_S goes to the one slow-reader thread, so slow callers never hold up the workers.
+    server.slow.start()
     stop = threading.Event()
     for _ in range(WORKERS):
         threading.Thread(target=_accept_loop, args=(server, srv, stop), daemon=True).start()
