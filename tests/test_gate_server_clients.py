@@ -1,7 +1,9 @@
 """The warm gate server and its callers, as real processes: slow or idle clients never hold up a real
-job, and a burst of simultaneous connections all get an answer."""
+job, a burst of simultaneous connections all get an answer, and the server checks every setting a
+caller sends (it never takes a caller's flag log, clock or time-out on trust)."""
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -9,7 +11,8 @@ import time
 
 import pytest
 
-from tests.fixtures_slurm import GateServerProcess, hook_request, make_slurm_ledger
+from tests.fixtures_slurm import (COMMENT_REQUEST, GateServerProcess, decisions, hook_request, job,
+                                  make_slurm_ledger)
 
 PROMPT_S = 1.0  # a real job's answer while slow callers hang on: well inside the Lua hook's ~13 s
 DEADLINE_S = 3.0  # lib.slurm.server.MESSAGE_DEADLINE_S: a whole message, however its bytes trickle
@@ -225,3 +228,101 @@ def test_a_message_not_complete_by_its_deadline_is_refused_even_while_bytes_keep
         assert f"not complete within {DEADLINE_S:g} s" in answer
         assert after is not None and after < DEADLINE_S + 1.5, after
     assert server.ask(hook_request("after-slow")).code == 0
+
+
+# ------------------------------------------------------------------ the settings a caller sends
+
+def _op(server, op, request=None, **config):
+    from lib.slurm.server import ask
+    config = {"op": op, "db": str(server.db), **config}
+    if request is not None:
+        config["request"] = json.dumps(request)
+    return ask(server.sock, config, timeout_s=60)
+
+
+def _request(run_id, **changes):
+    return {**COMMENT_REQUEST, "run_id": run_id, "team": "vision", "gpus": 2, "max_runtime_hours": 1,
+            "capacity": "stable", **changes}
+
+
+@pytest.mark.slow
+def test_a_bad_timeout_is_refused_by_name_never_accepted_and_holds_up_no_other_caller(server, tmp_path):
+    other = make_slurm_ledger(tmp_path / "other.duckdb")  # not loaded yet: the bad value would reach it
+    stalled = {}
+
+    def bad_first():
+        t = time.monotonic()
+        stalled["out"] = server.ask(hook_request("nan-job"), db=str(other), timeout_s="nan",
+                                    on_failure="accept-and-flag")
+        stalled["took"] = time.monotonic() - t
+    th = threading.Thread(target=bad_first, daemon=True)
+    th.start()
+    time.sleep(0.2)
+    out, took = _timed_ask(server, "beside-nan")
+    th.join(timeout=120)
+    assert out.code == 0 and took < PROMPT_S, (out.lines(), took)
+    assert stalled["out"].code == 3 and stalled["took"] < PROMPT_S, (stalled["out"].lines(), stalled["took"])
+    assert "timeout_s" in " ".join(stalled["out"].lines()) and "nan" in " ".join(stalled["out"].lines())
+    for bad in ("inf", "-1", "0", "61", "abc", "1e999"):
+        got = server.ask(hook_request(f"bad-{bad}"), timeout_s=bad, on_failure="accept-and-flag")
+        text = " ".join(got.lines())
+        assert got.code == 3 and "timeout_s" in text and repr(bad) in text, (bad, got.code, text)
+    code, rest = _op(server, "check", _request("op-nan"), timeout_s="nan")
+    assert code == 2 and "timeout_s" in rest and "'nan'" in rest, rest
+    assert server.ask(hook_request("ok-60"), timeout_s="60").code == 0  # the largest allowed
+    server.flush()
+    assert {r["run_id"] for r in decisions(server.db)} == {"beside-nan", "ok-60"}
+
+
+@pytest.mark.slow
+def test_the_server_writes_only_its_own_flag_log_never_a_path_the_caller_names(ledger, tmp_path, monkeypatch):
+    own, elsewhere = tmp_path / "own-flags.jsonl", tmp_path / "caller-chose.jsonl"
+    monkeypatch.setenv("TG_FLAG_LOG", str(own))  # the server's environment at its start
+    server = GateServerProcess(ledger, tmp_path / "gate.sock")
+    try:
+        out = server.ask(job(comment=None, name="no-comment"), flag_log=str(elsewhere),
+                         on_failure="accept-and-flag")
+    finally:
+        server.stop()
+    assert out.code == 4, out.lines()  # an incomplete job under accept-and-flag: flagged, as before
+    assert not elsewhere.exists()
+    logged = [json.loads(line) for line in own.read_text().splitlines()]
+    assert [r["job"]["name"] for r in logged] == ["no-comment"]
+
+
+@pytest.mark.slow
+def test_a_submit_dated_away_from_the_servers_clock_is_refused_a_check_may_be_any_time(server):
+    for i in range(8):  # vision's quota full
+        code, rest = _op(server, "submit", _request(f"fill-{i}", gpus=32), origin="cli")
+        assert code == 0, rest
+        if json.loads(rest)["state"] == "defer":
+            break
+    else:
+        pytest.fail("the quota never filled")
+    code, rest = _op(server, "submit", _request("future", gpus=8), now="2099-01-01T00:00:00", origin="cli")
+    assert code == 2 and "now" in rest and "2099-01-01" in rest, (code, rest)
+    code, rest = _op(server, "check", _request("future", gpus=8), now="2099-01-01T00:00:00")
+    assert code == 0 and json.loads(rest)["run_id"] == "future"  # a what-if may ask about any time
+    code, rest = _op(server, "check", _request("future", gpus=8), now="yesterday")
+    assert code == 2 and "now" in rest and "'yesterday'" in rest
+    hooked = server.ask(hook_request("future-hook"), now="2099-01-01T00:00:00")
+    assert hooked.code == 3 and "now" in " ".join(hooked.lines())
+    server.flush()
+    assert not [r for r in decisions(server.db) if r["run_id"].startswith("future")]
+
+
+@pytest.mark.slow
+def test_settings_outside_their_fixed_values_are_refused_by_name(server):
+    code, rest = _op(server, "submit", _request("o-1"), origin="root-shell")
+    assert code == 2 and "origin" in rest and "'root-shell'" in rest, rest
+    code, rest = _op(server, "submit", _request("o-2"), origin="kueue")
+    assert code == 0 and json.loads(rest)["state"] == "admit", rest
+    code, rest = _op(server, "drop-tables")
+    assert code == 2 and "op" in rest and "'drop-tables'" in rest, rest
+    code, rest = _op(server, "submit", _request("o-3"), policy_note="trust me")
+    assert code == 2 and "policy_note" in rest, rest
+    bad_part = server.ask(hook_request("p-1"), default_partition="gpu;rm -rf /", on_failure="accept-and-flag")
+    assert bad_part.code == 3 and "default_partition" in " ".join(bad_part.lines())
+    unknown_policy = server.ask(job(comment=None), on_failure="open-sesame")  # unknown: refuse, as before
+    assert unknown_policy.code == 3
+    assert server.ask(hook_request("p-2"), default_partition="gpu,spot").code == 0

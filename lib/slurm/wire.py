@@ -24,7 +24,7 @@ def encode_request(fields: dict, config: dict) -> bytes:
 
 
 def decode_request(data: bytes) -> tuple[dict, dict]:
-    """(job fields, settings); timeout_s as a float (5 when it is not a number)."""
+    """(job fields, settings) as text; the server checks the settings (lib.slurm.settings)."""
     parts = data.decode("utf-8", "surrogateescape").split("\0") if data else []
     fields, config = {}, {}
     for k, v in zip(parts[0::2], parts[1::2]):
@@ -32,11 +32,6 @@ def decode_request(data: bytes) -> tuple[dict, dict]:
             fields[k[2:]] = v
         elif k.startswith("c:"):
             config[k[2:]] = v
-    if "timeout_s" in config:
-        try:
-            config["timeout_s"] = float(config["timeout_s"])
-        except ValueError:
-            config["timeout_s"] = 5.0
     return fields, config
 
 
