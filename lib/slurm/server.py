@@ -249,7 +249,9 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     for _ in range(WORKERS):
         threading.Thread(target=_accept_loop, args=(server, srv, stop), daemon=True).start()
     try:
-        while not stop.wait(3600):
+        # short waits: the kernel may hand SIGTERM to another thread, and then the main thread runs
+        # the handler only when it wakes (a wait of an hour made the stop wait that long)
+        while not stop.wait(0.5):
             pass
     finally:
         stop.set()
