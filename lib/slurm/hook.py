@@ -43,8 +43,8 @@ What the gate judges, and what is a gate failure:
 Failure policy (TG_ON_GATE_FAILURE): when the gate cannot judge a job — the ledger stays locked past
 TG_GATE_TIMEOUT_S, the gate crashes, or the job brings an incomplete request (above) — `refuse`
 (default) refuses it with the reason; `accept-and-flag` lets it through, sets its admin comment, tells
-the user, and appends a JSON line to TG_FLAG_LOG. A request that the gate judges (defer, or reject as
-invalid) is always refused.
+the user, and appends a JSON line to TG_FLAG_LOG (the warm server's own, when it answers). A request
+that the gate judges (defer, or reject as invalid) is always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET
@@ -286,68 +286,9 @@ def _emit(outcome: Outcome) -> int:
     return outcome.code
 
 
-def _recv_all(sock) -> bytes:
-    chunks = []
-    while True:
-        b = sock.recv(65536)
-        if not b:
-            return b"".join(chunks)
-        chunks.append(b)
-
-
-# Wire format (no json on the client: its import costs more than the rest of the client's start):
-# request = NUL-separated "f:<field>", value, ..., "c:<config key>", value, ... (C strings hold no NUL);
-# answer = "<exit code>\n" + the protocol lines, one per line.
-
-def encode_request(fields: dict, config: dict) -> bytes:
-    parts = []
-    for prefix, d in (("f:", fields), ("c:", config)):
-        for k, v in d.items():
-            if v is not None:
-                parts += [prefix + k, str(v)]
-    text = "\0".join(parts)
-    try:
-        return text.encode("utf-8", "surrogateescape")  # bytes Python read as surrogates go out as they came
-    except UnicodeEncodeError:  # another lone surrogate (e.g. a request's "\\ud800"): as that escape,
-        return text.encode("utf-8", "backslashreplace")  # which a JSON string reads back as the same text
-
-
-def decode_request(data: bytes) -> tuple[dict, dict]:
-    parts = data.decode("utf-8", "surrogateescape").split("\0") if data else []
-    fields, config = {}, {}
-    for k, v in zip(parts[0::2], parts[1::2]):
-        if k.startswith("f:") and k[2:] in FIELDS:
-            fields[k[2:]] = v
-        elif k.startswith("c:"):
-            config[k[2:]] = v
-    if "timeout_s" in config:
-        config["timeout_s"] = _float(config["timeout_s"], 5.0)
-    return fields, config
-
-
-def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> tuple[int, str] | None:
-    """(exit code, the rest of the answer) for one request to the warm server, or None when no
-    server listens there. A timeout or a broken answer raises (the caller's gate failure)."""
-    import _socket  # the C module: socket.py would import enum and selectors (~5-10 ms)
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    try:
-        s.connect(socket_path)
-    except (FileNotFoundError, ConnectionRefusedError):
-        s.close()
-        return None
-    try:
-        s.sendall(encode_request(fields, config))
-        s.shutdown(_socket.SHUT_WR)
-        text = _recv_all(s).decode("utf-8", "replace")
-    finally:
-        s.close()
-    head, _, rest = text.partition("\n")
-    return int(head), rest
-
-
 def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: float):
     """The warm server's Outcome, or None when no server listens (then decide in-process)."""
+    from lib.slurm.wire import exchange  # os, sys and _socket only (lib.slurm.wire)
     got = exchange(socket_path, fields, env_config, timeout_s)
     if got is None:
         return None

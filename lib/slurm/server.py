@@ -5,18 +5,33 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
-caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. WORKERS threads
-accept connections and read each (at most MAX_MESSAGE bytes, at most READ_TIMEOUT_S seconds);
-decisions are taken one at a time. A message that is too large or malformed gets a refusal; the server goes on.
+caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Decisions are taken
+one at a time.
 
-Wire format (lib.slurm.hook.encode_request): NUL-separated "f:<job field>", value, ...,
-"c:<setting>", value. The hook sends job fields; the command line sends c:op (check | submit),
-c:request (the request JSON), c:origin, c:now; c:op=flush moves what is journaled for c:db into the
-ledger now, when this server serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then the
-hook's protocol lines, or for op requests the decision JSON (exit 0) or an error line (exit 3). Any value
-in c:request is the decision's to judge (a reject names the field); a c:request nested deeper than 64
-levels is rejected before it is parsed (a reject decision, nothing journaled); text that is not JSON
-is an error line.
+Connections (lib.slurm.reader): WORKERS threads each accept a connection and answer it on the same
+thread when its whole message arrives within READ_TIMEOUT_S (the hook sends it at once: no hand-off
+between threads). Any other goes to one slow-reader thread, so idle or trickling callers never hold
+up a worker: a message must end (the caller's EOF) within MESSAGE_DEADLINE_S of its accept and stay
+under MAX_MESSAGE bytes, else it gets a refusal; the server goes on. LISTEN_BACKLOG connections may
+wait to be accepted (a burst); the client (lib.slurm.wire.exchange) tries again briefly when even
+that is full.
+
+Settings (lib.slurm.settings): every "c:" setting a caller sends is checked before anything is
+decided (timeout_s finite in (0, 60], origin and op from fixed lists, now within the clock window for
+a submit, no unknown key); a bad one is refused naming the setting and its value, whatever the
+failure policy (never accepted-and-flagged). The flag log is the server's own: $TG_FLAG_LOG in its
+environment at start. A c:flag_log a caller sends is ignored, never written to.
+
+Wire format (lib.slurm.wire): NUL-separated "f:<job field>", value, ..., "c:<setting>", value. The
+hook sends job fields; the command line sends c:op (check | submit), c:request (the request JSON),
+c:origin, c:now; c:op=flush moves what is journaled for c:db into the ledger now, when this server
+serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then
+the hook's protocol lines (exit 3 for a bad setting), or for op requests: the decision JSON (exit
+0), a line naming a bad setting (exit 2: invalid input, as the command line's own), or an error line
+(exit 3: the gate failed). Any value in c:request is the
+decision's to judge (a reject names the field); a c:request nested deeper than 64 levels is
+rejected before it is parsed (a reject decision, nothing journaled); text that is not JSON is an
+error line.
 """
 from __future__ import annotations
 
@@ -24,43 +39,58 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import ledger_path
-from lib.slurm.hook import (EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, decode_request, failure,
-                            gate, job_actor)
+from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate, job_actor
 from lib.slurm.live import LiveGate, ServerBusy
+from lib.slurm.reader import Message, SlowReader, read_bounded
+from lib.slurm.settings import SettingError, caller_settings
+from lib.slurm.wire import decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
+EXIT_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
-MAX_MESSAGE = 4 << 20      # bytes; a job description with its comment is a few kB, a hostile one may hold
-                           # megabyte strings: those are the request validation's to refuse, by field
-READ_TIMEOUT_S = 5.0
+SEND_TIMEOUT_S = 5.0
+LISTEN_BACKLOG = 4096      # connections waiting for accept (the kernel caps it at net.core.somaxconn)
 
 
 class GateServer:
-    """The LiveGate of each ledger asked about (created on first use), and the socket's handler."""
+    """The LiveGate of each ledger asked about (created on first use), and the socket's handler.
+    `flag_log`: the server's own flag log (its $TG_FLAG_LOG at start); a caller's is never used."""
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-                 flush_interval_s: float = 0.25):
+                 flush_interval_s: float = 0.25, flag_log: str | None = None):
         self.gates: dict[Path, LiveGate] = {}
+        self._loading: dict[Path, threading.Lock] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
-        self.flush_interval_s = flush_interval_s
+        self.flush_interval_s, self.flag_log = flush_interval_s, flag_log
+        self.slow = SlowReader(self.answer, _refuse_unreadable)  # started by serve()
 
     def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
-        key = ledger_path(db).resolve()
+        """The ledger's LiveGate, loaded on first use. A load (up to `timeout_s` for a held ledger)
+        holds up only callers of that ledger, never those of a ledger already served."""
+        path = ledger_path(db).resolve()
+        key = _ledger_key(path)
         with self._mu:
             live = self.gates.get(key)
+            if live is not None:
+                return live
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._mu:
+                live = self.gates.get(key)
             if live is None:
-                live = LiveGate(key, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
+                live = LiveGate(path, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
                                 journal_sync=self.journal_sync,
                                 flush_interval_s=self.flush_interval_s)
-                self.gates[key] = live
+                with self._mu:
+                    self.gates[key] = live
             return live
 
     def close(self) -> None:
@@ -72,37 +102,52 @@ class GateServer:
     # ------------------------------------------------------------------ one connection
 
     def handle(self, conn: socket.socket) -> None:
-        import time
-        t0 = time.perf_counter()
+        """On the worker that accepted `conn` (the fast path, lib.slurm.reader): a caller that sends
+        its whole message at once is answered here; the slow reader takes any other."""
+        msg = Message(conn)
+        try:
+            complete = read_bounded(conn, msg)
+        except (OSError, ValueError) as exc:
+            _refuse_unreadable(conn, exc)
+            self.slow.add(conn, None)  # it drains what the caller still sends: no worker waits for that
+            return
+        if complete:
+            self.answer(conn, msg)
+        else:
+            self.slow.add(conn, msg)
+
+    def answer(self, conn: socket.socket, msg: Message) -> None:
+        """Decide on a whole message and answer it; then note whether the answer went out."""
         with conn:
-            conn.settimeout(READ_TIMEOUT_S)
-            try:
-                pid, uid, _gid = struct.unpack("3i", conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-            except OSError:
-                pid = uid = None
-            try:
-                data = _read_bounded(conn, MAX_MESSAGE)
-            except (OSError, ValueError) as exc:
-                _send(conn, f"{EXIT_FAILED_REFUSED}\nMSG training-gate: refused: unreadable message ({exc})\n")
-                _drain(conn)
-                return
-            got, config = decode_request(data)
+            conn.settimeout(SEND_TIMEOUT_S)
+            got, config = decode_request(msg.data())
             op = config.get("op")
-            if op is None:
-                seq = self._hook(conn, got, config, (uid, pid))
+            seq = None
+            try:
+                config = caller_settings(config)
+            except SettingError as exc:  # refused before anything is decided, whatever the policy
+                if op is None:
+                    fields = {k: got.get(k) for k in FIELDS}
+                    _send(conn, _hook_answer(failure(fields, {"on_failure": "refuse",
+                                                              "flag_log": self.flag_log}, str(exc))))
+                else:
+                    _send(conn, f"{EXIT_INVALID}\n{exc}\n")
             else:
-                seq = self._op(conn, op, config, (uid, pid))
-            answered_ms = (time.perf_counter() - t0) * 1000
+                if op is None:
+                    seq = self._hook(conn, got, config, msg.caller)
+                else:
+                    seq = self._op(conn, op, config, msg.caller)
+            answered_ms = (time.perf_counter() - msg.t0) * 1000
             if seq is not None:
                 seq[0].settle(seq[1], answered=seq[2])
         if TIMING:
             print(f"lib.slurm.server: answered in {answered_ms:.2f} ms, settled at "
-                  f"{(time.perf_counter() - t0) * 1000:.2f} ms", file=sys.stderr, flush=True)
+                  f"{(time.perf_counter() - msg.t0) * 1000:.2f} ms{' (slow reader)' if msg.slow else ''}",
+                  file=sys.stderr, flush=True)
 
     def _hook(self, conn, got: dict, config: dict, caller):
         fields = {k: got.get(k) for k in FIELDS}
-        config = {**config_from_env({}), **config}
+        config = {**config_from_env({}), **config, "flag_log": self.flag_log}
         ticket: list = []
         try:
             live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
@@ -121,7 +166,7 @@ class GateServer:
     def _op(self, conn, op: str, config: dict, caller):
         try:
             if op == "flush":  # only a ledger this server already serves
-                live = self.gates.get(ledger_path(config.get("db")).resolve())
+                live = self.gates.get(_ledger_key(ledger_path(config.get("db")).resolve()))
                 _send(conn, f"0\n{live.flush_answered() if live is not None else 0}\n")
                 return None
             live = self.gate_for(config.get("db"), float(config.get("timeout_s") or 5.0))
@@ -142,6 +187,17 @@ class GateServer:
         return (live, seq, sent) if seq is not None else None
 
 
+def _ledger_key(path: Path):
+    """Which ledger a path names: its file's (device, inode), so a hard link or another path to a
+    ledger already served reaches the same LiveGate (a second one would be refused its lock); the
+    path itself while no file is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return (st.st_dev, st.st_ino)
+
+
 def _too_deep(exc: JSONTooDeep, now):
     """The reject of a request whose JSON nests too deeply to be parsed (c:request)."""
     from lib.gate.admission import reject
@@ -153,6 +209,10 @@ def _too_deep(exc: JSONTooDeep, now):
 
 def _hook_answer(outcome: Outcome) -> str:
     return f"{outcome.code}\n" + "".join(ln + "\n" for ln in outcome.lines())
+
+
+def _refuse_unreadable(conn, why) -> None:
+    _send(conn, f"{EXIT_FAILED_REFUSED}\nMSG training-gate: refused: unreadable message ({why})\n")
 
 
 def _send(conn, text: str) -> bool:
@@ -170,31 +230,6 @@ def _send(conn, text: str) -> bool:
     return True
 
 
-def _drain(conn, limit_s: float = 2.0) -> None:
-    """Read and drop what the caller still sends (briefly), so it can read the refusal instead of a reset."""
-    import time
-    try:
-        conn.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + limit_s
-        conn.settimeout(limit_s)
-        while time.monotonic() < deadline and conn.recv(1 << 16):
-            pass
-    except OSError:
-        pass
-
-
-def _read_bounded(conn, limit: int) -> bytes:
-    chunks, size = [], 0
-    while True:
-        b = conn.recv(65536)
-        if not b:
-            return b"".join(chunks)
-        size += len(b)
-        if size > limit:
-            raise ValueError(f"message larger than {limit} bytes")
-        chunks.append(b)
-
-
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
           flush_interval_s: float = 0.25) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
@@ -203,7 +238,7 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     import importlib
     importlib.import_module("lib.gate.admission")  # warm the imports before the first job
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
-                        flush_interval_s=flush_interval_s)
+                        flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None)
     named = db or os.environ.get("GATE_DB")
     if named:
         try:
@@ -231,18 +266,22 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     finally:
         os.umask(old)
     os.chmod(binding, 0o600)
-    srv.listen(128)
+    srv.listen(LISTEN_BACKLOG)  # a burst waits in the backlog instead of failing connect() with EAGAIN
     os.replace(binding, socket_path)  # the path appears only once the server listens
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"lib.slurm.server: gate server pid {os.getpid()} listening on {socket_path}", file=sys.stderr,
           flush=True)
     # WORKERS threads each accept and answer in turn: no hand-off between threads on the way (each
-    # wake-up costs milliseconds on a busy machine), and a slow caller holds up only its own worker
+    # wake-up costs milliseconds on a busy machine). A caller whose message is not whole after
+    # READ_TIMEOUT_S goes to the one slow-reader thread, so slow callers never hold up the workers.
+    server.slow.start()
     stop = threading.Event()
     for _ in range(WORKERS):
         threading.Thread(target=_accept_loop, args=(server, srv, stop), daemon=True).start()
     try:
-        while not stop.wait(3600):
+        # short waits: the kernel may hand SIGTERM to another thread, and then the main thread runs
+        # the handler only when it wakes (a wait of an hour made the stop wait that long)
+        while not stop.wait(0.5):
             pass
     finally:
         stop.set()
@@ -270,7 +309,7 @@ def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
 
 def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
     """(exit code, rest of the answer) from the server, or None when no server listens there."""
-    from lib.slurm.hook import exchange
+    from lib.slurm.wire import exchange
     got = exchange(socket_path, {}, config, timeout_s)
     return None if got is None else (got[0], got[1].strip())
 
