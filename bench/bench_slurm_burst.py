@@ -124,7 +124,7 @@ def main() -> int:
         print(NOT_RUNNING, file=sys.stderr)
         return 1
     sys.path.insert(0, str(REPO))
-    from lib.slurm.server import flush
+    from lib.slurm.wire import flush
     from tests.fixtures_slurm import make_slurm_ledger
 
     tmp = Path(tempfile.mkdtemp(prefix="tg-burst-"))
@@ -150,7 +150,7 @@ def main() -> int:
         time.sleep(2.5)  # let the reader see the last batch
         reader.stop.set()
         reader.join(timeout=30)
-        flush(str(SOCKET), db)
+        flush(str(SOCKET), str(Path(db).resolve()))
         # one sbatch at a time, plain and gated (admitted, on a second fresh ledger) taking turns
         CONF.write_text("\n".join(lines + [f"GATE_DB={make_slurm_ledger(tmp / 'single.duckdb')}"]) + "\n")
         single = {"plain": [], "gated": []}

@@ -132,15 +132,20 @@ def via_gate_server(args, op: str, request) -> Decision | None:
     first moves into the ledger what a stopped server journaled (lib.slurm.live.drain_left_over_journal);
     a server that holds the ledger but does not listen is a gate failure for submit."""
     from lib.slurm.live import ServerBusy, drain_left_over_journal
-    from lib.slurm.server import ask
+    from lib.slurm.settings import MAX_TIMEOUT_S
+    from lib.slurm.wire import ask
     sock = os.environ.get("TG_GATE_SOCKET")
     if sock:
         config = {"op": op, "db": str(ledger_path(args.db).resolve()), "origin": getattr(args, "origin", "cli"),
                   "request": json.dumps(request, default=json_default, ensure_ascii=False),
-                  "now": args.now.isoformat() if args.now is not None else None, "timeout_s": args.timeout}
+                  "now": args.now.isoformat() if args.now is not None else None,
+                  # the server waits for a ledger at most MAX_TIMEOUT_S, and a little more than none
+                  "timeout_s": min(max(args.timeout, 0.01), MAX_TIMEOUT_S)}
         got = ask(sock, config, timeout_s=args.timeout + 30)
         if got is not None:
             code, rest = got
+            if code == EXIT_INVALID:  # the server found the input invalid (a setting, a time)
+                raise InputError(f"gate server {sock}: {rest}")
             if code != 0:
                 raise LedgerError(f"gate server {sock}: {rest}")
             return json.loads(rest)

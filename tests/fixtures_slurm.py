@@ -52,10 +52,10 @@ def flush_gate_server(db) -> None:
     """Have the test cluster's gate server (if it serves `db`) move its journal into the ledger now."""
     import os
 
-    from lib.slurm.server import flush
+    from lib.slurm.wire import flush
     sock = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm")) / "run" / "gate.sock"
     if sock.exists():
-        flush(str(sock), db)
+        flush(str(sock), str(Path(db).resolve()))
 
 
 def decisions(db, run_id=None) -> list[dict]:
@@ -109,7 +109,7 @@ def raw_answer(sock, payload: bytes, timeout_s: float = 60) -> str:
 
 
 class GateServerProcess:
-    """A real `python -m lib.slurm.hook serve` process on `db`, listening on `sock`."""
+    """A real `python -m lib.slurm.server` process on `db`, listening on `sock`."""
 
     def __init__(self, db, sock, *extra: str):
         import os
@@ -119,7 +119,7 @@ class GateServerProcess:
         self.db, self.sock = Path(db), str(sock)
         Path(self.sock).unlink(missing_ok=True)  # a killed server's socket: wait for the new one
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lib.slurm.hook", "serve", "--socket", self.sock, "--db", str(db), *extra],
+            [sys.executable, "-m", "lib.slurm.server", "--socket", self.sock, "--db", str(db), *extra],
             cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
         deadline = time.monotonic() + 60
         while not Path(self.sock).exists():
@@ -133,8 +133,8 @@ class GateServerProcess:
         return ask_server(self.sock, fields, {"db": str(self.db), **config}, 60)
 
     def flush(self) -> int:
-        from lib.slurm.server import flush
-        return flush(self.sock, self.db)
+        from lib.slurm.wire import flush
+        return flush(self.sock, str(self.db.resolve()))
 
     def stop(self, sig=None) -> str:
         """Stop it (SIGTERM, or `sig`); its stderr."""

@@ -233,7 +233,7 @@ def test_a_message_not_complete_by_its_deadline_is_refused_even_while_bytes_keep
 # ------------------------------------------------------------------ the settings a caller sends
 
 def _op(server, op, request=None, **config):
-    from lib.slurm.server import ask
+    from lib.slurm.wire import ask
     config = {"op": op, "db": str(server.db), **config}
     if request is not None:
         config["request"] = json.dumps(request)

@@ -27,12 +27,6 @@ ALLOWED = {"lib": {"lib"}, "ui": {"lib", "ui"}, "pages": {"lib", "ui"}}   # whos
 
 # Import cycles that are known and being removed elsewhere: each is left out of the cycle test below
 # and has its own expected failure, which passes (XPASS) once the cycle is gone. Remove the entry then.
-KNOWN_CYCLES = {
-    # lib.slurm.hook (the submit hook) and lib.slurm.server (the gate server) import each other
-    "lib.slurm.hook <-> lib.slurm.server": frozenset({"lib.slurm.hook", "lib.slurm.server"}),
-}
-
-
 def _layer(module: str) -> str:
     """'lib.ledger.state' -> 'ledger'; 'lib' itself -> ''."""
     parts = module.split(".")
@@ -196,10 +190,6 @@ def _chain(cycle: list[str]) -> str:
     return " -> ".join(cycle)
 
 
-def _known(cycle: list[str]) -> bool:
-    return frozenset(cycle) in KNOWN_CYCLES.values()
-
-
 def test_the_cycle_finder_reports_every_cycle_as_a_chain():
     graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"b"}, "e": {"a"}, "f": set()}
     assert [_chain(c) for c in import_cycles(graph)] == ["a -> b -> a", "b -> c -> d -> b"]
@@ -221,11 +211,4 @@ def test_the_import_graph_counts_imports_at_any_depth_and_resolves_submodules(tm
 
 def test_no_import_cycle_across_lib_and_ui():
     cycles = import_cycles(import_graph(MODULES + UI_MODULES))
-    assert [_chain(c) for c in cycles if not _known(c)] == []
-
-
-@pytest.mark.parametrize("name", list(KNOWN_CYCLES))
-@pytest.mark.xfail(reason="a known import cycle (KNOWN_CYCLES), being removed elsewhere", strict=False)
-def test_a_known_import_cycle_is_gone(name):
-    cycles = import_cycles(import_graph(MODULES + UI_MODULES))
-    assert [_chain(c) for c in cycles if frozenset(c) == KNOWN_CYCLES[name]] == []
+    assert [_chain(c) for c in cycles] == []

@@ -225,7 +225,7 @@ start_gate_server() {
   if ! pid_alive gate-server; then rm -f "$RUN/gate.sock"; fi
   # the flag log is the server's own (it never writes where a caller says): the hook config's one
   (cd "$repo" && unset PYTHONDONTWRITEBYTECODE && PYTHONPYCACHEPREFIX="$DIR/pycache" PYTHONPATH="$repo" \
-     TG_FLAG_LOG="$LOG/gate-flags.jsonl" spawn gate-server "$py" -m lib.slurm.hook serve --socket "$RUN/gate.sock")
+     TG_FLAG_LOG="$LOG/gate-flags.jsonl" spawn gate-server "$py" -m lib.slurm.server --socket "$RUN/gate.sock")
   echo "$py $repo" >"$RUN/gate-server.cmd"
   wait_for gate-server 30 test -S "$RUN/gate.sock"
 }

@@ -48,7 +48,7 @@ that the gate judges (defer, or reject as invalid) is always refused.
 
 Speed: Lua starts this with `python -S` (no site .pth processing); the client imports only os, sys
 and _socket. When a warm gate server is listening on TG_GATE_SOCKET
-(`python -m lib.slurm.hook serve --socket PATH`, lib.slurm.server, started by cluster.sh), the script
+(`python -m lib.slurm.server --socket PATH`, started by cluster.sh), the script
 only forwards the job description to it; otherwise it decides in-process (imports DuckDB: slower,
 same answer). The server decides from live state in memory and journals each decision before it
 answers (lib.slurm.live).
@@ -298,17 +298,10 @@ def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: floa
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:  # the warm gate server: lib.slurm.server
-        from lib.slurm.server import serve
-
-        def opt(name, default=None):
-            return argv[argv.index(name) + 1] if name in argv else default
-        max_mb = opt("--journal-max-mb")
-        serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
-              journal_max_mb=float(max_mb) if max_mb else None,
-              journal_sync=opt("--journal-sync", os.environ.get("TG_GATE_JOURNAL_SYNC") or "FULL").upper(),
-              flush_interval_s=float(opt("--flush-interval-s", 0.25)))
-        return 0
+    if argv[:1] == ["serve"]:
+        # the older way to start the warm gate server: this process becomes `python -m
+        # lib.slurm.server` (no import of it here: the server imports this module)
+        os.execv(sys.executable, [sys.executable, "-m", "lib.slurm.server", *argv[1:]])
     fields = parse_args(argv)
     config = config_from_env()
     if config["socket"]:

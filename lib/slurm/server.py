@@ -1,7 +1,7 @@
 """The warm gate server: one process answers Slurm's submit hook and `python -m lib check|submit` for
 the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix socket.
 
-    python -m lib.slurm.hook serve --socket PATH [--db LEDGER] [--journal-max-mb MB]
+    python -m lib.slurm.server --socket PATH [--db LEDGER] [--journal-max-mb MB]
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
@@ -39,14 +39,16 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
 
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
-from lib.ledger.connection import ledger_path
+from lib.ledger.connection import LedgerLocked, ledger_path
 from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate, job_actor
+from lib.slurm.journal import JournalError
 from lib.slurm.live import LiveGate, ServerBusy
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
@@ -246,6 +248,11 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
         except ServerBusy as exc:
             print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
+        except (LedgerLocked, JournalError, OSError, sqlite3.Error) as exc:
+            # held by another writer, a full disk: may pass, so exit 1 (a supervisor starts it again;
+            # the systemd unit's RestartPreventExitStatus=3 keeps exit 3 for what will not pass)
+            print(f"lib.slurm.server: not starting yet: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
         except Exception as exc:
             if db:  # named on the command line: the operator wants that ledger served
                 print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
@@ -307,19 +314,21 @@ def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
 
 # ------------------------------------------------------------------ clients (the command line, tests)
 
-def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
-    """(exit code, rest of the answer) from the server, or None when no server listens there."""
-    from lib.slurm.wire import exchange
-    got = exchange(socket_path, {}, config, timeout_s)
-    return None if got is None else (got[0], got[1].strip())
+
+def main(argv=None) -> int:
+    """`python -m lib.slurm.server --socket PATH [--db LEDGER] [--journal-max-mb MB]
+    [--journal-sync FULL|NORMAL] [--flush-interval-s S]` (also `python -m lib.slurm.hook serve ...`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def opt(name, default=None):
+        return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else default
+    max_mb = opt("--journal-max-mb")
+    serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
+          journal_max_mb=float(max_mb) if max_mb else None,
+          journal_sync=opt("--journal-sync", os.environ.get("TG_GATE_JOURNAL_SYNC") or "FULL").upper(),
+          flush_interval_s=float(opt("--flush-interval-s", 0.25)))
+    return 0
 
 
-def flush(socket_path: str, db) -> int | None:
-    """Ask the server to move its journal into `db` now; the decisions moved, None without a server."""
-    got = ask(socket_path, {"op": "flush", "db": str(Path(db).resolve())})
-    if got is None:
-        return None
-    code, rest = got
-    if code != 0:
-        raise RuntimeError(f"gate server could not flush {db}: {rest}")
-    return int(rest)
+if __name__ == "__main__":
+    sys.exit(main())

@@ -82,3 +82,22 @@ def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> 
         s.close()
     head, _, rest = text.partition("\n")
     return int(head), rest
+
+
+def ask(socket_path: str, config: dict, timeout_s: float = 30.0) -> tuple[int, str] | None:
+    """(exit code, rest of the answer) of an op request (check, submit, flush: the command line,
+    tests), or None when no server listens there."""
+    got = exchange(socket_path, {}, config, timeout_s)
+    return None if got is None else (got[0], got[1].strip())
+
+
+def flush(socket_path: str, db: str) -> int | None:
+    """Ask the server to move its journal into the ledger `db` now (an absolute path); the
+    decisions moved, None without a server."""
+    got = ask(socket_path, {"op": "flush", "db": db})
+    if got is None:
+        return None
+    code, rest = got
+    if code != 0:
+        raise RuntimeError(f"gate server could not flush {db}: {rest}")
+    return int(rest)
