@@ -63,7 +63,7 @@ pid_alive() {
   [[ -f "$RUN/$1.pid" ]] || return 1
   pid="$(cat "$RUN/$1.pid")"
   kill -0 "$pid" 2>/dev/null || return 1
-  case "$1" in gate-server) want="lib.slurm.hook" ;; *) want="$1" ;; esac
+  case "$1" in gate-server) want="lib.slurm.server" ;; *) want="$1" ;; esac
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$want"
 }
 
