@@ -1,7 +1,7 @@
 """The Recovery planner's read model, no Streamlit: its ledger inputs (interruption rate, restart time
 and lifetimes, `recovery_inputs`) and its tables — the checkpoint-interval curve and its optima, the
 preemptible-vs-stable comparison, and the options after a preemption or a budget breach — shaped as
-the page shows them and lib.dashboard.figures draws them. The maths is in lib.planning."""
+the page shows them and lib.dashboard.recovery_figures draws them. The maths is in lib.planning."""
 from __future__ import annotations
 
 import datetime as dt
@@ -20,7 +20,7 @@ OPTION_NUMBERS = ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simul
 def interval_frames(work_h: float, gpus: int, checkpoint_h: float, restart_h: float, mtbf_h: float,
                     downtime_h: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(curve, optima) of lib.planning.interval_curve as DataFrames, for
-    figures.checkpoint_interval_curve. Raises ValueError / OverflowError on inputs it refuses."""
+    recovery_figures.checkpoint_interval_curve. Raises ValueError / OverflowError on inputs it refuses."""
     curve, optima = ic.interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h)
     return pd.DataFrame(curve), pd.DataFrame(optima)
 
