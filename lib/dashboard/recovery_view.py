@@ -12,6 +12,7 @@ from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, period_params, reader
 from lib.planning import interval_curve as ic
+from lib.planning.lifetimes import km_sample
 
 OPTION_NUMBERS = ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simulated_extra_gpu_hours_mean",
                   "mean", "p50", "p90", "p99", "p_budget_breach")
@@ -144,7 +145,6 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
                  sum(interruptions)::DOUBLE AS events,
                  count(*)::DOUBLE AS censored
           FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
-    from lib.planning.lifetimes import km_sample
     samples, censored_n = [], {}
     for (team, capacity), g in gaps.groupby(["team", "capacity"], sort=False):
         groups = list(zip(g["lifetime_h"], g["events"], g["censored"]))
