@@ -92,7 +92,8 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
     lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
     per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
-    kind, it reads each scope for every team at once (about 0.5 s instead of 1-2 s on a 1M-run ledger)."""
+    kind, it reads each scope for every team at once: a few queries in all, not a few per team x kind
+    (what that saves: README, Benchmarks)."""
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
