@@ -10,7 +10,7 @@ On the running test cluster, with the hook pointed at a fresh ledger for the run
      tests double-booking);
   3. one sbatch at a time (`--single` each, 100 ms apart, plain and gated taking turns; the gated ones
      admitted, on a second fresh ledger): the hook's added median for one sbatch.
-During 1 and 2 a dashboard read (lib.dashboard.queries.overview on the ledger, plus the decided run
+During 1 and 2 a dashboard read (lib.dashboard.overview_queries.overview on the ledger, plus the decided run
 IDs) runs, pausing 200 ms after each. Jobs are submitted held and cancelled at the end. Prints one table:
 sbatch/s, latency p50/p95, decisions in the ledger vs answered, the most GPUs a team held at once vs
 its quota, dashboard read failures and slowest read, and the longest time from an sbatch's answer
@@ -55,7 +55,7 @@ class DashboardReader(threading.Thread):
         self.times, self.started, self.failures, self.first_seen = [], [], [], {}
 
     def run(self):
-        from lib.dashboard import queries
+        from lib.dashboard import overview_queries
         from lib.dashboard.filters import Filters
         from lib.ledger.connection import open_ledger
         today = dt.date.today()
@@ -63,7 +63,7 @@ class DashboardReader(threading.Thread):
         while not self.stop.is_set():
             t0 = time.perf_counter()
             try:
-                queries.overview(f, db=self.db)
+                overview_queries.overview(f, db=self.db)
                 asked = time.perf_counter()  # what this read sees was in the ledger when it started
                 with open_ledger(self.db, read_only=True, timeout_s=10) as con:
                     seen = [r[0] for r in con.execute("SELECT run_id FROM decisions").fetchall()]

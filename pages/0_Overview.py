@@ -2,11 +2,11 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import costs, figures, forecasts, queries
+from lib.dashboard import costs, forecasts, overview_queries, reservation_figures
 
 f = ui.frame()
 
-data = ui.PageData(queries.overview, f)
+data = ui.PageData(overview_queries.overview, f)
 cur, prev = data["current"], data["previous"]
 money = costs.overview_money(ui.PageData(costs.pricing, f).data, data.data)
 
@@ -70,8 +70,8 @@ if cur["requested_runs"]:
     st.caption(f"{cur['requested_runs']:,} finished runs carry only a requested estimate (time limit × GPUs: "
                "requested, not measured) and are left out of the estimate-error figures.")
 
-data.chart(figures.reserved_vs_used, "daily")
-data.chart(figures.deferred_reasons, "deferred_by_reason")
+data.chart(reservation_figures.reserved_vs_used, "daily")
+data.chart(reservation_figures.deferred_reasons, "deferred_by_reason")
 ui.table(data["deferred_by_reason"], "deferred_by_reason", "dl_overview_reasons",
          empty="No deferred requests in this period or the previous one.")
 if money["per_gpu_hour"]:

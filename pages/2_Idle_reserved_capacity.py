@@ -3,11 +3,11 @@ and charged to the team that held the reservation."""
 import streamlit as st
 
 import ui
-from lib.dashboard import costs, figures, queries
+from lib.dashboard import costs, idle_figures, idle_queries
 
 f = ui.frame()
 
-data = ui.PageData(queries.idle_capacity, f)
+data = ui.PageData(idle_queries.idle_capacity, f)
 money = costs.idle_money(ui.PageData(costs.pricing, f).data, data.data)
 
 st.title("Idle reserved capacity")
@@ -28,9 +28,9 @@ else:
                          f"that held the reservation; in {money['currency']}")
 ui.caption(costs.pricing_note(money))
 
-data.chart(figures.idle_by_cause, "weekly")
-data.chart(figures.idle_by_team, "by_team")
-data.chart(figures.idle_share_trend, "weekly")
+data.chart(idle_figures.idle_by_cause, "weekly")
+data.chart(idle_figures.idle_by_team, "by_team")
+data.chart(idle_figures.idle_share_trend, "weekly")
 
 if money["per_gpu_hour"]:
     st.subheader("Idle cost per team")

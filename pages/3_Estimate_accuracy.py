@@ -3,11 +3,11 @@ the calibration the gate applies today."""
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, queries
+from lib.dashboard import estimate_figures, estimate_queries
 
 f = ui.frame()
 
-data = ui.PageData(queries.estimate_accuracy, f)
+data = ui.PageData(estimate_queries.estimate_accuracy, f)
 counts = data["counts"]
 
 st.title("Estimate accuracy")
@@ -23,17 +23,17 @@ else:
                f"{counts['requested_runs']:,} of them carry only a requested estimate (crosses: requested, not "
                "measured) and are left out of the trend and error sources.")
 
-data.chart(figures.predicted_vs_actual, "points")
-data.chart(figures.rolling_ratio, "rolling")
+data.chart(estimate_figures.predicted_vs_actual, "points")
+data.chart(estimate_figures.rolling_ratio, "rolling")
 
 st.subheader("Where the error came from")
-data.chart(figures.error_sources, "sources")
+data.chart(estimate_figures.error_sources, "sources")
 ui.table(data["sources"], "error_sources", "dl_acc_sources",
          empty="No finished run with an itemised estimate in this period.")
 
 st.subheader("Calibration the gate applies today")
 with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
-    cal = ui.PageData(queries.calibration, f, hourly=True)
+    cal = ui.PageData(estimate_queries.calibration, f, hourly=True)
 alarms = cal["alarms"]
 if len(alarms):
     st.warning(f"Drift alarm: {len(alarms)} team × kind "
@@ -52,7 +52,7 @@ st.caption("The factors `check` and `submit` apply today, learned from each team
            "bound (conformal, Tobit or shifted) covered the team's last 100 runs of that kind, each replayed "
            "from the runs before it; it should sit near the target coverage. A run stopped at its budget "
            "below its bound is never counted as covered.")
-cal.chart(figures.calibration_factors, "table")
+cal.chart(estimate_figures.calibration_factors, "table")
 ui.table(cal["table"], "calibration", "dl_acc_calibration",
          empty="No finished runs in the calibration window yet: every bound is unknown.")
 ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run", "drift alarm", "adapted bound",

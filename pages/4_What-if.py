@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, whatif
+from lib.dashboard import estimate_figures, whatif
 from lib.gate.access import may
 from lib.gate.request import EARLY_STOP_MODES
 from lib.gate.terms import CAPACITIES, KINDS
@@ -111,7 +111,7 @@ ui.table(reasons, "whatif_reasons", "dl_whatif_reasons", empty="No failing check
 st.subheader("Estimate: itemised raw and calibrated")
 est = decision.get("estimate") or {}
 if est:
-    ui.chart(figures.estimate_items(est))
+    ui.chart(estimate_figures.estimate_items(est))
     ui.table(pd.DataFrame(whatif.estimate_rows(decision)), "whatif_estimate", "dl_whatif_estimate",
              empty="No estimate.")
     cal = est.get("calibration") or {}

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, recovery_view
+from lib.dashboard import recovery_figures, recovery_view
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.recovery_view import MIN_LIFETIME_SAMPLES
 from lib.planning.interval_curve import expected_or_none
@@ -66,7 +66,7 @@ def _figure(name: str, _builder, *args, **kwargs):
 
 
 def figure(builder, *args, **kwargs):
-    """A cached lib.dashboard.figures builder(*args, **kwargs)."""
+    """A cached lib.dashboard.recovery_figures builder(*args, **kwargs)."""
     return _figure(ui.qualified_name(builder), builder, *args, **kwargs)
 
 
@@ -174,7 +174,7 @@ except (ValueError, OverflowError) as exc:
     st.error(f"Cannot compute the expected time for these inputs: {exc}")
     st.stop()
 now_e = expected_or_none(work_h, interval_h, checkpoint_h, restart_h, mtbf_h, downtime_h)
-ui.chart(figure(figures.checkpoint_interval_curve, curve, optima, interval_h,
+ui.chart(figure(recovery_figures.checkpoint_interval_curve, curve, optima, interval_h,
                  now_e["failure_free_hours"] if now_e else None))
 st.caption("Young and Daly are approximations; exact is the Lambert-W minimiser of the per-hour cost. With a "
            "finite amount of work the best whole number of equal segments (W / n) can do slightly better.")
@@ -202,7 +202,7 @@ if sim:
     c[2].metric("Billed GPU-hours (mean)", f"{sim['billed_gpu_hours']['mean']:,.1f}")
     c[3].metric("P(miss deadline)", "—" if sim["p_wall_breach"] is None else f"{sim['p_wall_breach']:.1%}")
     ui.chart(figure(
-        figures.completion_histogram, sim["samples"]["completion_hours"], budget_hours=budget / gpus,
+        recovery_figures.completion_histogram, sim["samples"]["completion_hours"], budget_hours=budget / gpus,
         budget_label=f"{budget:,.0f} GPU-h ÷ {gpus} GPUs", p_breach=sim["p_budget_breach"], wall_limit_h=deadline))
     st.caption("The budget line is the budget in wall-clock hours on these GPUs; waiting for capacity is not billed, "
                "so with a downtime the breach share counts billed GPU-hours, not the line.")
@@ -272,7 +272,7 @@ for b in decision["blocking"][1:]:
     ui.caption(f"Also: {b['message']}")
 
 options = recovery_view.options_table(outcome)
-ui.chart(figure(figures.scenario_options, options[options["option"] != "end"]))
+ui.chart(figure(recovery_figures.scenario_options, options[options["option"] != "end"]))
 ui.table(options.round(3).rename(columns={"mean": "completion_mean_h", "p50": "completion_p50_h", "p90": "completion_p90_h",
                                  "p99": "completion_p99_h"}),
          "recovery_options", "dl_rp_options", empty="No options.",

@@ -3,16 +3,16 @@ over-reads, and which production candidates are promotable and what the others l
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, queries
+from lib.dashboard import stop_figures, stop_queries
 
 f = ui.frame()
 
-data = ui.PageData(queries.stops_promotion, f)
+data = ui.PageData(stop_queries.stops_promotion, f)
 
 st.title("Stops and promotion")
 ui.caption(f"{f.describe()} · runs that ended in the period")
 
-data.chart(figures.stop_reasons, "by_reason")
+data.chart(stop_figures.stop_reasons, "by_reason")
 ui.table(data["by_reason"], "runs_by_stop_reason", "dl_stop_reasons",
          empty="No runs ended in this period — widen the dates or upload history on the Upload page.")
 

@@ -3,7 +3,7 @@ need over the next eight weeks."""
 import streamlit as st
 
 import ui
-from lib.dashboard import figures, forecasts
+from lib.dashboard import forecast_figures, forecasts
 
 f = ui.frame()
 
@@ -28,12 +28,12 @@ if not teams:
     st.info("No history to forecast from yet — upload run history on the Upload page.")
     st.stop()
 team = st.selectbox("Team to chart", teams, key="fc_team")
-data.chart(figures.burn_down_chart, "burn_path", "burn", team=team)
+data.chart(forecast_figures.burn_down_chart, "burn_path", "burn", team=team)
 
 st.subheader("Weekly demand, next 8 weeks")
 ui.caption(f"Method: {data['method']}. A week's demand is the GPU-hours of the runs that started in it; runs "
            "still running count what they reserved.")
-data.chart(figures.demand_forecast, "history", "weeks", team=team)
+data.chart(forecast_figures.demand_forecast, "history", "weeks", team=team)
 ui.table(weeks, "demand_forecast", "dl_fc_weeks", empty="No forecast.",
          caption="Quota for P90: the accelerators that, kept busy all week, would give the P90 GPU-hours.")
 ui.glossary("committed")

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.dashboard import queries
+from lib.dashboard import budget_queries, reservation_queries
 from lib.dashboard.filters import Filters
 from lib.ledger.connection import open_ledger, transaction
 from tests.fixtures_app import ROOT, insert_teams, page_script
@@ -39,25 +39,26 @@ def speech(out) -> dict:
 
 def test_a_past_month_shows_consumed_against_budget_and_the_current_month_adds_committed(months_ledger):
     period = Filters(dt.date(2025, 1, 1), dt.date(2025, 1, 31))       # the dates play no part
-    past = queries.monthly_budget(period, months_ledger, NOW, month=dt.date(2026, 11, 30))   # any day names it
+    past = budget_queries.monthly_budget(period, months_ledger, NOW, month=dt.date(2026, 11, 30))   # any day names it
     assert past["month"] == NOVEMBER and not past["current_month"]
     assert speech(past) == {"monthly_budget_gpu_hours": 9000.0, "consumed_gpu_hours": 30.0,
                             "committed_gpu_hours": 0.0, "remaining_gpu_hours": 9000.0 - 30.0}
-    now_month = queries.monthly_budget(period, months_ledger, NOW)
+    now_month = budget_queries.monthly_budget(period, months_ledger, NOW)
     assert now_month["month"] == DECEMBER and now_month["current_month"]
     assert speech(now_month) == {"monthly_budget_gpu_hours": 9000.0, "consumed_gpu_hours": 12.0,
                                  "committed_gpu_hours": 48.0, "remaining_gpu_hours": 9000.0 - 12.0 - 48.0}
     # the Reservations page's data carries this month's; monthly_budget_in is the page's query for another
-    assert speech(queries.reservations(period, months_ledger, NOW)) == speech(now_month)
-    assert speech(queries.monthly_budget_in(NOVEMBER)(period, months_ledger, NOW)) == speech(past)
-    assert queries.monthly_budget_in(NOVEMBER).__qualname__ != queries.monthly_budget_in(DECEMBER).__qualname__
+    assert speech(reservation_queries.reservations(period, months_ledger, NOW)) == speech(now_month)
+    assert speech(budget_queries.monthly_budget_in(NOVEMBER)(period, months_ledger, NOW)) == speech(past)
+    in_month = budget_queries.monthly_budget_in
+    assert in_month(NOVEMBER).__qualname__ != in_month(DECEMBER).__qualname__
 
 
 def test_the_picker_offers_the_months_with_data_newest_first():
-    assert queries.budget_months(dt.date(2026, 9, 17), NOW) == [DECEMBER, NOVEMBER, dt.date(2026, 10, 1),
+    assert budget_queries.budget_months(dt.date(2026, 9, 17), NOW) == [DECEMBER, NOVEMBER, dt.date(2026, 10, 1),
                                                                 dt.date(2026, 9, 1)]
-    assert queries.budget_months(None, NOW) == [DECEMBER]
-    assert len(queries.budget_months(dt.date(2000, 1, 1), NOW)) == queries.BUDGET_MONTHS
+    assert budget_queries.budget_months(None, NOW) == [DECEMBER]
+    assert len(budget_queries.budget_months(dt.date(2000, 1, 1), NOW)) == budget_queries.BUDGET_MONTHS
 
 
 def test_picking_last_month_on_the_page_shows_its_consumed_and_no_committed(page_ledger):
@@ -74,7 +75,7 @@ def test_picking_last_month_on_the_page_shows_its_consumed_and_no_committed(page
     assert not at.exception, [e.value for e in at.exception]
     assert any(c.value.startswith(f"{last_month:%B %Y}. ") and "past month" in c.value for c in at.caption)
     (shown,) = [d.value for d in at.dataframe if "consumed_gpu_hours" in d.value.columns]
-    expected = queries.monthly_budget(Filters(now.date(), now.date()), path, now, month=last_month)["budget"]
+    expected = budget_queries.monthly_budget(Filters(now.date(), now.date()), path, now, month=last_month)["budget"]
     assert list(shown["consumed_gpu_hours"]) == pytest.approx(list(expected["consumed_gpu_hours"]))
     assert shown["consumed_gpu_hours"].sum() > 0
     assert (shown["committed_gpu_hours"] == 0).all()

@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from lib.dashboard import queries
+from lib.dashboard import reservation_queries
 from lib.dashboard.filters import Filters
 from lib.gate.capacity import capacity_fit
 from lib.ledger.connection import open_ledger, transaction
@@ -37,7 +37,7 @@ def test_the_decision_and_the_dashboard_agree_on_the_earliest_fit_with_a_future_
     # the booking that starts later counts from now and releases first: 4 + 4 fit at NOW + 3 h
     assert _fits_from(deferred) == NOW + 3 * H
 
-    out = queries.reservations(Filters(NOW.date() - dt.timedelta(days=1), NOW.date()), tiny_ledger, NOW)
+    out = reservation_queries.reservations(Filters(NOW.date() - dt.timedelta(days=1), NOW.date()), tiny_ledger, NOW)
     waiting = out["waiting"].set_index("run_id")
     shown = waiting.loc["tiny-002", "earliest_fit"]
     assert shown.floor("min") == pd.Timestamp(_fits_from(deferred))

@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import queue_and_calendar, reservation_queries
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.filters import Filters
 from lib.gate.capacity import held_at, holdings_timeline
@@ -36,13 +36,13 @@ def test_the_timeline_releases_each_holder_at_its_end_and_never_an_open_ended_on
 def test_each_days_committed_count_is_what_the_gate_counts_at_that_day_start(tmp_path):
     path = tmp_path / "gate.duckdb"
     now = fill_ledger(path, n_runs=600) + dt.timedelta(minutes=23)
-    cal = queries.reservations(Filters(now.date(), now.date()), path, now)["calendar"]
+    cal = reservation_queries.reservations(Filters(now.date(), now.date()), path, now)["calendar"]
     teams = [t[0] for t in TEAMS]
-    assert len(cal) == queries.CALENDAR_DAYS * (len(teams) + 1)
+    assert len(cal) == queue_and_calendar.CALENDAR_DAYS * (len(teams) + 1)
     today = dt.datetime.combine(now.date(), dt.time())
     with open_ledger(path, read_only=True) as con:
         assert any(r["reserved_from"] > now for r in held_reservations(con, now))   # upcoming ones count too
-        for i in range(queries.CALENDAR_DAYS):
+        for i in range(queue_and_calendar.CALENDAR_DAYS):
             day = today + dt.timedelta(days=i)
             at = max(now, day)
             rows = cal[cal["day"] == pd.Timestamp(day)].set_index("team")
@@ -58,7 +58,7 @@ def test_each_days_committed_count_is_what_the_gate_counts_at_that_day_start(tmp
 def test_free_never_goes_below_zero_and_over_commitment_is_shown():
     held = [holder(12, NOW + 30 * H), holder(9, NOW + 3 * H), holder(8, None, team="speech")]
     quotas = pd.DataFrame({"team": ["safety", "speech"], "quota_gpus": [16, 32], "retraining_reserved_gpus": [0, 8]})
-    cal = queries.capacity_calendar(held, quotas, NOW, days=3).set_index(["day", "team"])
+    cal = queue_and_calendar.capacity_calendar(held, quotas, NOW, days=3).set_index(["day", "team"])
     d0, d1, d2 = (pd.Timestamp(NOW.date() + dt.timedelta(days=i)) for i in range(3))
     assert cal.loc[(d0, "safety")].to_dict() == {"committed_gpus": 21, "quota_gpus": 16, "retraining_reserved_gpus": 0,
                                                  "free_gpus": 0, "over_committed_gpus": 5}
@@ -75,8 +75,8 @@ def test_the_team_filter_applies_and_the_kind_and_capacity_filters_do_not(tmp_pa
     path = tmp_path / "gate.duckdb"
     now = fill_ledger(path, n_runs=300)
     day = now.date()
-    everyone = queries.reservations(Filters(day, day), path, now)["calendar"]
-    narrowed = queries.reservations(Filters(day, day, teams=("safety",), kinds=("production",),
+    everyone = reservation_queries.reservations(Filters(day, day), path, now)["calendar"]
+    narrowed = reservation_queries.reservations(Filters(day, day, teams=("safety",), kinds=("production",),
                                             capacity="preemptible"), path, now)["calendar"]
     assert set(narrowed["team"]) == {"safety", ALL_TEAMS}
     safety = everyone[everyone["team"] == "safety"].reset_index(drop=True)
@@ -88,7 +88,7 @@ def test_the_team_filter_applies_and_the_kind_and_capacity_filters_do_not(tmp_pa
 @pytest.mark.parametrize("minutes, next_day", [(0, 0), (59, 4)])
 def test_today_starts_at_now_and_a_hold_past_midnight_counts_the_next_day(minutes, next_day):
     now = NOW.replace(hour=23, minute=minutes)   # held until now + 30 min: 23:30, or 00:29 the next day
-    cal = queries.capacity_calendar([holder(4, now + H / 2)], pd.DataFrame(
+    cal = queue_and_calendar.capacity_calendar([holder(4, now + H / 2)], pd.DataFrame(
         {"team": ["safety"], "quota_gpus": [16], "retraining_reserved_gpus": [0]}), now, days=2)
     safety = cal[cal["team"] == "safety"]
     assert list(safety["day"]) == [pd.Timestamp(now.date()), pd.Timestamp(now.date() + dt.timedelta(days=1))]

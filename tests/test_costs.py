@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.dashboard import costs, queries
+from lib.dashboard import costs, idle_queries, overview_queries
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, sync_teams
@@ -120,12 +120,12 @@ def test_money_uses_the_same_gpu_hours_as_the_pages(page_ledger):
         sync_teams(con)                  # the shipped file's teams and example prices
     f = default_filters(now.date())
     prices = costs.pricing(f, path)["per_gpu_hour"]
-    o, shown = costs.overview_costs(f, path, now), queries.overview(f, path, now)["current"]
+    o, shown = costs.overview_costs(f, path, now), overview_queries.overview(f, path, now)["current"]
     for spend in costs.SPENDS:
         assert o["by_capacity"][f"{spend}_gpu_hours"].sum() == pytest.approx(shown[f"{spend}_gpu_hours"])
         assert o["current"][f"{spend}_cost"] == pytest.approx(sum(
             r[f"{spend}_gpu_hours"] * prices[r["capacity"]] for r in o["by_capacity"].to_dict("records")))
-    idle = queries.idle_capacity(f, path, now)["by_team"].set_index("team")["idle_gpu_hours"]
+    idle = idle_queries.idle_capacity(f, path, now)["by_team"].set_index("team")["idle_gpu_hours"]
     i = costs.idle_costs(f, path, now)["by_team"].set_index("team")
     hours = i["stable_idle_gpu_hours"] + i["preemptible_idle_gpu_hours"]
     assert hours.sort_index().to_dict() == pytest.approx(idle.sort_index().to_dict())

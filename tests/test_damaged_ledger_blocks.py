@@ -14,7 +14,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.dashboard import forecasts, queries, settings
+from lib.dashboard import forecasts, overview_queries, settings, sidebar_queries
 from lib.dashboard.filters import default_filters
 from lib.ledger.connection import LedgerError
 from lib.ledger.demo import build_demo
@@ -102,8 +102,8 @@ def test_every_page_on_a_damaged_ledger_says_it_cannot_be_read(intact, tmp_path,
 def test_the_read_models_raise_ledger_error_for_a_damaged_block(intact, tmp_path):
     f = default_filters(None)
     teams, runs = damaged(intact, tmp_path, "teams", 0), damaged(intact, tmp_path, "runs", 0)
-    for read in (lambda: queries.sidebar_options(teams), lambda: settings.colours(teams),
-                 lambda: forecasts.budget_outlook(f, teams), lambda: queries.overview(f, runs)):
+    for read in (lambda: sidebar_queries.sidebar_options(teams), lambda: settings.colours(teams),
+                 lambda: forecasts.budget_outlook(f, teams), lambda: overview_queries.overview(f, runs)):
         with pytest.raises(LedgerError, match="cannot read ledger"):
             read()
 

@@ -4,7 +4,7 @@ scopes stay quiet."""
 import numpy as np
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import estimate_queries
 from lib.dashboard.filters import default_filters
 from lib.gate.calibration import backtest, drift_alarm
 from tests.fixtures_app import open_app
@@ -72,7 +72,7 @@ def full_demo(tmp_path_factory):
 def test_the_demo_history_shows_the_alarm_on_the_team_whose_costs_shift(full_demo):
     from lib.ledger.demo import COST_SHIFT
     path, now = full_demo
-    out = queries.calibration(default_filters(now.date()), path, now)
+    out = estimate_queries.calibration(default_filters(now.date()), path, now)
     alarms, table = out["alarms"], out["table"]
     assert set(alarms["team"]) == {COST_SHIFT[0]}
     assert alarms["what_to_do"].str.contains("re-run the pilots").all()

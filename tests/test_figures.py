@@ -7,11 +7,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lib.dashboard import figures
-
-from lib.dashboard import queries
+from lib.dashboard import estimate_figures, figure_kit, idle_figures, labels, reservation_figures, stop_figures
 from lib.dashboard.filters import default_filters
-from tests.fixtures_app import fill_ledger
+from tests.fixtures_app import PAGE_QUERIES, fill_ledger
 
 UNITS = ("(GPU-h", "(GPUs", "(runs)", "(requests)", "(%)", "(ratio)", "(×")
 
@@ -21,29 +19,27 @@ def pages(tmp_path_factory):
     path = tmp_path_factory.mktemp("fig") / "gate.duckdb"
     now = fill_ledger(path, n_runs=300)
     f = default_filters(now.date())
-    return {name: getattr(queries, name)(f, path, now)
-            for name in ("overview", "reservations", "idle_capacity", "estimate_accuracy", "stops_promotion",
-                                                      "calibration")}
+    return {name: query(f, path, now) for name, query in PAGE_QUERIES.items()}
 
 
 def builds(pages):
-    c = figures.team_colours(["nlp-research", "safety", "speech", "vision"])
+    c = figure_kit.team_colours(["nlp-research", "safety", "speech", "vision"])
     o, r, i, e, s = (pages[k] for k in ("overview", "reservations", "idle_capacity", "estimate_accuracy",
                                         "stops_promotion"))
     return {
-        "reserved_vs_used": figures.reserved_vs_used(o["daily"], c),
-        "deferred_reasons": figures.deferred_reasons(o["deferred_by_reason"]),
-        "reserved_over_time": figures.reserved_over_time(r["over_time"], r["quotas"], c),
-        "budget_bars": figures.budget_bars(r["budget"], "June 2026"),
-        "overrun_bars": figures.overrun_bars(r["overrun_by_team"], c),
-        "idle_by_cause": figures.idle_by_cause(i["weekly"]),
-        "idle_by_team": figures.idle_by_team(i["by_team"]),
-        "idle_share_trend": figures.idle_share_trend(i["weekly"], c),
-        "predicted_vs_actual": figures.predicted_vs_actual(e["points"], c),
-        "rolling_ratio": figures.rolling_ratio(e["rolling"], c),
-        "error_sources": figures.error_sources(e["sources"]),
-        "calibration_factors": figures.calibration_factors(pages["calibration"]["table"]),
-        "stop_reasons": figures.stop_reasons(s["by_reason"], c),
+        "reserved_vs_used": reservation_figures.reserved_vs_used(o["daily"], c),
+        "deferred_reasons": reservation_figures.deferred_reasons(o["deferred_by_reason"]),
+        "reserved_over_time": reservation_figures.reserved_over_time(r["over_time"], r["quotas"], c),
+        "budget_bars": reservation_figures.budget_bars(r["budget"], "June 2026"),
+        "overrun_bars": reservation_figures.overrun_bars(r["overrun_by_team"], c),
+        "idle_by_cause": idle_figures.idle_by_cause(i["weekly"]),
+        "idle_by_team": idle_figures.idle_by_team(i["by_team"]),
+        "idle_share_trend": idle_figures.idle_share_trend(i["weekly"], c),
+        "predicted_vs_actual": estimate_figures.predicted_vs_actual(e["points"], c),
+        "rolling_ratio": estimate_figures.rolling_ratio(e["rolling"], c),
+        "error_sources": estimate_figures.error_sources(e["sources"]),
+        "calibration_factors": estimate_figures.calibration_factors(pages["calibration"]["table"]),
+        "stop_reasons": stop_figures.stop_reasons(s["by_reason"], c),
     }
 
 
@@ -63,28 +59,28 @@ def test_every_builder_says_so_when_there_is_nothing_to_draw(pages):
 
 
 def test_team_colours_are_stable_and_the_same_for_every_page():
-    a = figures.team_colours(["vision", "ads", "speech"])
-    b = figures.team_colours(["speech", "vision", "ads", "speech"])
+    a = figure_kit.team_colours(["vision", "ads", "speech"])
+    b = figure_kit.team_colours(["speech", "vision", "ads", "speech"])
     assert a == b and len(set(a.values())) == 3
-    fig1 = figures.idle_share_trend(pd.DataFrame({"week": [dt.date(2026, 1, 5)], "team": ["vision"],
+    fig1 = idle_figures.idle_share_trend(pd.DataFrame({"week": [dt.date(2026, 1, 5)], "team": ["vision"],
                                                   "idle_share": [0.2]}), a)
-    fig2 = figures.rolling_ratio(pd.DataFrame({"day": [dt.date(2026, 1, 5)], "team": ["vision"],
+    fig2 = estimate_figures.rolling_ratio(pd.DataFrame({"day": [dt.date(2026, 1, 5)], "team": ["vision"],
                                                "median_ratio": [1.1], "runs": [3]}), a)
     assert fig1.data[0].line.color == fig2.data[0].line.color == a["vision"]
 
 
 def test_adding_a_team_repaints_no_other_team():
-    before = figures.team_colours(["nlp-research", "safety", "speech", "vision"])
+    before = figure_kit.team_colours(["nlp-research", "safety", "speech", "vision"])
     for new in ("aardvark", "mmm", "zzz-last", "ads"):
-        after = figures.team_colours([*before, new])
+        after = figure_kit.team_colours([*before, new])
         assert {t: after[t] for t in before} == before, new
-    assert figures.team_colours(["speech"]) == {"speech": before["speech"]}  # filtering repaints none
+    assert figure_kit.team_colours(["speech"]) == {"speech": before["speech"]}  # filtering repaints none
 
 
 def test_an_explicit_colour_wins_and_the_rest_keep_theirs():
     explicit = {"vision": "#000000"}
-    c = figures.team_colours(["vision", "speech"], explicit)
-    assert c == {"vision": "#000000", "speech": figures.team_colours(["speech"])["speech"]}
+    c = figure_kit.team_colours(["vision", "speech"], explicit)
+    assert c == {"vision": "#000000", "speech": figure_kit.team_colours(["speech"])["speech"]}
 
 
 def test_a_team_gets_the_same_colour_in_another_process():
@@ -92,33 +88,33 @@ def test_a_team_gets_the_same_colour_in_another_process():
     import sys
     from tests.fixtures_app import ROOT
     teams = ["nlp-research", "safety", "speech", "vision", "<b>x</b>"]
-    code = ("import json; from lib.dashboard import figures; "
-            f"print(json.dumps(figures.team_colours({teams!r})))")
+    code = ("import json; from lib.dashboard import figure_kit; "
+            f"print(json.dumps(figure_kit.team_colours({teams!r})))")
     out = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                           env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout for seed in ("1", "2")]
     import json
-    assert json.loads(out[0]) == json.loads(out[1]) == figures.team_colours(teams)
+    assert json.loads(out[0]) == json.loads(out[1]) == figure_kit.team_colours(teams)
 
 
 def test_predicted_vs_actual_is_log_log_with_identity_and_bands():
     pts = pd.DataFrame({"run_id": ["a", "b", "c"], "team": ["t", "t", "u"],
                         "estimated_gpu_hours": [1.0, 10.0, 100.0], "actual_gpu_hours": [2.0, 9.0, 120.0],
-                        "estimate_source": ["pilot", queries.REQUESTED_LABEL, "stated"]})
-    fig = figures.predicted_vs_actual(pts, band=0.5)
+                        "estimate_source": ["pilot", labels.REQUESTED_LABEL, "stated"]})
+    fig = estimate_figures.predicted_vs_actual(pts, band=0.5)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     lines = {t.name: t for t in fig.data if t.mode == "lines"}
     ident = lines["y = x (exact)"]
     assert list(ident.x) == list(ident.y)
     assert [y / x for x, y in zip(lines["+50%"].x, lines["+50%"].y)] == pytest.approx([1.5, 1.5])
     assert [y / x for x, y in zip(lines["−50%"].x, lines["−50%"].y)] == pytest.approx([0.5, 0.5])
-    requested = [t for t in fig.data if t.name and queries.REQUESTED_LABEL in t.name]
+    requested = [t for t in fig.data if t.name and labels.REQUESTED_LABEL in t.name]
     assert len(requested) == 1 and requested[0].marker.symbol == "x" and list(requested[0].text) == ["b"]
 
 
 def test_the_what_if_estimate_chart_shows_items_and_the_calibrated_totals():
     est = {"items_gpu_hours": {"compute": 10.0, "checkpoint": 1.0}, "raw_gpu_hours": 11.0,
            "median_gpu_hours": 12.0, "upper_gpu_hours": None}
-    fig = figures.estimate_items(est)
+    fig = estimate_figures.estimate_items(est)
     assert list(fig.data[0].x) == [10.0, 1.0]
     names = " ".join(t.name for t in fig.data)
     assert "raw total: 11.0" in names and "calibrated median: 12.0" in names and "upper" not in names
@@ -128,7 +124,7 @@ def test_a_single_day_gets_one_date_tick_not_hourly_or_sub_second_ticks():
     day = dt.date(2026, 12, 15)
     daily = pd.DataFrame({"day": [day, day], "team": ["a", "b"], "reserved_gpu_hours": [10.0, 5.0],
                           "used_gpu_hours": [8.0, 4.0]})
-    axis = figures.reserved_vs_used(daily).layout.xaxis
+    axis = reservation_figures.reserved_vs_used(daily).layout.xaxis
     assert axis.tickmode == "array"
     assert [pd.Timestamp(v).date() for v in axis.tickvals] == [day]
     assert list(axis.ticktext) == ["Dec 15"]
@@ -137,14 +133,14 @@ def test_a_single_day_gets_one_date_tick_not_hourly_or_sub_second_ticks():
 def test_a_long_date_range_keeps_plotly_ticks_with_a_date_only_format():
     days = [dt.date(2026, 1, 1) + dt.timedelta(days=i) for i in range(60)]
     daily = pd.DataFrame({"day": days, "team": "a", "reserved_gpu_hours": 1.0, "used_gpu_hours": 1.0})
-    axis = figures.reserved_vs_used(daily).layout.xaxis
+    axis = reservation_figures.reserved_vs_used(daily).layout.xaxis
     assert axis.tickmode is None and "%H" not in axis.tickformat and "%S" not in axis.tickformat
 
 
 def test_weekly_axes_say_week_of():
     weekly = pd.DataFrame({"week": [dt.date(2026, 12, 7)], "team": ["a"], "late_start_gpu_hours": [1.0],
                            "early_end_gpu_hours": [0.0], "never_used_gpu_hours": [0.0], "idle_share": [0.1]})
-    assert list(figures.idle_by_cause(weekly).layout.xaxis.ticktext) == ["week of Dec 07"]
+    assert list(idle_figures.idle_by_cause(weekly).layout.xaxis.ticktext) == ["week of Dec 07"]
 
 
 @pytest.mark.parametrize("lo, hi, expected", [
@@ -153,14 +149,14 @@ def test_weekly_axes_say_week_of():
     (3.0, 4.0, [3.0, 3.5, 4.0]),  # no two 1-2-5 values inside: the ends and the middle, 2 digits
 ])
 def test_log_ticks_are_one_two_five_inside_the_range(lo, hi, expected):
-    assert figures.log_ticks(lo, hi) == pytest.approx(expected)
+    assert figure_kit.log_ticks(lo, hi) == pytest.approx(expected)
 
 
 def test_log_axes_label_fractions_as_numbers_not_bare_digits():
     pts = pd.DataFrame({"run_id": ["a", "b"], "team": ["t", "t"], "estimated_gpu_hours": [0.2, 0.9],
                         "actual_gpu_hours": [0.3, 0.8], "estimate_source": ["pilot", "pilot"]})
-    axis = figures.predicted_vs_actual(pts).layout.xaxis
+    axis = estimate_figures.predicted_vs_actual(pts).layout.xaxis
     assert axis.type == "log"
     assert "0.2" in axis.ticktext and "0.5" in axis.ticktext
     assert all(float(text) == pytest.approx(v) for text, v in zip(axis.ticktext, axis.tickvals))
-    assert figures.log_ticks(1e-3, 1e4) == pytest.approx([10.0 ** e for e in range(-3, 5)])
+    assert figure_kit.log_ticks(1e-3, 1e4) == pytest.approx([10.0 ** e for e in range(-3, 5)])

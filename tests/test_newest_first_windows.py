@@ -5,7 +5,7 @@ turning the newest-first windows off."""
 import pandas as pd
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import estimate_queries
 from lib.dashboard.filters import Filters
 from lib.ledger import calibration_rows as calib
 from lib.ledger.connection import open_ledger
@@ -52,10 +52,10 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
     with open_ledger(busy_ledger, read_only=True) as con:
         p = {**calib.calibration_params(NOW), "max_runs": max_runs}
         teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
-        cut = calib.newest_cutoffs(con, calib.CALIBRATION_ROWS_SQL, p, max_runs + queries.BACKTEST_RUNS, teams)
-    fast = queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
+        cut = calib.newest_cutoffs(con, calib.CALIBRATION_ROWS_SQL, p, max_runs + estimate_queries.BACKTEST_RUNS, teams)
+    fast = estimate_queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
     monkeypatch.setattr(calib, "NEWEST_FIRST_DAYS", ())
-    slow = queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
+    slow = estimate_queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
     if max_runs == FEW:
         assert any(since > p["since"] for since in cut.values()), "some scope must be cut short"
     pd.testing.assert_frame_equal(fast["table"], slow["table"])

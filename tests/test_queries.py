@@ -7,7 +7,8 @@ import io
 import pandas as pd
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import (budget_queries, estimate_queries, idle_queries, labels, overview_queries,
+                           reservation_queries, sidebar_queries, stop_queries)
 from lib.gate.capacity import earliest_fit, fit_for_reasons
 from lib.gate.terms import next_month_start
 from lib.dashboard.filters import Filters, default_filters
@@ -15,7 +16,7 @@ from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.calibration_rows import calibration as store_calibration
 from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
 from lib.dashboard.whatif import build_request
-from tests.fixtures_app import fill_ledger, insert_teams
+from tests.fixtures_app import PAGE_QUERIES, fill_ledger, insert_teams
 from tests.fixtures_gate import NOW
 
 H = dt.timedelta(hours=1)
@@ -128,14 +129,14 @@ def test_default_period_ends_on_the_last_day_with_data():
 def test_team_names_are_bound_never_spliced_into_sql(exact):
     evil = "speech' OR '1'='1"
     f = Filters(date_from=period().date_from, date_to=period().date_to, teams=(evil,))
-    out = queries.overview(f, exact, NOW)
+    out = overview_queries.overview(f, exact, NOW)
     assert out["current"]["runs"] == 0
 
 
 # ---------------------------------------------------------------------------- page queries
 
 def test_idle_capacity_splits_late_start_early_end_and_never_used(exact):
-    out = queries.idle_capacity(period(), exact, NOW)
+    out = idle_queries.idle_capacity(period(), exact, NOW)
     by_run = out["top"].set_index("run_id")
     assert by_run.loc["late-early", "late_start_gpu_hours"] == pytest.approx(2.0)
     assert by_run.loc["late-early", "early_end_gpu_hours"] == pytest.approx(4.0)
@@ -146,7 +147,7 @@ def test_idle_capacity_splits_late_start_early_end_and_never_used(exact):
 
 
 def test_overview_numbers_for_a_known_ledger(exact):
-    out = queries.overview(period(), exact, NOW)
+    out = overview_queries.overview(period(), exact, NOW)
     cur = out["current"]
     assert cur["reserved_gpu_hours"] == pytest.approx(20 + 20 + 8 + 48 + 2)
     assert cur["used_gpu_hours"] == pytest.approx(26 + 8 + 2)
@@ -161,16 +162,16 @@ def test_overview_numbers_for_a_known_ledger(exact):
 
 
 def test_a_team_filter_changes_the_numbers(exact):
-    speech = queries.overview(Filters(period().date_from, period().date_to, teams=("speech",)), exact, NOW)
-    vision = queries.overview(Filters(period().date_from, period().date_to, teams=("vision",)), exact, NOW)
-    everyone = queries.overview(period(), exact, NOW)
+    speech = overview_queries.overview(Filters(period().date_from, period().date_to, teams=("speech",)), exact, NOW)
+    vision = overview_queries.overview(Filters(period().date_from, period().date_to, teams=("vision",)), exact, NOW)
+    everyone = overview_queries.overview(period(), exact, NOW)
     assert vision["current"]["reserved_gpu_hours"] == pytest.approx(2.0)
     assert speech["current"]["reserved_gpu_hours"] + vision["current"]["reserved_gpu_hours"] == \
         pytest.approx(everyone["current"]["reserved_gpu_hours"])
 
 
 def test_reservations_overruns_budget_and_earliest_fit(exact):
-    out = queries.reservations(period(), exact, NOW)
+    out = reservation_queries.reservations(period(), exact, NOW)
     assert list(out["overruns"]["run_id"]) == ["late-early"]
     assert out["overruns"]["overrun_gpu_hours"].iloc[0] == pytest.approx(6.0)
     assert list(out["current"]["run_id"]) == ["running"]
@@ -189,9 +190,9 @@ def test_reservations_overruns_budget_and_earliest_fit(exact):
 
 
 def test_estimate_accuracy_marks_requested_estimates(exact):
-    out = queries.estimate_accuracy(period(), exact, NOW)
+    out = estimate_queries.estimate_accuracy(period(), exact, NOW)
     pts = out["points"].set_index("run_id")
-    assert pts.loc["requested", "estimate_source"] == queries.REQUESTED_LABEL
+    assert pts.loc["requested", "estimate_source"] == labels.REQUESTED_LABEL
     assert out["counts"] == {"runs": 3, "requested_runs": 1}
     sources = out["sources"].set_index("source")["error_gpu_hours"].to_dict()
     assert sources == pytest.approx({"runtime": 4.5, "checkpoint overhead": 1.0, "retries and lost work": 1.5,
@@ -199,7 +200,7 @@ def test_estimate_accuracy_marks_requested_estimates(exact):
 
 
 def test_stops_and_promotion(exact):
-    out = queries.stops_promotion(period(), exact, NOW)
+    out = stop_queries.stops_promotion(period(), exact, NOW)
     stopped = out["limit_stopped"].set_index("run_id")
     assert stopped.loc["late-early", "last_valid_checkpoint"] == "ckpt/step-9"
     assert stopped.loc["late-early", "artifact_status"] == "incomplete"
@@ -210,7 +211,7 @@ def test_stops_and_promotion(exact):
 def test_the_calibration_table_is_what_the_gate_applies(tmp_path, max_runs):
     path = tmp_path / "cal.duckdb"
     now = fill_ledger(path, n_runs=400)
-    out = queries.calibration(default_filters(now.date()), path, now, max_runs=max_runs)["table"]
+    out = estimate_queries.calibration(default_filters(now.date()), path, now, max_runs=max_runs)["table"]
     assert len(out) == 4 * 3
     limit = {} if max_runs is None else {"max_runs": max_runs}
     with open_ledger(path, read_only=True) as con:
@@ -221,10 +222,10 @@ def test_the_calibration_table_is_what_the_gate_applies(tmp_path, max_runs):
             assert (pd.isna(row.upper_factor) and gate["upper_factor"] is None) or \
                 row.upper_factor == pytest.approx(gate["upper_factor"])
     # the replayed coverage rests on at most BACKTEST_RUNS runs and is a share when anything was checked
-    assert (out["backtest_checked"] <= queries.BACKTEST_RUNS).all() and out["backtest_checked"].sum() > 0
+    assert (out["backtest_checked"] <= estimate_queries.BACKTEST_RUNS).all() and out["backtest_checked"].sum() > 0
     checked = out[out["backtest_checked"] > 0]["backtest_coverage"]
     assert ((checked >= 0) & (checked <= 1)).all()
-    speech = queries.calibration(Filters(now.date(), now.date(), teams=("speech",), kinds=("production",)),
+    speech = estimate_queries.calibration(Filters(now.date(), now.date(), teams=("speech",), kinds=("production",)),
                                  path, now)["table"]
     assert list(zip(speech["team"], speech["kind"])) == [("speech", "production")]
 
@@ -235,15 +236,14 @@ def test_every_page_query_runs_on_a_generated_ledger_and_on_an_empty_one(tmp_pat
     with open_ledger(empty):
         pass
     for db in (full, empty):
-        f = default_filters(queries.sidebar_options(db)["last_day"], today=now.date())
-        for name in ("overview", "reservations", "idle_capacity", "estimate_accuracy", "stops_promotion",
-                     "calibration"):
-            assert isinstance(getattr(queries, name)(f, db, now), dict)
-    assert queries.sidebar_options(empty) == {"teams": [], "runs": 0, "first_day": None, "last_day": None}
+        f = default_filters(sidebar_queries.sidebar_options(db)["last_day"], today=now.date())
+        for query in PAGE_QUERIES.values():
+            assert isinstance(query(f, db, now), dict)
+    assert sidebar_queries.sidebar_options(empty) == {"teams": [], "runs": 0, "first_day": None, "last_day": None}
 
 
 def test_a_query_leaves_the_ledger_free_for_a_writer(exact):
-    queries.overview(period(), exact, NOW)
+    overview_queries.overview(period(), exact, NOW)
     with open_ledger(exact, timeout_s=0.5) as con:   # would raise LedgerLocked if a handle were kept
         con.execute("UPDATE runs SET gpus = gpus WHERE run_id = 'never'")
 
@@ -294,4 +294,21 @@ def test_every_write_path_registers_a_runs_team_so_the_team_list_reads_only_the_
     assert decision["state"] == "admit"
     finish_run("listed-001", actual_gpu_hours=1.0, stop_reason="completed", db=demo_ledger)
     assert query(demo_ledger, "SELECT count(*) FROM runs WHERE team NOT IN (SELECT team FROM teams)") == [(0,)]
-    assert "brand-new" in queries.sidebar_options(demo_ledger)["teams"]
+    assert "brand-new" in sidebar_queries.sidebar_options(demo_ledger)["teams"]
+
+
+def test_no_two_page_functions_share_a_cache_key():
+    """ui.PageData and its charts key their caches by a function's qualified name: every public
+    function of lib/dashboard, and each month's budget query, must have one of its own."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import lib.dashboard
+    from ui.data import qualified_name
+    functions = {fn for info in pkgutil.iter_modules(lib.dashboard.__path__, "lib.dashboard.")
+                 for _, fn in inspect.getmembers(importlib.import_module(info.name), inspect.isfunction)
+                 if fn.__module__.startswith("lib.dashboard.")}
+    months = [budget_queries.monthly_budget_in(dt.date(2026, m, 1)) for m in (11, 12)]
+    keys = [qualified_name(fn) for fn in [*functions, *months]]
+    assert len(keys) == len(set(keys))

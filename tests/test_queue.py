@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from lib.dashboard import queries
+from lib.dashboard import queue_and_calendar, reservation_queries
 from lib.dashboard.filters import Filters
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
@@ -69,7 +69,7 @@ def test_the_queue_shows_the_gates_fix_time_to_the_minute_on_the_page(safety_led
     assert fits_from(decision) == minute(now + 6 * H + ODD)
 
     f = Filters(now.date() - dt.timedelta(days=3), now.date())
-    row = queries.reservations(f, path).get("waiting").set_index("run_id").loc["safety-wait-001"]
+    row = reservation_queries.reservations(f, path).get("waiting").set_index("run_id").loc["safety-wait-001"]
     assert minute(row["earliest_fit"]) == fits_from(decision)
     assert row["fit_note"] == "when reservations end"
     assert row["reason_codes"] == "capacity" and row["gpus"] == 4 and row["team"] == "safety"
@@ -90,7 +90,8 @@ def queue_ledger(safety_ledger):
     path, now = safety_ledger
     with open_ledger(path) as con, transaction(con):
         defer(con, "old-wait", now - 60 * 24 * H)                     # two months ago, still waiting
-        defer(con, "given-up", now - (queries.QUEUE_DAYS + 1) * 24 * H)  # never decided since: left the queue
+        # never decided since: left the queue
+        defer(con, "given-up", now - (queue_and_calendar.QUEUE_DAYS + 1) * 24 * H)
         defer(con, "old-wait", now - 3 * H)                           # deferred again since
         defer(con, "fits-now", now - 5 * H, gpus=2)                   # 13 + 2 <= 16
         defer(con, "prod-wait", now - 2 * H, kind="production", capacity="preemptible")
@@ -104,7 +105,7 @@ def queue_ledger(safety_ledger):
 def test_the_queue_is_now_whatever_the_dates_and_orders_by_fit_then_wait(queue_ledger):
     path, now = queue_ledger
     last_week = Filters(now.date() - dt.timedelta(days=7), now.date())
-    out = queries.reservations(last_week, path, now)
+    out = reservation_queries.reservations(last_week, path, now)
     q = out["waiting"]
     assert list(q["run_id"]) == ["fits-now", "old-wait", "prod-wait", "over-budget", "other-team"]
     assert out["queue_count"] == 5
@@ -117,13 +118,14 @@ def test_the_queue_is_now_whatever_the_dates_and_orders_by_fit_then_wait(queue_l
     assert "needs 200 GPUs" in q.set_index("run_id").loc["other-team", "fit_note"]
     # a period long ago still shows today's queue
     long_ago = Filters(now.date() - dt.timedelta(days=400), now.date() - dt.timedelta(days=300))
-    assert list(queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q["run_id"])
+    assert list(reservation_queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q["run_id"])
 
 
 def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
     path, now = queue_ledger
     day = now.date()
-    ids = lambda **kw: list(queries.reservations(Filters(day, day, **kw), path, now)["waiting"]["run_id"])  # noqa: E731
+    ids = lambda **kw: list(  # noqa: E731
+        reservation_queries.reservations(Filters(day, day, **kw), path, now)["waiting"]["run_id"])
     assert ids(teams=("vision",)) == ["other-team"]
     assert ids(kinds=("production",)) == ["prod-wait"]
     assert ids(capacity="stable") == ["fits-now", "old-wait", "over-budget", "other-team"]
@@ -131,7 +133,7 @@ def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
 
 def test_the_queue_shows_at_most_row_limit_rows_and_counts_them_all(queue_ledger, monkeypatch):
     path, now = queue_ledger
-    monkeypatch.setattr(queries, "ROW_LIMIT", 2)
-    out = queries.reservations(Filters(now.date(), now.date()), path, now)
+    monkeypatch.setattr(queue_and_calendar, "ROW_LIMIT", 2)
+    out = reservation_queries.reservations(Filters(now.date(), now.date()), path, now)
     assert list(out["waiting"]["run_id"]) == ["fits-now", "old-wait"]
     assert out["queue_count"] == 5

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from lib.dashboard import figures
+from lib.dashboard import recovery_figures
 from lib.planning.preemption import expected_time, optimal_interval
 
 W, C, R, M = 24.0, 5 / 60, 10 / 60, 6.0
@@ -27,7 +27,8 @@ def curve_and_optima():
 
 def test_the_interval_curve_marks_the_three_optima():
     curve, optima = curve_and_optima()
-    fig = figures.checkpoint_interval_curve(curve, optima, current_interval_h=1.0, failure_free_hours=W + 24 * C)
+    fig = recovery_figures.checkpoint_interval_curve(curve, optima, current_interval_h=1.0,
+                                                     failure_free_hours=W + 24 * C)
     assert isinstance(fig, go.Figure)
     assert "(hours)" in fig.layout.title.text
     assert fig.layout.xaxis.type == "log"
@@ -45,15 +46,15 @@ def test_the_interval_curve_marks_the_three_optima():
 def test_the_interval_curve_skips_infinite_optima_and_says_when_empty():
     curve, _ = curve_and_optima()
     inf = pd.DataFrame([{"method": "exact", "interval_h": math.inf, "expected_hours": math.nan}])
-    fig = figures.checkpoint_interval_curve(curve, inf)
+    fig = recovery_figures.checkpoint_interval_curve(curve, inf)
     assert len(fig.data) == 1
-    empty = figures.checkpoint_interval_curve(pd.DataFrame(columns=["interval_h", "expected_hours"]), inf)
+    empty = recovery_figures.checkpoint_interval_curve(pd.DataFrame(columns=["interval_h", "expected_hours"]), inf)
     assert empty.layout.annotations and "(hours)" in empty.layout.title.text
 
 
 def test_the_completion_histogram_is_binned_with_the_budget_line():
     x = np.random.default_rng(0).exponential(3.0, 20_000) + 24.0
-    fig = figures.completion_histogram(x, budget_hours=30.0, budget_label="240 GPU-h ÷ 8 GPUs", p_breach=0.13,
+    fig = recovery_figures.completion_histogram(x, budget_hours=30.0, budget_label="240 GPU-h ÷ 8 GPUs", p_breach=0.13,
                                        wall_limit_h=40.0, bins=50)
     assert "hours" in fig.layout.title.text and "20,000 runs" in fig.layout.title.text
     bars = fig.data[0]
@@ -67,20 +68,20 @@ def test_the_completion_histogram_is_binned_with_the_budget_line():
 
 
 def test_the_completion_histogram_copes_with_one_value_and_none():
-    assert len(figures.completion_histogram(np.full(100, 24.0)).data[0].x) == 60
-    empty = figures.completion_histogram([])
+    assert len(recovery_figures.completion_histogram(np.full(100, 24.0)).data[0].x) == 60
+    empty = recovery_figures.completion_histogram([])
     assert empty.layout.annotations and "(hours)" in empty.layout.title.text
 
 
 def test_the_scenario_chart_draws_each_available_choice():
     options = pd.DataFrame({"option": ["resume", "restart"], "mean": [25.0, 45.0], "p50": [24.0, 44.0],
                             "p90": [28.0, 50.0], "p99": [31.0, 58.0]})
-    fig = figures.scenario_options(options)
+    fig = recovery_figures.scenario_options(options)
     assert "(hours" in fig.layout.title.text
     bar = fig.data[0]
     assert list(bar.y) == ["resume", "restart"]
     assert list(bar.base) == [24.0, 44.0] and list(bar.x) == [7.0, 14.0]
     assert list(fig.data[1].x) == [28.0, 50.0] and list(fig.data[2].x) == [25.0, 45.0]
     no_resume = options.assign(p50=[np.nan, 44.0], p99=[np.nan, 58.0])
-    assert list(figures.scenario_options(no_resume).data[0].y) == ["restart"]
-    assert figures.scenario_options(options.iloc[0:0]).layout.annotations
+    assert list(recovery_figures.scenario_options(no_resume).data[0].y) == ["restart"]
+    assert recovery_figures.scenario_options(options.iloc[0:0]).layout.annotations

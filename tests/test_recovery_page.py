@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.dashboard import queries, recovery_view
+from lib.dashboard import recovery_view, sidebar_queries
 from lib.dashboard.filters import default_filters
 from lib.dashboard.labels import ALL_TEAMS
 from tests.fixtures_app import ROOT, page_script
@@ -38,7 +38,7 @@ def press(at: AppTest, label: str) -> None:
 
 
 def expected_rates(path):
-    f = default_filters(queries.sidebar_options(path)["last_day"])
+    f = default_filters(sidebar_queries.sidebar_options(path)["last_day"])
     return recovery_view.recovery_inputs(f, path)["rates"]
 
 

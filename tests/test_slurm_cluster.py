@@ -178,13 +178,13 @@ def test_sacct_output_imports_onto_the_admitted_run_and_the_dashboard_sees_it(cl
     # the admitted estimate and reservation stay on the same run
     assert (run["estimated_gpu_hours"], run["estimate_source"]) == (before["estimated_gpu_hours"], "stated")
     assert run["reserved_gpu_hours"] == before["reserved_gpu_hours"]
-    from lib.dashboard import queries
+    from lib.dashboard import estimate_queries, overview_queries
     from lib.dashboard.filters import Filters
     today = dt.datetime.now(dt.timezone.utc).date()
     f = Filters(today - dt.timedelta(days=1), today + dt.timedelta(days=1), teams=("vision",))
-    ov = queries.overview(f, db=cluster.db)
+    ov = overview_queries.overview(f, db=cluster.db)
     assert ov["current"]["used_gpu_hours"] == pytest.approx(run["actual_gpu_hours"])
-    acc = queries.estimate_accuracy(f, db=cluster.db)
+    acc = estimate_queries.estimate_accuracy(f, db=cluster.db)
     assert run_id in set(acc["points"]["run_id"])
 
 

@@ -49,14 +49,13 @@ def labels_lines(chars: int) -> int:
 
 
 def test_every_column_the_pages_show_has_a_label_written_for_it(page_ledger):
-    from lib.dashboard import queries
     from lib.dashboard.filters import default_filters
+    from tests.fixtures_app import PAGE_QUERIES
     path, now = page_ledger
     f = default_filters(now.date())
     snake = []
-    for name in ("overview", "reservations", "idle_capacity", "estimate_accuracy", "stops_promotion",
-                 "calibration"):
-        for key, value in getattr(queries, name)(f, path, now).items():
+    for name, query in PAGE_QUERIES.items():
+        for key, value in query(f, path, now).items():
             for col in getattr(value, "columns", []):
                 if col not in labels.COLUMNS:
                     snake.append(f"{name}.{key}.{col}")

@@ -158,7 +158,7 @@ def _trace_colours(at) -> dict[str, str]:
 def test_the_dashboard_draws_each_team_in_its_toml_colour_and_follows_a_recolour(page_ledger, tmp_path):
     from streamlit.testing.v1 import AppTest
 
-    from lib.dashboard import figures
+    from lib.dashboard import figure_kit
     from tests.fixtures_app import ROOT, page_script
     path, _ = page_ledger
     with open_ledger(path) as con:
@@ -171,7 +171,7 @@ def test_the_dashboard_draws_each_team_in_its_toml_colour_and_follows_a_recolour
     assert not at.exception, [e.value for e in at.exception]
     drawn = _trace_colours(at)
     assert set(drawn) == {"nlp-research", "safety", "speech", "vision"}
-    assert drawn == {**{t: toml[t] for t in drawn}, "speech": figures.hashed_colour("speech")}
+    assert drawn == {**{t: toml[t] for t in drawn}, "speech": figure_kit.hashed_colour("speech")}
     recoloured = tmp_path / "recoloured.toml"
     recoloured.write_text(re.sub(r'(\[teams\.vision\]\n)colour = "[^"]*"', r'\1colour = "#123456"', SHIPPED),
                           encoding="utf-8")

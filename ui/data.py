@@ -1,8 +1,9 @@
 """Cached page data and figures: what a page reads from the ledger, and how a locked or unreadable
 ledger becomes a message (`ledger_errors`) rather than a traceback.
 
-Pages reach queries and figures by reference: `PageData(queries.overview, f)` and
-`data.chart(figures.reserved_vs_used, "daily")`; cache keys use the function's qualified name.
+Pages reach queries and figures by reference: `PageData(overview_queries.overview, f)` and
+`data.chart(reservation_figures.reserved_vs_used, "daily")`; cache keys use the function's qualified
+name (module and name, so two functions never share one).
 
 Caching: query results are cached with st.cache_data, keyed by the ledger path, a data version
 and the filters. The data version is the (mtime, size) of the ledger file and its WAL: any write by
@@ -21,7 +22,7 @@ from typing import Callable
 import duckdb
 import streamlit as st
 
-from lib.dashboard import figures, queries, settings
+from lib.dashboard import figure_kit, settings, sidebar_queries
 from lib.dashboard.filters import Filters
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, ledger_path
 from ui.text import as_text
@@ -84,7 +85,7 @@ def _page_data(name: str, _query: Callable, path: str, version: tuple, filters: 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
 def _sidebar_options(path: str, version: tuple) -> dict:
-    return queries.sidebar_options(path)
+    return sidebar_queries.sidebar_options(path)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
@@ -94,14 +95,14 @@ def _set_colours(path: str, version: tuple) -> dict:
 
 def set_colours() -> tuple:
     """The team colours data/teams.toml sets, as the ledger holds them: sorted (team, "#rrggbb")
-    pairs (a cache key for figures); teams without one get figures.hashed_colour."""
+    pairs (a cache key for figures); teams without one get figure_kit.hashed_colour."""
     path = db_path()
     with ledger_errors("Reload the page in a moment."):
         return tuple(sorted(_set_colours(path, data_version(path)).items()))
 
 
 def page_data(query: Callable, filters: Filters):
-    """The cached result of `query(filters, path, now)` (a lib.dashboard.queries function) for the
+    """The cached result of `query(filters, path, now)` (a page query of lib.dashboard) for the
     current ledger."""
     return PageData(query, filters).data
 
@@ -115,15 +116,15 @@ def _figure(builder_name: str, _builder: Callable, page: str, _query: Callable, 
     data = _page_data(page, _query, path, version, filters, now)
     kwargs = dict(options)
     if "colours" in inspect.signature(_builder).parameters:
-        kwargs["colours"] = figures.team_colours(teams, dict(colours))
+        kwargs["colours"] = figure_kit.team_colours(teams, dict(colours))
     return _builder(*(data[k] for k in keys), **kwargs)
 
 
 class PageData:
     """One page's data for one run: cached query results (`.data`) and cached charts (`.chart`).
 
-    `query` is a lib.dashboard.queries function taking (filters, path, now). On a locked or
-    unreadable ledger it shows an error box and stops the page."""
+    `query` is a page query of lib.dashboard (a `*_queries` module's) taking (filters, path, now). On a
+    locked or unreadable ledger it shows an error box and stops the page."""
 
     def __init__(self, query: Callable, filters: Filters, *, hourly: bool = False):
         self.query, self.name, self.filters = query, qualified_name(query), filters
@@ -139,7 +140,7 @@ class PageData:
         return self.data[key]
 
     def chart(self, builder: Callable, *keys: str, **options) -> None:
-        """Draw `builder(data[key], ..., **options)` (a lib.dashboard.figures function; team colours
+        """Draw `builder(data[key], ..., **options)` (a figure builder of lib.dashboard; team colours
         added when it takes them), cached as an object."""
         with ledger_errors("Reload the page in a moment."):
             fig = _figure(qualified_name(builder), builder, self.name, self.query, keys, self.path,

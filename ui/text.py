@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import streamlit as st
 
-from lib.dashboard import figures, labels
+from lib.dashboard import figure_text, labels
 from lib.dashboard.tables import escape_markdown
 
 WORD_JOINER = "\u2060"  # invisible, no width, and no line break: the text reads as typed
@@ -27,7 +27,7 @@ def as_text(text) -> str:
     become live links. A word joiner after every ':' and '@' and after 'www' breaks those
     patterns (and `:emoji:` shortcodes) without changing what the reader sees. Bidirectional
     controls (which would reorder the rest of the line) are shown as `[U+202E]`."""
-    text = figures.visible_controls(str(text))
+    text = figure_text.visible_controls(str(text))
     return _AUTOLINK_START.sub(lambda m: (m.group(1) or m.group(2)) + WORD_JOINER, escape_markdown(text))
 
 

@@ -2,8 +2,8 @@
 prices of data/teams.toml (as the ledger holds them: lib.dashboard.settings). No Streamlit.
 
 The rule: cost = GPU-hours x the price per GPU-hour of their capacity type, per capacity type, then
-summed. The GPU-hours are exactly the ones the pages show: `queries.overview` and
-`queries.idle_capacity` return them per capacity type (the headline numbers are those rows' sums),
+summed. The GPU-hours are exactly the ones the pages show: `overview_queries.overview` and
+`idle_queries.idle_capacity` return them per capacity type (the headline numbers are those rows' sums),
 so the money can never drift from the hours beside it. Idle cost is charged to the team that held the
 reservation, as idle GPU-hours are.
 
@@ -22,7 +22,7 @@ from typing import TypedDict
 
 import pandas as pd
 
-from lib.dashboard import queries, settings
+from lib.dashboard import idle_queries, overview_queries, settings
 from lib.dashboard.filters import Filters
 from lib.gate.terms import CAPACITIES, utcnow
 
@@ -63,7 +63,7 @@ def _spend(by_capacity: pd.DataFrame, capacity: str, spend: str) -> float:
 
 def overview_money(price: Pricing, overview: dict) -> OverviewCosts:
     """Reserved, used and idle cost for the period and the previous one, per priced capacity type and
-    summed, from a queries.overview result."""
+    summed, from an overview_queries.overview result."""
     rows, totals = [], {"current": {}, "previous": {}}
     periods = {"current": overview["spend_by_capacity"], "previous": overview["previous_spend_by_capacity"]}
     for capacity, per_hour in price["per_gpu_hour"].items():
@@ -80,13 +80,13 @@ def overview_money(price: Pricing, overview: dict) -> OverviewCosts:
 
 
 def overview_costs(f: Filters, db=None, now: dt.datetime | None = None) -> OverviewCosts:
-    """`overview_money` of the prices and queries.overview for these filters."""
-    return overview_money(pricing(f, db), queries.overview(f, db, now or utcnow()))
+    """`overview_money` of the prices and overview_queries.overview for these filters."""
+    return overview_money(pricing(f, db), overview_queries.overview(f, db, now or utcnow()))
 
 
 def idle_money(price: Pricing, idle: dict) -> IdleCosts:
     """Idle cost per team (charged to the team that held the reservation), split by priced capacity
-    type, and its total, from a queries.idle_capacity result."""
+    type, and its total, from an idle_queries.idle_capacity result."""
     priced = list(price["per_gpu_hour"])
     if not priced:
         return {**price, "by_team": pd.DataFrame({"team": pd.Series(dtype="object"),
@@ -106,8 +106,8 @@ def idle_money(price: Pricing, idle: dict) -> IdleCosts:
 
 
 def idle_costs(f: Filters, db=None, now: dt.datetime | None = None) -> IdleCosts:
-    """`idle_money` of the prices and queries.idle_capacity for these filters."""
-    return idle_money(pricing(f, db), queries.idle_capacity(f, db, now or utcnow()))
+    """`idle_money` of the prices and idle_queries.idle_capacity for these filters."""
+    return idle_money(pricing(f, db), idle_queries.idle_capacity(f, db, now or utcnow()))
 
 
 def money_text(amount: float, currency: str) -> str:

@@ -1,8 +1,9 @@
 """The dashboard's shared filters (teams, kinds, capacity type, date range) as plain data.
 
-Every query in lib/dashboard/queries.py takes a `Filters`. The date range is inclusive of both days and
-covers whole UTC days: [date_from 00:00, date_to + 1 day 00:00). `previous()` is the period of the
-same length just before, for trends. No Streamlit here: ui.py builds a Filters from its widgets.
+Every page query of lib/dashboard (the `*_queries` modules) takes a `Filters`. The date range is
+inclusive of both days and covers whole UTC days: [date_from 00:00, date_to + 1 day 00:00).
+`previous()` is the period of the same length just before, for trends. No Streamlit here: ui.py
+builds a Filters from its widgets.
 
 Periods: besides explicit dates, a relative range (`RANGES`: last 7 / 30 / 90 days, this month, this
 quarter) resolved against today (UTC) by `resolve_range`. The default period (`default_filters`) is the

@@ -158,7 +158,7 @@ def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
 
 
 def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
-    """The Forecast page's data (a lib.dashboard.queries-style function of filters, path and now): the
+    """The Forecast page's data (a page query: a function of filters, path and now): the
     live forecast for the filtered teams (dates do not apply: a forecast starts now) as tables.
     weeks: team, week_start, p50/p90 GPU-hours, quota GPU-hours per week, quota for P90;
     history: the last HISTORY_WEEKS_SHOWN weeks of usage; burn: one row per team with a budget;

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal, TypedDict
 
 ALL_TEAMS = "(all teams)"     # the team label of rows pooled over every shown team (calendar, recovery)
+REQUESTED_LABEL = "requested, not measured"   # the estimate source of a run whose estimate is only its time limit
 
 Kind = Literal["text", "number", "integer", "share", "ratio", "datetime", "date", "bool"]
 

@@ -1,7 +1,7 @@
 """Reading the ledger for the dashboard's read models: one read-only open per unit of work, queries
 with named parameters bound (never formatted into the text), results fetched whole.
 
-Used by lib.dashboard.queries and the other read models (costs, recovery inputs) so that each opens,
+Used by every read model of lib.dashboard (the page queries, costs, recovery inputs) so that each opens,
 reads and closes the same way.
 """
 from __future__ import annotations

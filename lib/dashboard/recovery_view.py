@@ -1,7 +1,7 @@
 """The Recovery planner's read model, no Streamlit: its ledger inputs (interruption rate, restart time
 and lifetimes, `recovery_inputs`) and its tables — the checkpoint-interval curve and its optima, the
 preemptible-vs-stable comparison, and the options after a preemption or a budget breach — shaped as
-the page shows them and lib.dashboard.figures draws them. The maths is in lib.planning."""
+the page shows them and lib.dashboard.recovery_figures draws them. The maths is in lib.planning."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +12,7 @@ from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, period_params, reader
 from lib.planning import interval_curve as ic
+from lib.planning.lifetimes import km_sample
 
 OPTION_NUMBERS = ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simulated_extra_gpu_hours_mean",
                   "mean", "p50", "p90", "p99", "p_budget_breach")
@@ -20,7 +21,7 @@ OPTION_NUMBERS = ("expected_extra_gpu_hours", "expected_total_gpu_hours", "simul
 def interval_frames(work_h: float, gpus: int, checkpoint_h: float, restart_h: float, mtbf_h: float,
                     downtime_h: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(curve, optima) of lib.planning.interval_curve as DataFrames, for
-    figures.checkpoint_interval_curve. Raises ValueError / OverflowError on inputs it refuses."""
+    recovery_figures.checkpoint_interval_curve. Raises ValueError / OverflowError on inputs it refuses."""
     curve, optima = ic.interval_curve(work_h, gpus, checkpoint_h, restart_h, mtbf_h, downtime_h)
     return pd.DataFrame(curve), pd.DataFrame(optima)
 
@@ -144,7 +145,6 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
                  sum(interruptions)::DOUBLE AS events,
                  count(*)::DOUBLE AS censored
           FROM fin GROUP BY GROUPING SETS ((team, capacity, lifetime_h), (capacity, lifetime_h))""", p)
-    from lib.planning.lifetimes import km_sample
     samples, censored_n = [], {}
     for (team, capacity), g in gaps.groupby(["team", "capacity"], sort=False):
         groups = list(zip(g["lifetime_h"], g["events"], g["censored"]))

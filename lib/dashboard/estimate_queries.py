@@ -1,0 +1,187 @@
+"""The Estimate accuracy page's read model: estimates against what runs used (points, the error over
+time and by source), and the calibration the gate applies today with its drift alarms.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+
+from lib.dashboard.filters import Filters
+from lib.dashboard.labels import REQUESTED_LABEL
+from lib.dashboard.reading import frame, one_row, period_params, reader, used_params
+from lib.gate.calibration import DEFAULT_MAX_RUNS, backtest, calibrate_scopes, drift_alarm
+from lib.gate.terms import KINDS, utcnow
+from lib.ledger.calibration_rows import (CALIBRATION_ROWS_SQL, CALIBRATION_WINDOW_DAYS, CUT_SQL,
+                                         calibration_params, cut_params, newest_cutoffs)
+from lib.ledger.state import KNOWN_TEAMS
+
+BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
+SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
+DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
+
+
+ERROR_SOURCES = ("runtime", "checkpoint overhead", "retries and lost work", "evaluation")
+
+
+def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, window_days: int = 28) -> dict:
+    """Predicted vs actual points (a fixed sample when large), the rolling median of actual /
+    estimated per team (trailing `window_days`, one point per week), the error by source, and
+    counts of runs whose estimate was requested, not measured."""
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(period_params(f), now=now, wstart=f.start - dt.timedelta(days=window_days),
+             wdays=window_days)
+    with reader(db) as con:
+        base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
+                "AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours > 0")
+        counts = one_row(con, f"""SELECT count(*) AS runs,
+                 count(*) FILTER (WHERE r.estimate_source = 'requested') AS requested_runs {base}""", p)
+        points = frame(con, f"""SELECT * FROM (
+                 SELECT r.run_id, r.team, r.kind, r.estimated_gpu_hours, r.actual_gpu_hours, r.stop_reason,
+                        CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}'
+                             ELSE coalesce(r.estimate_source, 'unknown') END AS estimate_source {base})
+                 USING SAMPLE reservoir({SCATTER_POINTS} ROWS) REPEATABLE (7)""", p)
+        rolling = frame(con, f"""
+          WITH x AS (SELECT r.team, r.ended_at, r.actual_gpu_hours / r.estimated_gpu_hours AS ratio
+                     FROM runs r WHERE {where} AND r.ended_at >= $wstart AND r.ended_at < $end
+                       AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours IS NOT NULL
+                       AND r.estimate_source IS DISTINCT FROM 'requested'),
+          weeks AS (SELECT w::TIMESTAMP AS week_end FROM range($start::TIMESTAMP + INTERVAL 7 DAY,
+                    $end::TIMESTAMP + INTERVAL 7 DAY, INTERVAL 7 DAY) t(w))
+          SELECT (least(weeks.week_end, $end::TIMESTAMP) - INTERVAL 1 DAY)::DATE AS day, x.team,
+                 median(x.ratio) AS median_ratio, count(*) AS runs
+          FROM weeks JOIN x ON x.ended_at < least(weeks.week_end, $end::TIMESTAMP)
+                           AND x.ended_at >= least(weeks.week_end, $end::TIMESTAMP) - to_days($wdays::INTEGER)
+          GROUP BY ALL ORDER BY day, team""", p)
+        sources = frame(con, f"""
+          WITH x AS (SELECT r.team,
+                 coalesce(r.est_compute_gpu_hours, 0) + coalesce(r.est_data_loading_gpu_hours, 0) AS est_runtime,
+                 r.actual_gpu_hours - coalesce(r.act_checkpoint_gpu_hours, 0) - coalesce(r.act_retry_gpu_hours, 0)
+                   - coalesce(r.act_eval_gpu_hours, 0) - coalesce(r.act_lost_work_gpu_hours, 0) AS act_runtime,
+                 coalesce(r.est_checkpoint_gpu_hours, 0) AS est_ckpt, coalesce(r.act_checkpoint_gpu_hours, 0) AS act_ckpt,
+                 coalesce(r.est_restart_gpu_hours, 0) AS est_retry,
+                 coalesce(r.act_retry_gpu_hours, 0) + coalesce(r.act_lost_work_gpu_hours, 0) AS act_retry,
+                 coalesce(r.est_eval_gpu_hours, 0) AS est_eval, coalesce(r.act_eval_gpu_hours, 0) AS act_eval,
+                 r.estimated_gpu_hours
+            {base} AND r.estimate_source IS DISTINCT FROM 'requested' AND r.est_compute_gpu_hours IS NOT NULL)
+          SELECT team, count(*) AS runs, sum(estimated_gpu_hours) AS estimated_gpu_hours,
+                 sum(act_runtime - est_runtime) AS "runtime",
+                 sum(act_ckpt - est_ckpt) AS "checkpoint overhead",
+                 sum(act_retry - est_retry) AS "retries and lost work",
+                 sum(act_eval - est_eval) AS "evaluation"
+          FROM x GROUP BY team ORDER BY team""", p)
+    long = sources.melt(id_vars=["team", "runs", "estimated_gpu_hours"], value_vars=list(ERROR_SOURCES),
+                        var_name="source", value_name="error_gpu_hours")
+    long["error_share_of_estimate"] = long["error_gpu_hours"] / long["estimated_gpu_hours"]
+    return {"counts": counts, "points": points, "rolling": rolling, "sources": long}
+
+
+def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs: int | None = None,
+                window_days: int | None = None) -> dict:
+    """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
+    runs) each rests on, and the drift alarms. Team and kind filters apply; dates do not (the gate
+    reads its own window).
+    backtest_coverage: how often the gate's team x kind bound (conformal, Tobit, or shifted after a
+    change: lib.gate.calibration.backtest) covered the scope's last BACKTEST_RUNS runs when replayed
+    from the runs before each; it should sit near the level. adapted_since: where the bound follows a
+    change in the cost ratio, the first run after it.
+    alarms: the team x kind scopes whose last ALARM_RUNS replayed runs exceeded their bound more often
+    than the level allows (lib.gate.calibration.drift_alarm), with since when and what to do.
+
+    Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
+    lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
+    per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
+    kind, it reads each scope for every team at once: a few queries in all, not a few per team x kind
+    (what that saves: README, Benchmarks)."""
+    now = now or utcnow()
+    max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
+    window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
+    p = {**calibration_params(now, window_days), "max_runs": max_runs}
+    cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
+    with reader(db) as con:
+        known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
+        teams = list(f.teams) or known
+        # each team x kind's newest rows only (enough for the replay and for the team and
+        # everyone scopes, whose newest rows are among their team x kinds' newest)
+        cut = newest_cutoffs(con, CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS, known)
+        sql = f"""CREATE TEMP TABLE cal AS WITH {CUT_SQL}
+          SELECT c.* FROM ({CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
+        q = {**p, **cut_params(cut, p["since"])}
+        con.execute(sql, used_params(sql, q))
+        order = "ORDER BY c.ended_at DESC, c.run_id"
+        # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
+        # then the exact order (ties broken by run_id, as the store does) runs on the few rows left
+        by_kind = frame(con, f"""
+          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
+                       FROM cal GROUP BY team, kind)
+          SELECT c.team, c.kind, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
+        by_team = frame(con, f"""
+          WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
+                       FROM cal GROUP BY team)
+          SELECT c.team, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
+        everyone = frame(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
+        p["replay"] = max_runs + BACKTEST_RUNS
+        replay = frame(con, f"""
+          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
+                       FROM cal GROUP BY team, kind)
+          SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored,
+                 c.admitted_at AS decided_at
+          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $replay
+          ORDER BY c.team, c.kind, c.ended_at, c.run_id DESC""", p)
+        con.execute("DROP TABLE cal")
+
+    def records(df):
+        # oldest first with ties as the store hands them over (its newest-first order, reversed)
+        if df is None:
+            return []
+        df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
+                for e, a, c, t in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
+                                      df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist())]
+
+    kind_groups = dict(list(by_kind.groupby(["team", "kind"])))
+    team_groups = dict(list(by_team.groupby("team")))
+    replayed, alarmed = {}, {}
+    for k, g in replay.groupby(["team", "kind"]):
+        # each run replayed from the runs that had ended when it was admitted (reserved or started)
+        back = replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
+                                      last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
+                                      decided_at=g["decided_at"].to_numpy())
+        alarmed[k] = drift_alarm(back["outcomes"], list(g["ended_at"])[-len(back["outcomes"]):],
+                                 censored=g["censored"].to_numpy(bool))
+    rows, alarms = [], []
+    for team in teams:
+        for kind in (f.kinds or KINDS):
+            # lazily, as the store reads them: a later scope is turned into rows only when needed
+            cal = calibrate_scopes((scope, records(rows)) for scope, rows in (
+                ("team×kind", kind_groups.get((team, kind))), ("team", team_groups.get(team)),
+                ("all", everyone)))
+            back = replayed.get((team, kind), {})
+            rows.append({"team": team, "kind": kind, "factor": cal["factor"],
+                         "upper_factor": cal["upper_factor"], "method": cal["method"],
+                         "scope": cal["scope"], "runs": cal["n"], "censored_runs": cal["n_censored"],
+                         "level": cal["level"], "backtest_checked": back.get("checked", 0),
+                         "backtest_coverage": back.get("coverage"),
+                         "adapted_since": pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else pd.NaT,
+                         "note": cal["note"]})
+            alarm = alarmed.get((team, kind))
+            if alarm and alarm["alarm"]:
+                # since when: where the gate's bound found the change, else the first run that went over
+                since = pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else alarm["since"]
+                alarms.append({"team": team, "kind": kind, "recent_exceeded": alarm["message"],
+                               "drift_since": since, "what_to_do": DRIFT_ADVICE})
+    table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
+                                        "censored_runs", "level", "backtest_checked", "backtest_coverage",
+                                        "adapted_since", "note"])
+    table["upper_factor"] = table["upper_factor"].astype("float64")
+    table["backtest_coverage"] = table["backtest_coverage"].astype("float64")
+    table["adapted_since"] = pd.to_datetime(table["adapted_since"])
+    alarms = pd.DataFrame(alarms, columns=["team", "kind", "recent_exceeded", "drift_since", "what_to_do"])
+    alarms["drift_since"] = pd.to_datetime(alarms["drift_since"])
+    return {"table": table, "alarms": alarms}

@@ -1,0 +1,76 @@
+"""The Reservations page's read model: reservations against quota over the period, this month's
+budget, current and upcoming reservations, overruns, the capacity calendar and the request queue.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from lib.dashboard.budget_queries import budget_of_month
+from lib.dashboard.filters import Filters
+from lib.dashboard.labels import ALL_TEAMS, REQUESTED_LABEL
+from lib.dashboard.queue_and_calendar import capacity_calendar, request_queue
+from lib.dashboard.reading import frame, period_params, reader
+from lib.dashboard.run_sql import ROW_LIMIT
+from lib.gate.terms import utcnow
+from lib.ledger.state import held_reservations
+
+
+def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
+    """Per team: average reserved GPUs per day against its quota; this month's budget (see
+    `monthly_budget`); current and upcoming reservations; overruns; the capacity calendar
+    (`capacity_calendar`); and the queue of waiting requests with the earliest time each would fit
+    (`waiting`, at most ROW_LIMIT rows of `queue_count`).
+
+    The date filter applies to the charts and tables of the period only: the budget is this month's,
+    and the calendar and the queue are "now". The calendar ignores the kind and capacity filters
+    (the gate counts every kind against the quota); the queue applies them."""
+    now = now or utcnow()
+    where, p = f.where("r")
+    p.update(period_params(f), now=now)
+    twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
+    with reader(db) as con:
+        # each reservation's days in the period (one row per day it touches), not every day x every reservation
+        over_time = frame(con, f"""
+          WITH res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
+                  WHERE {where} AND r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL
+                    AND r.reserved_from < $end AND r.reserved_until > $start),
+          each_day AS (SELECT team, gpus, reserved_from, reserved_until,
+                              unnest(range(greatest(date_trunc('day', reserved_from), $start::TIMESTAMP),
+                                           least(reserved_until, $end::TIMESTAMP), INTERVAL 1 DAY)) AS day FROM res)
+          SELECT day::DATE AS day, team,
+                 sum(gpus * (epoch_us(least(reserved_until, day + INTERVAL 1 DAY))
+                             - epoch_us(greatest(reserved_from, day))) / 86400e6) AS reserved_gpus
+          FROM each_day GROUP BY ALL ORDER BY day, team""", p)
+        quotas = frame(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
+                         f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
+        budget = budget_of_month(con, f, now, now.date())
+        cols = ("r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, "
+                "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
+                f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
+                "AS estimate_source")
+        current = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+                 AND r.ended_at IS NULL AND r.reserved_from <= $now
+                 AND (r.reserved_until IS NULL OR r.reserved_until > $now)
+                 ORDER BY r.reserved_until NULLS LAST, r.run_id LIMIT {ROW_LIMIT}""", p)
+        upcoming = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+                 AND r.ended_at IS NULL AND r.reserved_from > $now
+                 ORDER BY r.reserved_from, r.run_id LIMIT {ROW_LIMIT}""", p)
+        over_base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
+                     "AND r.actual_gpu_hours > r.reserved_gpu_hours")
+        overrun_by_team = frame(con, f"""SELECT r.team, count(*) AS runs,
+                 sum(r.actual_gpu_hours - r.reserved_gpu_hours) AS overrun_gpu_hours {over_base}
+                 GROUP BY r.team ORDER BY overrun_gpu_hours DESC""", p)
+        overruns = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
+                 r.actual_gpu_hours - r.reserved_gpu_hours AS overrun_gpu_hours, r.stop_reason, r.ended_at,
+                 CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
+                   AS estimate_source
+                 {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
+        held = held_reservations(con, now)
+        all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
+        waiting, queue_count = request_queue(con, f, held, all_quotas, now)
+    calendar = capacity_calendar(held, quotas, now)
+    return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
+            "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
+            "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)
+                                                            & (calendar["team"] != ALL_TEAMS), "team"])),
+            "waiting": waiting, "queue_count": queue_count}
