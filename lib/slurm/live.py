@@ -32,12 +32,10 @@ is logged once, and so is the recovery, when the disk has room again.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 from lib.gate.contracts import Decision, Policy, Request, State
 from lib.gate.terms import KINDS, utcnow

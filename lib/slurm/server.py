@@ -35,7 +35,6 @@ error line.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
