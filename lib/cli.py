@@ -27,11 +27,18 @@ import time
 from pathlib import Path
 
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
+from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
+from lib.gate.reasons import summary
 from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH, STOP_REASONS,
                             SUBMIT_CLOCK_WINDOW, InputError, checked_submit_time, json_default, json_depth)
+from lib.ledger.audit import command_line, os_actor, os_user, unix_groups
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
+from lib.ledger.finishing import UnknownRun, finish_run
+from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
+from lib.slurm.settings import MAX_TIMEOUT_S
+from lib.slurm.wire import ask
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
 EXIT_OK = 0
@@ -120,7 +127,6 @@ def _decision_exit(decision: Decision) -> int:
 
 
 def _report_decision(decision: Decision, verb: str) -> None:
-    from lib.gate.reasons import summary
     print(dump_json(decision))
     if decision["state"] != "admit":
         say(summary(decision))
@@ -131,9 +137,7 @@ def via_gate_server(args, op: str, request) -> Decision | None:
     while it runs; None when no server listens there (then decide in-process). Without a server,
     first moves into the ledger what a stopped server journaled (lib.slurm.live.drain_left_over_journal);
     a server that holds the ledger but does not listen is a gate failure for submit."""
-    from lib.slurm.live import ServerBusy, drain_left_over_journal
-    from lib.slurm.settings import MAX_TIMEOUT_S
-    from lib.slurm.wire import ask
+    from lib.slurm.live import ServerBusy, drain_left_over_journal  # here: it brings numpy (booked run IDs)
     sock = os.environ.get("TG_GATE_SOCKET")
     if sock:
         config = {"op": op, "db": str(ledger_path(args.db).resolve()), "origin": getattr(args, "origin", "cli"),
@@ -158,6 +162,7 @@ def via_gate_server(args, op: str, request) -> Decision | None:
 
 
 def cmd_check(args) -> int:
+    # here: it brings numpy (calibration), which finish, teams, export and --help never need
     from lib.ledger.deciding import check_request
     request = read_request(args.request)
     decision = via_gate_server(args, "check", request)
@@ -174,8 +179,6 @@ def check_submitter(request, path=None) -> None:
     check_command_line, the OS user may submit only for the teams it names the user or one of their Unix
     groups in: InputError otherwise. A guard against mistakes, not a boundary (whoever can write the
     ledger file can write it directly); on a shared login node the gate server is the boundary."""
-    from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
-    from lib.ledger.audit import os_user, unix_groups
     path = access_path(path)
     if not path.exists():
         return
@@ -195,13 +198,12 @@ def check_submitter(request, path=None) -> None:
 
 
 def cmd_submit(args) -> int:
-    from lib.ledger.deciding import submit_request
+    from lib.ledger.deciding import submit_request  # here: as in cmd_check
     args.now = checked_submit_time(args.now)  # a recorded decision is dated now, give or take minutes
     request = read_request(args.request)
     check_submitter(request)
     decision = via_gate_server(args, "submit", request)
     if decision is None:
-        from lib.ledger.audit import os_actor
         decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
                                   timeout_s=args.timeout, actor=os_actor())
     _report_decision(decision, "submit")
@@ -221,7 +223,7 @@ def cmd_import(args) -> int:
     problem = regular_file_problem(args.file)
     if problem:  # a FIFO would block the importer, a directory fail it late
         raise InputError(f"{args.file} {problem}; nothing written")
-    try:
+    try:  # here: the importer brings pandas and pyarrow, which may be missing; the other commands run without
         from lib.ledger.imports import import_runs
     except ImportError as exc:
         raise LedgerError(f"the importer is not available: {exc}") from None
@@ -240,7 +242,6 @@ def cmd_import(args) -> int:
 
 
 def cmd_finish(args) -> int:
-    from lib.ledger.finishing import finish_run
     row = finish_run(
         args.run_id, actual_gpu_hours=args.actual_gpu_hours, stop_reason=args.stop_reason,
         ended_at=args.ended_at, started_at=args.started_at,
@@ -257,7 +258,7 @@ def cmd_finish(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from lib.ledger.demo import HISTORY_DAYS, MIN_DAYS, build_demo
+    from lib.ledger.demo import HISTORY_DAYS, MIN_DAYS, build_demo  # here: it brings numpy and pandas
     days = HISTORY_DAYS if args.days is None else args.days
     if days < MIN_DAYS:
         raise InputError(f"--days: at least {MIN_DAYS} days of history, got {days}")
@@ -322,8 +323,6 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
-    from lib.ledger.audit import command_line
-    from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, sync_teams
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file, who=who)
@@ -338,7 +337,7 @@ def cmd_teams(args) -> int:
 def cmd_forecast(args) -> int:
     """Weekly demand P50/P90 per team for the next --weeks weeks and this month's burn-down, as JSON;
     --as-of forecasts from only what the ledger knew then."""
-    from lib.dashboard.forecasts import forecast
+    from lib.dashboard.forecasts import forecast  # here: it brings numpy and pandas
     result = forecast(args.db, as_of=args.as_of, weeks=args.weeks)
     history = result.pop("history")  # the weekly usage behind it: a table, not part of the JSON
     print(dump_json(result))
@@ -352,8 +351,7 @@ def cmd_forecast(args) -> int:
 def cmd_replay(args) -> int:
     """The window's recorded requests decided again under the proposed policy file, as JSON: counts
     recorded vs proposed, agreement, excluded requests and why, per-team results. Reads only."""
-    from lib.ledger.replay import replay_ledger
-    from lib.ledger.teams_file import load_teams_file
+    from lib.ledger.replay import replay_ledger  # here: it brings numpy (calibration)
     proposed = load_teams_file(args.policy)["teams"]
     levels = {t["team"]: args.calibration_level for t in proposed} if args.calibration_level else None
     result = replay_ledger(args.db, proposed, start=args.start, end=args.end, levels=levels,
@@ -465,8 +463,6 @@ def main(argv=None) -> int:
     for name, default in (("db", None), ("progress", False), ("timeout", 10.0)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    from lib.ledger.finishing import UnknownRun
-    from lib.ledger.teams_file import TeamsFileError
     try:
         check_ledger_file(args.db)  # a wrong --db is refused before anything is made next to it
         return COMMANDS[args.command](args)

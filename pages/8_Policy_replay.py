@@ -12,7 +12,7 @@ from lib.ledger.audit import record_export as record_export_in
 from lib.ledger.connection import LedgerError
 from lib.ledger.replay import ledger_teams_file, policy_to_toml, propose, replay_ledger
 from lib.ledger.teams_file import TeamsFileError
-from lib.planning.replay import team_table
+from lib.planning.replay_report import team_table
 
 f = ui.frame()
 grant = ui.require("policy")   # planners only; and never on an app that listens beyond loopback unsigned

@@ -34,6 +34,8 @@ from datetime import datetime, timedelta
 from statistics import NormalDist
 from typing import Iterable
 
+import numpy as np
+
 from lib.gate.contracts import Calibration, CalibrationRow
 
 DEFAULT_LEVEL = 0.9
@@ -68,7 +70,6 @@ def _median(done, cens) -> float | None:
     When that median falls on a censored run, the median of the stop values themselves is used
     instead: a lower bound on the true median, never the no-correction factor 1 by default.
     """
-    import numpy as np
     n = len(done) + len(cens)
     if n == 0:
         return None
@@ -79,7 +80,6 @@ def _median(done, cens) -> float | None:
 
 def _kth(values, k: int) -> float:
     """The k-th smallest (0-based) of a sequence of numbers."""
-    import numpy as np
     return float(np.partition(np.asarray(values, dtype=float), k)[k])
 
 
@@ -89,8 +89,6 @@ def tobit_fit(done, cens, iterations: int = 200, *, start: tuple[float, float] |
 
     start: the fit of nearly the same runs (a replay one run later): Newton's method from there
     converges in a few steps where EM, slow under heavy censoring, takes dozens; EM if it fails."""
-    import numpy as np
-
     d = np.asarray(done, dtype=float)
     c = np.asarray(cens, dtype=float)
     n = len(d) + len(c)
@@ -125,8 +123,6 @@ def tobit_fit(done, cens, iterations: int = 200, *, start: tuple[float, float] |
 def _tobit_newton(d, c, start: tuple[float, float], tol: float, iterations: int = 30):
     """Newton's method on the censored-normal log likelihood from `start`; None when it does not
     converge to a maximum (then EM takes over)."""
-    import numpy as np
-
     mu, sigma = start
     for _ in range(iterations):
         if not (sigma > 1e-6 and math.isfinite(mu)):
@@ -156,8 +152,6 @@ def _tobit_newton(d, c, start: tuple[float, float], tol: float, iterations: int 
 def _erfc(x):
     """erfc over a numpy array (numpy has none): the Chebyshev fit of Press et al., *Numerical
     Recipes* (2nd ed., 1992, §6.2, erfcc), fractional error under 1.2e-7 everywhere, tails included."""
-    import numpy as np
-
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
     poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
@@ -175,8 +169,6 @@ def change_point(r) -> int | None:
     CHANGE_MIN_RUNS after it; the strongest split is taken and the search repeats on the runs after
     it. A censored run counts at its stop value (a lower bound on its ratio). None: no change.
     """
-    import numpy as np
-
     x = np.asarray(r, dtype=float)
     start, found = 0, None
     while len(x) - start >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
@@ -217,8 +209,6 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dic
     "since" (index of the first run after a change, or None), "fit" (Tobit (μ, σ) or None)}.
     start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster.
     """
-    import numpy as np
-
     r = np.asarray(r, dtype=float)
     c = np.asarray(censored, dtype=bool)
     since = change_point(r) if len(r) >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS else None
@@ -315,7 +305,6 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
 def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
     """The whole window's bound, no change searched for (rows without end times; the method before
     changes were followed). Keys as scope_bound's, without fit."""
-    import numpy as np
     r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
     method, med, q, _ = _fit(r[~c], r[c], level)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None}
@@ -372,8 +361,6 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
     "checked" (covered + exceeded), "covered", "coverage" (None when nothing checked),
     "unknown_bound" (no bound), "level"}.
     """
-    import numpy as np
-
     r = np.asarray(log_ratios_in_time_order, dtype=float)
     c = np.asarray(censored, dtype=bool)
     if decided_at is not None:

@@ -31,7 +31,7 @@ def os_user(uid: int | None = None) -> str:
     """The OS login name of `uid` (default: this process's user, what the command line records as the
     actor; a server passes its caller's peer uid). A uid with no passwd entry is its number as text."""
     try:
-        import pwd
+        import pwd  # Unix only: elsewhere the ImportError below falls back to getpass
         return pwd.getpwuid(os.getuid() if uid is None else uid).pw_name
     except ImportError:
         return getpass.getuser() if uid is None else str(uid)
@@ -41,7 +41,7 @@ def os_user(uid: int | None = None) -> str:
 
 def unix_groups(user: str) -> list[str]:
     """The names of the Unix groups `user` belongs to (primary and supplementary); [] for an unknown user."""
-    try:
+    try:  # grp and pwd are Unix only: elsewhere the ImportError below means no groups
         import grp
         import pwd
         gids = os.getgrouplist(user, pwd.getpwnam(user).pw_gid)

@@ -174,8 +174,8 @@ def _user_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
 def _schema_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> int | None:
     """The ledger's schema version; None for a DuckDB database with no tables yet.
 
-    Reads `meta` directly (a missing table means a new file): about 10 ms cheaper per open than
-    asking information_schema, and every submit opens the ledger. Raises NotALedger for a database
+    Reads `meta` directly (a missing table means a new file): cheaper per open than asking
+    information_schema, and every submit opens the ledger. Raises NotALedger for a database
     with tables but no schema version, LedgerError for a version that is not a whole number.
     """
     try:

@@ -22,8 +22,11 @@ import json
 from datetime import datetime
 from typing import Callable
 
+from lib.gate.admission import decide, reject, unknown_team
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
-from lib.gate.terms import KINDS, naive_utc, utcnow
+from lib.gate.reasons import reason
+from lib.gate.request import run_id_problem
+from lib.gate.terms import KINDS, naive_utc, team_name_problem, utcnow
 from lib.ledger.connection import ledger_path, open_ledger, transaction
 from lib.ledger.decider_lock import deciding_in_process
 from lib.ledger.recording import canonical_json, record_decision
@@ -90,7 +93,6 @@ class LedgerFacts:
 def policy_for(request: Request, facts: DecisionFacts) -> Policy | None:
     """The policy of the team the request names; None for an unknown team, and without a look-up for
     a value that is no team name (DuckDB refuses e.g. a lone surrogate; the decision rejects it by name)."""
-    from lib.gate.request import team_name_problem
     team = request.get("team") if isinstance(request, dict) else None
     return facts.policy(team) if team_name_problem(team) is None else None
 
@@ -103,10 +105,6 @@ def decide_with(request: Request, now: datetime, facts: DecisionFacts) -> tuple[
     the reservation still waits for the run: then the answer is the recorded admit (see
     `recorded_admit`), so a caller that lost the answer can retry safely.
     """
-    from lib.gate.admission import decide, reject, unknown_team
-    from lib.gate.reasons import reason
-    from lib.gate.request import run_id_problem
-
     policy = policy_for(request, facts)
     if policy is None:
         return unknown_team(request, known_teams=facts.known_teams(), now=now), None

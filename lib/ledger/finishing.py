@@ -7,6 +7,7 @@ from lib.gate.stopping import artifact_status_for
 from lib.gate.terms import (ARTIFACT_STATUSES, INCOMPLETE_STOPS, STOP_REASONS, InputError, checked_count,
                             checked_number, naive_utc, utcnow)
 from lib.ledger import team_weeks
+from lib.ledger.audit import command_line, record
 from lib.ledger.connection import LedgerError, transaction
 from lib.ledger.writer import write_ledger
 
@@ -82,7 +83,6 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     if last_valid_checkpoint is not None and (type(last_valid_checkpoint) is not str or
                                               len(last_valid_checkpoint) > 2000):
         raise FinishInputError("last_valid_checkpoint must be a string of at most 2000 characters")
-    from lib.ledger.audit import command_line, record
     who = who or command_line()
     now = utcnow()
     try:

@@ -19,7 +19,8 @@ from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, 
                                          cut_params, newest_cutoffs)
 from lib.ledger.state import KNOWN_TEAMS, MIN_RATE_RUNS, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
-from lib.planning.replay import Hold, RecordedRequest, ReplayResult, RunRecord, World, replay
+from lib.planning.replay import replay
+from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
 
 DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)

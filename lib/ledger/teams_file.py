@@ -29,6 +29,8 @@ from typing import TypedDict
 
 from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
+from lib.ledger.audit import record
+from lib.ledger.connection import transaction
 from lib.ledger.files import NotRegularFile, open_regular
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
@@ -328,8 +330,6 @@ def sync_teams(con, path=None, *, who=None) -> dict:
     teams_updated (policy or colour changed), teams_unchanged, snapshots_inserted,
     snapshots_updated, snapshots_unchanged, prices (capacity types priced).
     """
-    from lib.ledger.connection import transaction
-
     parsed = load_teams_file(path)
     teams, snapshots, prices = parsed["teams"], parsed["snapshots"], parsed["prices"]
     counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",
@@ -371,7 +371,6 @@ def sync_teams(con, path=None, *, who=None) -> dict:
             con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
                         [capacity, price, prices["currency"]])
         if who is not None:
-            from lib.ledger.audit import record
             record(con, who, "teams", fmt="toml", inserted=counts["teams_inserted"],
                    updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
                    detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "

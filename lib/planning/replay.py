@@ -26,6 +26,10 @@ A request the replay cannot decide as it was decided (no request JSON, one that 
 request although it was not rejected, a team without a policy) is *excluded* with its reason, and
 left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
 recorded), since the replay cannot say what else would have happened. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+
+Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_history`
+(what it learns from the runs finished so far: calibration rows, interruption rates, calibration),
+`replay_report` (its per-team tallies, the result and the result's table rows).
 """
 from __future__ import annotations
 
@@ -33,263 +37,23 @@ import bisect
 import heapq
 import json
 import operator
-import statistics
-from collections import Counter, deque
+from collections import Counter
 from datetime import datetime, timedelta
-from typing import Iterable, Literal, NotRequired, TypedDict
+from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
-from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS, calibrate_scopes
+from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.capacity import fit_for_reasons
-from lib.gate.contracts import Calibration, Policy, Reservation
+from lib.gate.contracts import Policy, Reservation
 from lib.gate.reasons import reason
 from lib.gate.terms import KINDS, month_start
+from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
+from lib.planning.replay_report import count_decision, replay_result, team_tally
+from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
-Refresh = Literal["exact", "daily"]
-EXCLUDED_LISTED = 1000      # excluded requests listed one by one (all are counted)
-CHANGED_LISTED = 500        # changed decisions listed one by one (all are counted)
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
 _RUN_ID = operator.itemgetter(0)
 
-
-class RecordedRequest(TypedDict):
-    """One row of the ledger's decisions table, as replay reads it."""
-    decision_id: int
-    decided_at: datetime
-    run_id: str | None
-    team: str | None
-    kind: str | None
-    request_json: str | None
-    state: str
-    reason_codes: list[str]
-    reserved_gpu_hours: float | None
-
-
-class RunRecord(TypedDict):
-    """A run named by a replayed request, as recorded. `controlled`: its outcome is the replay's
-    (admitted inside the window, or never admitted); otherwise it is background, booked from
-    `booked_at`. `calibration`: (estimated_gpu_hours, censored) when it counts in calibration."""
-    run_id: str
-    team: str
-    kind: str
-    gpus: int
-    reserved_until: datetime | None
-    reserved_gpu_hours: float | None
-    started_at: datetime | None
-    ended_at: datetime | None
-    actual_gpu_hours: float | None
-    admitted_at: datetime | None
-    controlled: bool
-    booked_at: datetime | None
-    calibration: tuple[float, bool] | None
-    interruptions: NotRequired[int | None]   # when it counts in the preemptible interruption rate
-
-
-class Hold(TypedDict):
-    """A background reservation: holds `reservation` over [start, release) (release None: never)."""
-    start: datetime
-    release: datetime | None
-    reservation: Reservation
-
-
-# A background run's end: (ended_at, team, kind, actual GPU-hours or None, (estimated, censored)
-# when it counts in calibration else None, its interruptions when it counts in the preemptible
-# interruption rate else None). Given in time order.
-End = tuple
-
-
-class World(TypedDict):
-    """Everything the replay needs besides the requests and the policies."""
-    holds: list[Hold]
-    ends: list[End]
-    runs: dict[str, RunRecord]
-    snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
-    rate_base: NotRequired[dict[str, tuple[int, float, int]]]  # team -> (runs, GPU-hours, interruptions)
-    min_rate_runs: NotRequired[int]         # runs a team needs before its own rate is used
-
-
-class TeamResult(TypedDict):
-    """One team's replay, proposed vs recorded (same keys under each)."""
-    team: str
-    recorded: dict
-    proposed: dict
-
-
-class ReplayResult(TypedDict):
-    """What `replay` returns (the command line prints it as JSON)."""
-    window: dict
-    requests: int
-    replayable: int
-    recorded: dict
-    proposed: dict
-    agreement: float | None
-    reason_agreement: float | None
-    changed: dict
-    changed_requests: list[dict]
-    excluded: dict
-    teams: list[TeamResult]
-    calibration_level: dict
-    calibration_refresh: str
-    calibrations_computed: int
-
-
-# ------------------------------------------------------------------------------ calibration
-
-class _Scopes:
-    """The calibration rows of runs finished so far, per scope (team × kind, team, everyone): each
-    the `max_runs` most recent in end order (older ones can never be among the most recent again),
-    with a version that changes whenever a row enters or leaves."""
-
-    def __init__(self, max_runs: int, window_days: int):
-        self.max_runs, self.window = max_runs, timedelta(days=window_days)
-        self.rows: dict = {}
-        self.version: Counter = Counter()
-
-    def _dq(self, key) -> deque:
-        dq = self.rows.get(key)
-        if dq is None:
-            dq = self.rows[key] = deque(maxlen=self.max_runs)
-        return dq
-
-    def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
-            censored: bool) -> None:
-        row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
-                          "ended_at": ended_at})
-        for key in ((team, kind), (team,), ()):
-            self._dq(key).append(row)
-            self.version[key] += 1
-
-    def prune(self, key, now: datetime) -> None:
-        """Drop the rows of scope `key` that ended at or before now - window (SQL: ended_at > since)."""
-        dq = self.rows.get(key)
-        since = now - self.window
-        while dq and dq[0][0] <= since:
-            dq.popleft()
-            self.version[key] += 1
-
-    def scoped(self, team: str, kind: str, now: datetime, read: list):
-        """(scope name, rows) in fallback order, lazily; appends each scope key read to `read`."""
-        for name, key in (("team×kind", (team, kind)), ("team", (team,)), ("all", ())):
-            self.prune(key, now)
-            read.append(key)
-            yield name, [r for _, r in self.rows.get(key, ())]
-
-
-class _Rates:
-    """Interruptions per GPU-hour on preemptible capacity over the runs finished in the window before
-    now (lib.ledger.state.interruption_rate's rule): the team's with enough runs, else everyone's."""
-
-    def __init__(self, base: dict, min_runs: int, window_days: int):
-        self.min_runs, self.window = min_runs, timedelta(days=window_days)
-        self.rows: deque = deque()
-        self.sums: dict = {t: list(v) for t, v in base.items()}   # team -> [runs, GPU-hours, interruptions]
-        self.total = [sum(v[i] for v in base.values()) for i in range(3)]
-
-    def _apply(self, team: str, hours: float, n: int, sign: int) -> None:
-        t = self.sums.setdefault(team, [0, 0.0, 0])
-        for acc in (t, self.total):
-            acc[0] += sign
-            acc[1] += sign * hours
-            acc[2] += sign * n
-
-    def add(self, ended_at: datetime, team: str, hours: float, n: int) -> None:
-        self.rows.append((ended_at, team, hours, n))
-        self._apply(team, hours, n, 1)
-
-    def rate(self, team: str, now: datetime) -> dict | None:
-        since = now - self.window
-        while self.rows and self.rows[0][0] <= since:
-            _, t, hours, n = self.rows.popleft()
-            self._apply(t, hours, n, -1)
-        own = self.sums.get(team, [0, 0.0, 0])
-        for scope, (runs, hours, n) in (("team", own), ("all", self.total)):
-            if runs > 0 and (scope == "all" or runs >= self.min_runs):   # runs have actual > 0
-                return {"per_gpu_hour": float(n) / float(hours), "scope": scope, "runs": int(runs),
-                        "gpu_hours": float(hours), "interruptions": int(n)}
-        return None
-
-
-class _Calibrations:
-    """Calibration per request, recomputed only when needed (see the module docstring)."""
-
-    def __init__(self, scopes: _Scopes, refresh: Refresh):
-        self.scopes, self.refresh = scopes, refresh
-        self.cache: dict = {}
-        self.computed = 0
-
-    def get(self, team: str, kind: str, level: float, now: datetime) -> Calibration:
-        key = (team, kind, level)
-        hit = self.cache.get(key)
-        if hit is not None:
-            stamp, cal = hit
-            if self.refresh == "daily":
-                if stamp == now.date():
-                    return cal
-            else:
-                for scope, version in stamp:
-                    self.scopes.prune(scope, now)
-                    if self.scopes.version[scope] != version:
-                        break
-                else:
-                    return cal
-        read: list = []
-        cal = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
-        self.computed += 1
-        stamp = now.date() if self.refresh == "daily" else tuple((k, self.scopes.version[k]) for k in read)
-        self.cache[key] = (stamp, cal)
-        return cal
-
-
-# ------------------------------------------------------------------------------ tallies
-
-def _tally() -> dict:
-    return {"admit": 0, "defer": 0, "reject": 0, "deferrals_by_reason": Counter(),
-            "reserved_gpu_hours": 0.0, "used_gpu_hours": 0.0, "idle_gpu_hours": 0.0,
-            "budget_breaches": 0, "waits_hours": [], "never_fits_by_waiting": 0}
-
-
-def _team_tally(tallies: dict, team) -> dict:
-    key = team if isinstance(team, str) else str(team)
-    t = tallies.get(key)
-    if t is None:
-        t = tallies[key] = _tally()
-    return t
-
-
-def _count(t: dict, state: str, codes: list[str], reserved: float | None, actual: float | None) -> None:
-    """Add one decision to a tally: its state, its deferral reasons, and for an admit the GPU-hours
-    reserved, used (the run's actual; 0 if it never ran), left idle (reserved - used, at least 0),
-    and whether the run's actual exceeded the reservation (a budget breach)."""
-    t[state] += 1
-    if state == "defer":
-        t["deferrals_by_reason"].update(codes)
-    elif state == "admit" and reserved is not None:
-        used = actual or 0.0
-        t["reserved_gpu_hours"] += reserved
-        t["used_gpu_hours"] += used
-        t["idle_gpu_hours"] += max(0.0, reserved - used)
-        t["budget_breaches"] += actual is not None and actual > reserved * (1 + 1e-9)
-
-
-def _summary(t: dict) -> dict:
-    """A tally as reported: counts, reasons sorted, idle share, median wait (hours) to the earliest
-    fit of the deferred requests that waiting would cure."""
-    waits = t["waits_hours"]
-    return {
-        "admit": t["admit"], "defer": t["defer"], "reject": t["reject"],
-        "deferrals_by_reason": dict(sorted(t["deferrals_by_reason"].items())),
-        "reserved_gpu_hours": round(t["reserved_gpu_hours"], 3),
-        "used_gpu_hours": round(t["used_gpu_hours"], 3),
-        "idle_share": (round(t["idle_gpu_hours"] / t["reserved_gpu_hours"], 4)
-                       if t["reserved_gpu_hours"] > 0 else None),
-        "budget_breaches": t["budget_breaches"],
-        "median_wait_hours": round(statistics.median(waits), 3) if waits else None,
-        "deferred_with_fit": len(waits),
-        "never_fits_by_waiting": t["never_fits_by_waiting"],
-    }
-
-
-# ------------------------------------------------------------------------------ the replay
 
 def _parse(request_json: str | None):
     if not request_json:
@@ -335,7 +99,6 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
         return f"team {team!r} has no policy (neither proposed nor in the ledger)"
     return None
 
-
 def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
@@ -358,7 +121,7 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     recorded = _run(requests, policies, world, levels, refresh, max_runs, window_days, say, mode="recorded",
                     skip=skip)
     say(1.0, "replay done")
-    return _result(requests, proposed, recorded, policies, levels, refresh, window)
+    return replay_result(requests, proposed, recorded, policies, levels, refresh, window)
 
 
 def _run(requests, policies, world, levels, refresh, max_runs, window_days, say, *, mode: str,
@@ -367,9 +130,9 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     "recorded" takes each recorded decision as it was (to measure the recorded waits), leaving out
     the decision IDs in `skip` (those the proposed pass excluded)."""
     runs, snapshots = world["runs"], world["snapshots"]
-    scopes = _Scopes(max_runs, window_days)
-    rates = _Rates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-    cals = _Calibrations(scopes, refresh)
+    scopes = CalibrationScopes(max_runs, window_days)
+    rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
+    cals = Calibrations(scopes, refresh)
     spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
     active: dict[str, list] = {}      # team -> [(release, Reservation)]
     booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
@@ -463,8 +226,8 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
             actual = _admit(request, run, decision, now, active, booked, dynamic, seq)
             seq += 1
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
-            _fit_wait(codes, now, kind, policy, holders, request["gpus"], _team_tally(tallies, team))
-        _count(_team_tally(tallies, team), state, codes, reserved, actual)
+            _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team))
+        count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
 
@@ -478,7 +241,7 @@ def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, talli
         return
     state, codes, reserved = req["state"], list(req["reason_codes"] or []), req["reserved_gpu_hours"]
     team = req["team"]
-    tally = _team_tally(tallies, team)
+    tally = team_tally(tallies, team)
     run = runs.get(req["run_id"])
     actual = None
     if state == "admit" and run is not None:
@@ -488,7 +251,7 @@ def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, talli
         request = _parse(req["request_json"]) or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
             _fit_wait(codes, now, request["kind"], policies[team], _held(active, team, now), request["gpus"], tally)
-    _count(tally, state, codes, reserved, actual)
+    count_decision(tally, state, codes, reserved, actual)
     outcomes.append((req, state, codes, reserved))
 
 
@@ -530,82 +293,3 @@ def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float |
     if isinstance(run_id, str):
         booked.setdefault(run_id, now)
     return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
-
-
-def _share(hits: int, total: int) -> float | None:
-    return round(hits / total, 4) if total else None
-
-
-def _result(requests, proposed, recorded, policies, levels, refresh, window) -> ReplayResult:
-    excluded_by: Counter = Counter()
-    excluded_list = []
-    same_state = same_codes = replayable = 0
-    totals = {"recorded": Counter(), "proposed": Counter()}
-    changed: Counter = Counter()
-    changed_list = []
-    for (req, state, codes, reserved), (_, rec_state, _, _) in zip(proposed["outcomes"], recorded["outcomes"]):
-        if state is None:
-            why = codes
-            excluded_by[why.split(":")[0] if why.startswith("the recorded request is not") else why] += 1
-            if len(excluded_list) < EXCLUDED_LISTED:
-                excluded_list.append({"decision_id": req["decision_id"], "run_id": req["run_id"],
-                                      "team": req["team"], "decided_at": req["decided_at"], "why": why})
-            continue
-        replayable += 1
-        totals["recorded"][req["state"]] += 1
-        totals["proposed"][state] += 1
-        rec_codes = list(req["reason_codes"] or [])
-        same_state += state == req["state"]
-        same_codes += state == req["state"] and codes == rec_codes
-        if state != req["state"] or codes != rec_codes:
-            changed[f"{req['state']}->{state}"] += 1
-            if len(changed_list) < CHANGED_LISTED:
-                changed_list.append({"decision_id": req["decision_id"], "run_id": req["run_id"],
-                                     "team": req["team"], "decided_at": req["decided_at"],
-                                     "recorded_state": req["state"], "recorded_reasons": rec_codes,
-                                     "proposed_state": state, "proposed_reasons": codes})
-    teams = sorted(set(proposed["tallies"]) | set(recorded["tallies"]))
-    return {
-        "window": dict(window or {}),
-        "requests": len(requests),
-        "replayable": replayable,
-        "recorded": {s: totals["recorded"][s] for s in ("admit", "defer", "reject")},
-        "proposed": {s: totals["proposed"][s] for s in ("admit", "defer", "reject")},
-        "agreement": _share(same_state, replayable),
-        "reason_agreement": _share(same_codes, replayable),
-        "changed": dict(sorted(changed.items())),
-        "changed_requests": changed_list,
-        "excluded": {"count": sum(excluded_by.values()), "by_reason": dict(excluded_by.most_common()),
-                     "requests": excluded_list},
-        "teams": [{"team": t,
-                   "policy_version": (policies.get(t) or {}).get("policy_version"),
-                   "recorded": _summary(recorded["tallies"].get(t, _tally())),
-                   "proposed": _summary(proposed["tallies"].get(t, _tally()))} for t in teams],
-        "calibration_level": {t: levels.get(t, DEFAULT_LEVEL) for t in sorted(policies)},
-        "calibration_refresh": refresh,
-        "calibrations_computed": proposed["calibrations_computed"],
-    }
-
-
-MEASURES = {  # per-team result key -> how the table names it
-    "admit": "admitted", "defer": "deferred", "reject": "rejected",
-    "reserved_gpu_hours": "reserved GPU-hours (admitted)", "used_gpu_hours": "used GPU-hours (admitted)",
-    "idle_share": "idle share of reserved (0-1)", "budget_breaches": "budget breaches (actual > reserved)",
-    "median_wait_hours": "median wait to earliest fit (hours)",
-    "never_fits_by_waiting": "deferred, waiting never fits",
-}
-
-
-def team_table(result: ReplayResult) -> list[dict]:
-    """The per-team results as rows (team, measure, recorded, proposed) for a table."""
-    rows = []
-    for t in result["teams"]:
-        rec, pro = t["recorded"], t["proposed"]
-        for key, label in MEASURES.items():
-            rows.append({"team": t["team"], "measure": label, "recorded": rec[key], "proposed": pro[key]})
-        for code in sorted(set(rec["deferrals_by_reason"]) | set(pro["deferrals_by_reason"])):
-            rows.append({"team": t["team"], "measure": f"deferred for {code}",
-                         "recorded": rec["deferrals_by_reason"].get(code, 0),
-                         "proposed": pro["deferrals_by_reason"].get(code, 0)})
-    return rows
-

@@ -17,9 +17,12 @@ What becomes of a job's comment:
 """
 from __future__ import annotations
 
+import json
 import os
+import stat
 
-from lib.gate.terms import shown
+from lib.gate.reasons import reason
+from lib.gate.terms import JSONTooDeep, loads_bounded, shown
 
 NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields (INFINITE is 0xFFFFFFFF)
 # without these the gate cannot judge the job (a gate failure); a missing data_snapshot is not among
@@ -144,8 +147,7 @@ def parse_comment(comment, *, work_dir=None, uid=None) -> dict:
             st = os.fstat(f.fileno())
             submitter = _slurm_int(uid)
             owner_ok = submitter is not None and (submitter == 0 or st.st_uid == submitter)
-            import stat as _stat
-            if not _stat.S_ISREG(st.st_mode) or not owner_ok:
+            if not stat.S_ISREG(st.st_mode) or not owner_ok:
                 raise IncompleteRequest(f"{source} must be a regular file owned by the submitting user")
             if st.st_size > MAX_REQUEST_FILE_BYTES:
                 raise IncompleteRequest(f"{source} is larger than {MAX_REQUEST_FILE_BYTES} bytes")
@@ -154,15 +156,11 @@ def parse_comment(comment, *, work_dir=None, uid=None) -> dict:
                     "utf-8", "surrogateescape")
             except OSError as exc:
                 raise IncompleteRequest(f"{source} cannot be read ({exc})") from None
-    import json
-
-    from lib.gate.terms import JSONTooDeep, loads_bounded
     try:
         # NaN / Infinity are read as floats, integers of any length as ints: the decision refuses
         # them by field name (never accepted, never a gate failure)
         obj = loads_bounded(text)
     except JSONTooDeep as exc:
-        from lib.gate.reasons import reason
         raise Rejected([reason(
             "invalid-request", f"the {source} JSON is {exc}; a request is one object whose fields nest "
             "at most two levels (pilot, stop_policy.early_stop)", field="request",

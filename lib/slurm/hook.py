@@ -73,7 +73,7 @@ FLAG_LOG_FIELD_CHARS = 4096  # a job field's characters the flag log keeps (a co
 
 def __getattr__(name):
     if name in _FROM_COMMENT:
-        from lib.slurm import comment
+        from lib.slurm import comment  # on first use: the socket client (`python -S`) never needs it
         return getattr(comment, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -129,6 +129,7 @@ def _float(text, default):
 def job_actor(fields: dict) -> str | None:
     """Who submitted the job, as the ledger records actors ("NAME (uid N)"), from the user and uid
     Slurm reports; None when the job description carries no uid."""
+    # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.ledger.audit import os_actor
     from lib.slurm.comment import _slurm_int
     uid = _slurm_int(fields.get("uid"))
@@ -145,6 +146,7 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     journaled goes into the ledger first, then the decider lock, the writer turn and one write
     transaction. The capacity is set from the team's preemptible_partitions inside that transaction
     (`prepare`), so the hook opens the ledger once."""
+    # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.gate.terms import utcnow
     from lib.ledger.deciding import submit_request
     from lib.slurm.comment import capacity_for
@@ -169,6 +171,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
     preemptible partitions); tests may pass `submit(request) -> decision` and `preemptible` (a list,
     or team -> list) instead. Which job comments are judged, rejected or a gate failure: lib.slurm.comment.
     """
+    # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.gate.request import run_id_problem
     from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request
     run_id = None
@@ -191,7 +194,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
     except Refusal as exc:
         return Outcome(EXIT_REFUSED, f"training-gate: refused: {exc}")
     except Rejected as exc:  # invalid before any decision: a reject (nothing recorded), never a failure
-        from lib.gate.admission import reject
+        from lib.gate.admission import reject  # not at the top: see `gate`'s imports
         named = {k: (fields.get(f) or "").strip() or None for k, f in (("run_id", "name"), ("team", "account"))}
         return outcome_for(reject(named, exc.problems))
     except IncompleteRequest as exc:
@@ -203,7 +206,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
 
 def outcome_for(decision: dict, *, time_to_set=None, notes=()) -> Outcome:
     """The hook's answer to a decision: admit -> accept; defer / reject -> one line, every reason + fix."""
-    from lib.slurm.comment import _is_number
+    from lib.slurm.comment import _is_number  # not at the top: the socket client needs none of it
     extra = (" (" + "; ".join(notes) + ")") if notes else ""
     if decision.get("state") == "admit":
         est = decision.get("estimate") or {}
@@ -250,6 +253,7 @@ def _flag_log(config: dict, record: dict) -> None:
     path = config.get("flag_log")
     if not path:
         return
+    # here, not at the top: the socket client (`python -S`) logs only when the server does not answer
     import datetime as _dt
 
     from lib.gate.terms import json_text
@@ -288,7 +292,7 @@ def _emit(outcome: Outcome) -> int:
 
 def ask_server(socket_path: str, fields: dict, env_config: dict, timeout_s: float):
     """The warm server's Outcome, or None when no server listens (then decide in-process)."""
-    from lib.slurm.wire import exchange  # os, sys and _socket only (lib.slurm.wire)
+    from lib.slurm.wire import exchange  # _socket and time only (lib.slurm.wire)
     got = exchange(socket_path, fields, env_config, timeout_s)
     if got is None:
         return None
@@ -319,7 +323,7 @@ def _cold_imports() -> None:
     """Started with -S (no site): add site-packages the way a normal start would, then decide here."""
     if "duckdb" in sys.modules:
         return
-    import site
+    import site  # only now: the hook starts with -S and needs site-packages only to decide here
     if not any(p.endswith("site-packages") for p in sys.path):
         site.main()
 

@@ -64,7 +64,7 @@ class Journal:
     `max_mb`: the journal may grow to this many MiB (SQLite's max_page_count); past it appends fail
     as on a full disk. None: no bound but the disk's. `sync`: FULL (default) fsyncs every decision
     before the answer, surviving a power loss; NORMAL survives the server's crash (kill -9) but not
-    the machine's, and saves the fsync (0.5 to 30 ms on a busy disk) on every sbatch.
+    the machine's, and saves the fsync (slow on a busy disk) on every sbatch.
     """
 
     def __init__(self, path: Path, *, max_mb: float | None = None, sync: str = "FULL"):

@@ -35,7 +35,6 @@ error line.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -45,6 +44,8 @@ import threading
 import time
 from pathlib import Path
 
+from lib.gate.admission import reject
+from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import LedgerLocked, ledger_path
 from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate, job_actor
@@ -202,8 +203,6 @@ def _ledger_key(path: Path):
 
 def _too_deep(exc: JSONTooDeep, now):
     """The reject of a request whose JSON nests too deeply to be parsed (c:request)."""
-    from lib.gate.admission import reject
-    from lib.gate.reasons import reason
     return reject({}, [reason("invalid-request", f"the request JSON is {exc}", field="request",
                               fix="send the request as one JSON object whose fields nest at most two levels")],
                   now=now)
@@ -237,8 +236,6 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
     between batches into the ledger."""
-    import importlib
-    importlib.import_module("lib.gate.admission")  # warm the imports before the first job
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
                         flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None)
     named = db or os.environ.get("GATE_DB")

@@ -6,10 +6,13 @@ NUL), then the client ends its side of the connection (EOF ends the message).
 Answer: "<exit code>\\n" then the rest (the hook's protocol lines, or for op requests the decision JSON
 or an error line).
 
-Cheap to import: only os, sys and _socket (json, socket.py, enum and selectors would cost more than
+Cheap to import: only _socket and time (json, socket.py, enum and selectors would cost more than
 the rest of the hook's start); Lua's own client (job_submit.lua) speaks the same format.
 """
 from __future__ import annotations
+
+import _socket  # the C module: socket.py would import enum and selectors
+import time
 
 CONNECT_RETRY_S = (0.002, 0.05)  # sleep between connect attempts while the listen backlog is full
 
@@ -40,7 +43,6 @@ def decode_request(data: bytes) -> tuple[dict, dict]:
 
 
 def _recv_all(sock, deadline: float) -> bytes:
-    import time
     chunks = []
     while True:
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -56,9 +58,6 @@ def exchange(socket_path: str, fields: dict, config: dict, timeout_s: float) -> 
 
     `timeout_s` bounds the whole exchange. A full listen backlog (EAGAIN on connect: the server is
     busy with a burst) is tried again every few ms within it, then raises BlockingIOError."""
-    import time
-
-    import _socket  # the C module: socket.py would import enum and selectors (~5-10 ms)
     deadline = time.monotonic() + timeout_s
     pause, most = CONNECT_RETRY_S
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)

@@ -17,6 +17,7 @@ from lib.gate.calibration import calibrate
 from lib.gate.terms import KINDS, finite_number, naive_utc
 from lib.ledger.demo.insert import run_ids
 from lib.ledger.demo.parameters import DEFER_CODES, GPU_CHOICES
+from lib.ledger.recording import canonical_json
 
 _NO_HISTORY = calibrate([], "", "")   # the calibration of a team without history (no correction)
 
@@ -93,7 +94,6 @@ def _deferred_request(policy: dict, snapshots: list[dict], run_id: str, kind: st
 def deferred_decisions(data: dict, teams: list[dict], snapshots: list[dict]) -> pd.DataFrame:
     """The deferred demo decisions, each decided by the gate (lib.gate.admission.decide) over the
     team's policy and demo_state, and serialised as lib.ledger.recording.record_decision records it."""
-    from lib.ledger.recording import canonical_json
     d = data["deferred"]
     codes = np.array(DEFER_CODES)
     rows = []

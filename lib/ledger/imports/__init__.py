@@ -76,7 +76,7 @@ def _file_error(path: Path, source) -> dict | None:
 @contextlib.contextmanager
 def _session(con):
     """A fresh cursor for one pass over a file: its own reject tables and temp tables, UTC, and a
-    memory limit beyond which staging tables spill to <ledger>.tmp (peak under 1 GB)."""
+    memory limit beyond which staging tables spill to <ledger>.tmp (so a large import stays in bounds)."""
     cur = con.cursor()
     try:
         cur.execute("SET TimeZone = 'UTC'").fetchall()

@@ -191,7 +191,7 @@ def _typed_expr(col: str, raw: str, trimmed: str | None, *, numbers_read: bool =
         return f"CASE WHEN {d} = trunc({d}) AND abs({d}) < 2147483648 THEN CAST({d} AS INTEGER) END"
     if col in TIME_COLUMNS:
         # text -> TIMESTAMPTZ (an offset is applied; none means the session's UTC) -> its UTC instant
-        # as TIMESTAMP. epoch_us/make_timestamp do that last step ~5x faster than a TIMESTAMPTZ ->
+        # as TIMESTAMP. epoch_us/make_timestamp do that last step faster than a TIMESTAMPTZ ->
         # TIMESTAMP cast (which goes through ICU); +-infinity become NULL, i.e. not a valid time.
         return f"make_timestamp(epoch_us(TRY_CAST({t} AS TIMESTAMPTZ)))"
     if col in BOOL_COLUMNS:
@@ -290,8 +290,7 @@ def import_csv(cur, path: Path, report: ImportReport, create_teams: bool, dry_ru
     """Import the CSV file at `path` (format: module docstring) with `cur`, or say in report.errors why not.
 
     exact: number every record by its position in the file, which errors and the preview show.
-    Without it the staging is faster (a clean import of a million rows takes about a third less
-    time; it also lets the reader parse numbers), but positions are approximate: the import then stops at the first sign of a problem and
+    Without it the staging is faster (it also lets the reader parse numbers), but positions are approximate: the import then stops at the first sign of a problem and
     returns True, and the caller runs it again, exactly, on a fresh cursor. Returns False otherwise.
     """
     names = _read_header(path, report)

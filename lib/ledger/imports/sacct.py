@@ -30,6 +30,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow as pa
+
 from lib.ledger.imports.columns import ENUMS, MAX_TEXT_CHARS
 from lib.ledger.imports.merge import Staged, check_and_write
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _err
@@ -383,8 +385,6 @@ def _capacity(partition: str | None, preemptible: list[str]) -> str:
 
 def _stage(cur, rows: list[dict]) -> None:
     """Store the rows in the temp table `typed` (its `_row` = the file line)."""
-    import pyarrow as pa
-
     ts = pa.timestamp("us")
     schema = pa.schema([
         ("_row", pa.int64()), ("run_id", pa.string()), ("team", pa.string()), ("kind", pa.string()),

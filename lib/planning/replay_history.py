@@ -1,0 +1,118 @@
+"""What a policy replay (lib.planning.replay) has learnt from the runs finished so far in its replay
+world, as time moves forward: the calibration rows per scope, the interruption rate on preemptible
+capacity, and the calibration each request sees (recomputed only when needed).
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from datetime import datetime, timedelta
+
+from lib.gate.calibration import calibrate_scopes
+from lib.gate.contracts import Calibration
+from lib.planning.replay_world import Refresh
+
+
+class CalibrationScopes:
+    """The calibration rows of runs finished so far, per scope (team × kind, team, everyone): each
+    the `max_runs` most recent in end order (older ones can never be among the most recent again),
+    with a version that changes whenever a row enters or leaves."""
+
+    def __init__(self, max_runs: int, window_days: int):
+        self.max_runs, self.window = max_runs, timedelta(days=window_days)
+        self.rows: dict = {}
+        self.version: Counter = Counter()
+
+    def _dq(self, key) -> deque:
+        dq = self.rows.get(key)
+        if dq is None:
+            dq = self.rows[key] = deque(maxlen=self.max_runs)
+        return dq
+
+    def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
+            censored: bool) -> None:
+        row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
+                          "ended_at": ended_at})
+        for key in ((team, kind), (team,), ()):
+            self._dq(key).append(row)
+            self.version[key] += 1
+
+    def prune(self, key, now: datetime) -> None:
+        """Drop the rows of scope `key` that ended at or before now - window (SQL: ended_at > since)."""
+        dq = self.rows.get(key)
+        since = now - self.window
+        while dq and dq[0][0] <= since:
+            dq.popleft()
+            self.version[key] += 1
+
+    def scoped(self, team: str, kind: str, now: datetime, read: list):
+        """(scope name, rows) in fallback order, lazily; appends each scope key read to `read`."""
+        for name, key in (("team×kind", (team, kind)), ("team", (team,)), ("all", ())):
+            self.prune(key, now)
+            read.append(key)
+            yield name, [r for _, r in self.rows.get(key, ())]
+
+
+class InterruptionRates:
+    """Interruptions per GPU-hour on preemptible capacity over the runs finished in the window before
+    now (lib.ledger.state.interruption_rate's rule): the team's with enough runs, else everyone's."""
+
+    def __init__(self, base: dict, min_runs: int, window_days: int):
+        self.min_runs, self.window = min_runs, timedelta(days=window_days)
+        self.rows: deque = deque()
+        self.sums: dict = {t: list(v) for t, v in base.items()}   # team -> [runs, GPU-hours, interruptions]
+        self.total = [sum(v[i] for v in base.values()) for i in range(3)]
+
+    def _apply(self, team: str, hours: float, n: int, sign: int) -> None:
+        t = self.sums.setdefault(team, [0, 0.0, 0])
+        for acc in (t, self.total):
+            acc[0] += sign
+            acc[1] += sign * hours
+            acc[2] += sign * n
+
+    def add(self, ended_at: datetime, team: str, hours: float, n: int) -> None:
+        self.rows.append((ended_at, team, hours, n))
+        self._apply(team, hours, n, 1)
+
+    def rate(self, team: str, now: datetime) -> dict | None:
+        since = now - self.window
+        while self.rows and self.rows[0][0] <= since:
+            _, t, hours, n = self.rows.popleft()
+            self._apply(t, hours, n, -1)
+        own = self.sums.get(team, [0, 0.0, 0])
+        for scope, (runs, hours, n) in (("team", own), ("all", self.total)):
+            if runs > 0 and (scope == "all" or runs >= self.min_runs):   # runs have actual > 0
+                return {"per_gpu_hour": float(n) / float(hours), "scope": scope, "runs": int(runs),
+                        "gpu_hours": float(hours), "interruptions": int(n)}
+        return None
+
+
+class Calibrations:
+    """Calibration per request, recomputed only when needed: whenever a scope it read changed
+    ("exact"), or once per (team, kind, level, UTC day) ("daily")."""
+
+    def __init__(self, scopes: CalibrationScopes, refresh: Refresh):
+        self.scopes, self.refresh = scopes, refresh
+        self.cache: dict = {}
+        self.computed = 0
+
+    def get(self, team: str, kind: str, level: float, now: datetime) -> Calibration:
+        key = (team, kind, level)
+        hit = self.cache.get(key)
+        if hit is not None:
+            stamp, cal = hit
+            if self.refresh == "daily":
+                if stamp == now.date():
+                    return cal
+            else:
+                for scope, version in stamp:
+                    self.scopes.prune(scope, now)
+                    if self.scopes.version[scope] != version:
+                        break
+                else:
+                    return cal
+        read: list = []
+        cal = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
+        self.computed += 1
+        stamp = now.date() if self.refresh == "daily" else tuple((k, self.scopes.version[k]) for k in read)
+        self.cache[key] = (stamp, cal)
+        return cal

@@ -1,0 +1,93 @@
+"""The plain data of a policy replay (lib.planning.replay): the recorded requests and the replay world
+it reads (lib.ledger.replay builds them from the ledger), and the result it returns.
+Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, NotRequired, TypedDict
+
+from lib.gate.contracts import Reservation
+
+Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay)
+
+
+class RecordedRequest(TypedDict):
+    """One row of the ledger's decisions table, as replay reads it."""
+    decision_id: int
+    decided_at: datetime
+    run_id: str | None
+    team: str | None
+    kind: str | None
+    request_json: str | None
+    state: str
+    reason_codes: list[str]
+    reserved_gpu_hours: float | None
+
+
+class RunRecord(TypedDict):
+    """A run named by a replayed request, as recorded. `controlled`: its outcome is the replay's
+    (admitted inside the window, or never admitted); otherwise it is background, booked from
+    `booked_at`. `calibration`: (estimated_gpu_hours, censored) when it counts in calibration."""
+    run_id: str
+    team: str
+    kind: str
+    gpus: int
+    reserved_until: datetime | None
+    reserved_gpu_hours: float | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    actual_gpu_hours: float | None
+    admitted_at: datetime | None
+    controlled: bool
+    booked_at: datetime | None
+    calibration: tuple[float, bool] | None
+    interruptions: NotRequired[int | None]   # when it counts in the preemptible interruption rate
+
+
+class Hold(TypedDict):
+    """A background reservation: holds `reservation` over [start, release) (release None: never)."""
+    start: datetime
+    release: datetime | None
+    reservation: Reservation
+
+
+# A background run's end: (ended_at, team, kind, actual GPU-hours or None, (estimated, censored)
+# when it counts in calibration else None, its interruptions when it counts in the preemptible
+# interruption rate else None). Given in time order.
+End = tuple
+
+
+class World(TypedDict):
+    """Everything the replay needs besides the requests and the policies."""
+    holds: list[Hold]
+    ends: list[End]
+    runs: dict[str, RunRecord]
+    snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
+    rate_base: NotRequired[dict[str, tuple[int, float, int]]]  # team -> (runs, GPU-hours, interruptions)
+    min_rate_runs: NotRequired[int]         # runs a team needs before its own rate is used
+
+
+class TeamResult(TypedDict):
+    """One team's replay, proposed vs recorded (same keys under each)."""
+    team: str
+    recorded: dict
+    proposed: dict
+
+
+class ReplayResult(TypedDict):
+    """What `replay` returns (the command line prints it as JSON)."""
+    window: dict
+    requests: int
+    replayable: int
+    recorded: dict
+    proposed: dict
+    agreement: float | None
+    reason_agreement: float | None
+    changed: dict
+    changed_requests: list[dict]
+    excluded: dict
+    teams: list[TeamResult]
+    calibration_level: dict
+    calibration_refresh: str
+    calibrations_computed: int
