@@ -33,6 +33,7 @@ from lib.gate.reasons import summary
 from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH, STOP_REASONS,
                             SUBMIT_CLOCK_WINDOW, InputError, checked_submit_time, json_default, json_depth)
 from lib.ledger.audit import command_line, os_actor, os_user, unix_groups
+from lib.ledger.decider_lock import ServerBusy
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
 from lib.ledger.finishing import UnknownRun, finish_run
@@ -137,7 +138,7 @@ def via_gate_server(args, op: str, request) -> Decision | None:
     while it runs; None when no server listens there (then decide in-process). Without a server,
     first moves into the ledger what a stopped server journaled (lib.slurm.live.drain_left_over_journal);
     a server that holds the ledger but does not listen is a gate failure for submit."""
-    from lib.slurm.live import ServerBusy, drain_left_over_journal  # here: it brings numpy (booked run IDs)
+    from lib.slurm.live import drain_left_over_journal  # here: it brings numpy (booked run IDs)
     sock = os.environ.get("TG_GATE_SOCKET")
     if sock:
         config = {"op": op, "db": str(ledger_path(args.db).resolve()), "origin": getattr(args, "origin", "cli"),

@@ -147,3 +147,26 @@ class GateServerProcess:
             self.proc.kill()
             _, err = self.proc.communicate(timeout=30)
         return err or ""
+
+
+# two teams: qa with a small quota (16 accelerators, 8 a job), qb with room for any burst
+QUOTA_TEAMS = """
+[defaults]
+max_gpu_mem_gb = 80
+max_runtime_hours = 72
+[teams.qa]
+reserved_gpus = {quota}
+max_gpus_per_job = 8
+monthly_budget_gpu_hours = 100000
+[teams.qb]
+reserved_gpus = 1000000
+max_gpus_per_job = 8
+monthly_budget_gpu_hours = 10000000
+[[snapshots]]
+snapshot = "snap"
+"""
+
+
+def quota_teams(quota: int = 16) -> str:
+    """The teams file of QUOTA_TEAMS with qa's quota `quota`."""
+    return QUOTA_TEAMS.format(quota=quota)

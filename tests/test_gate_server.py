@@ -11,7 +11,8 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request, submit_request
 from lib.ledger.finishing import finish_run
 from lib.ledger.state import team_state
-from lib.slurm.live import LiveGate, ServerBusy
+from lib.ledger.decider_lock import ServerBusy
+from lib.slurm.live import LiveGate
 from tests.fixtures_slurm import COMMENT_REQUEST, decisions, make_slurm_ledger
 
 REQUEST = {**COMMENT_REQUEST, "team": "vision", "gpus": 2, "max_runtime_hours": 1.0, "capacity": "stable"}

@@ -13,25 +13,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.fixtures_hostile_requests import PATHS, STATED, key_tokens, placed_text, tokens
 from tests.fixtures_ledger import run_cli
-from tests.fixtures_slurm import GateServerProcess, raw_answer
+from tests.fixtures_slurm import GateServerProcess, quota_teams, raw_answer
 
 pytestmark = pytest.mark.slow
 
-TEAMS = """
-[defaults]
-max_gpu_mem_gb = 80
-max_runtime_hours = 72
-[teams.qa]
-reserved_gpus = 16
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 100000
-[teams.qb]
-reserved_gpus = 1000000
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 10000000
-[[snapshots]]
-snapshot = "snap"
-"""
 FLAG = {"on_failure": "accept-and-flag"}
 def fuzz(examples: int):
     return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -53,7 +38,7 @@ def server(tmp_path_factory):
     from lib.ledger.connection import open_ledger
     from lib.ledger.teams_file import sync_teams
     d = tmp_path_factory.mktemp("fuzz")
-    (d / "teams.toml").write_text(TEAMS)
+    (d / "teams.toml").write_text(quota_teams())
     db = d / "gate.duckdb"
     with open_ledger(db) as con:
         sync_teams(con, d / "teams.toml")

@@ -15,25 +15,10 @@ from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request
 from lib.slurm.hook import build_request
-from tests.fixtures_slurm import REPO, GateServerProcess, job
+from tests.fixtures_slurm import REPO, GateServerProcess, job, quota_teams
 
 pytestmark = pytest.mark.slow
 
-TEAMS = """
-[defaults]
-max_gpu_mem_gb = 80
-max_runtime_hours = 72
-[teams.qa]
-reserved_gpus = {quota}
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 100000
-[teams.qb]
-reserved_gpus = 1000000
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 10000000
-[[snapshots]]
-snapshot = "snap"
-"""
 QUOTA = 16
 
 
@@ -55,7 +40,7 @@ def probe_job(run_id: str, team: str, gpus: int, **comment) -> dict:
 
 def load_teams(db, tmp_path, quota: int) -> None:
     path = tmp_path / f"teams-{quota}.toml"
-    path.write_text(TEAMS.format(quota=quota))
+    path.write_text(quota_teams(quota))
     cli(db, "teams", "--file", str(path))
 
 

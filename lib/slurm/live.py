@@ -42,7 +42,7 @@ from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
-from lib.ledger.decider_lock import ServerBusy, ServerLock
+from lib.ledger.decider_lock import ServerLock
 from lib.ledger.deciding import LedgerFacts, decide_with
 from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import team_policy, team_state

@@ -50,7 +50,8 @@ from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utc
 from lib.ledger.connection import LedgerLocked, ledger_path
 from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate, job_actor
 from lib.slurm.journal import JournalError
-from lib.slurm.live import LiveGate, ServerBusy
+from lib.ledger.decider_lock import ServerBusy
+from lib.slurm.live import LiveGate
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
 from lib.slurm.wire import decode_request
