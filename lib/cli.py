@@ -38,7 +38,7 @@ from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_l
 from lib.ledger.files import open_regular, regular_file_problem
 from lib.ledger.finishing import UnknownRun, finish_run
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
-from lib.slurm.settings import MAX_TIMEOUT_S
+from lib.slurm.settings import MAX_TIMEOUT_S, ORIGINS
 from lib.slurm.wire import ask
 
 EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                            f"{SUBMIT_CLOCK_WINDOW.total_seconds() / 60:g} minutes of the present"
                            if name == "submit" else ""))
         if name == "submit":
-            s.add_argument("--origin", default="cli", choices=("cli", "slurm", "app", "kueue", "hook"),
+            s.add_argument("--origin", default="cli", choices=ORIGINS,
                            help="who submitted (recorded with the decision)")
 
     s = sub.add_parser("import", parents=[common], help="import run history (CSV or sacct)")

@@ -4,8 +4,9 @@ The lock is an flock on the ledger file itself, so it follows the file's identit
 and not the name it was opened by: a hard link, a second path through `..` or a bind mount all
 reach the same lock. A gate server holds it exclusively for its lifetime (`ServerLock`); an
 in-process decider (`python -m lib submit`, the Slurm hook without a server) holds it shared for the
-length of one decision (`deciding_in_process`), opened before its DuckDB connection and closed after it. Each refuses while the other holds it, with
-`ServerBusy` naming the holder's pid where the kernel's lock table shows it.
+length of one decision (`deciding_in_process`), opened before its DuckDB connection and closed after
+it. Each refuses while the other holds it, with `ServerBusy` naming the holder's pid where the
+kernel's lock table shows it.
 
 flock and DuckDB's own (fcntl) file lock are independent on Linux: holding one never blocks the
 other, and closing a DuckDB connection never drops this lock. `<ledger>.gate-server.lock` keeps
@@ -25,8 +26,8 @@ except ImportError:  # pragma: no cover - not on Linux
 
 from lib.ledger.connection import LedgerError, owner_only_files
 
-# An in-process decider holds the shared lock for one decision (tens of ms): a starting server
-# waits this long for such holders before it calls the ledger busy.
+# An in-process decider holds the shared lock for one decision only: a starting server waits this
+# long for such holders before it calls the ledger busy.
 SERVER_START_WAIT_S = 3.0
 
 
@@ -50,8 +51,8 @@ def lock_holders(path: Path) -> list[int]:
     pids = []
     for line in lines:
         parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a "->" after the number marks a waiter)
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[2] != "->" and parts[5] == want:
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a waiter's line reads "1: -> FLOCK ...")
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
             with contextlib.suppress(ValueError):
                 pids.append(int(parts[4]))
     return pids
@@ -107,11 +108,12 @@ class ServerLock:
 
     Take it before this process opens the ledger with DuckDB (a refusal closes its descriptor)."""
 
-    def __init__(self, ledger: Path, wait_s: float = SERVER_START_WAIT_S):
+    def __init__(self, ledger: Path, wait_s: float = SERVER_START_WAIT_S, *, record_pid: bool = True):
         self.ledger, self.wait_s = Path(ledger), wait_s
         self._replaced: list[int] = []
         self.fd = _take_exclusive(self.ledger, wait_s) if fcntl is not None else -1
-        _write_pid(self.ledger)
+        if record_pid:  # a server, not a command line draining a stopped server's journal
+            _write_pid(self.ledger)
 
     def follow(self) -> None:
         """When another file now stands under the ledger's name (a demo rebuild replaces it), take

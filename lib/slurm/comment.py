@@ -22,6 +22,7 @@ import os
 import stat
 
 from lib.gate.reasons import reason
+from lib.ledger.audit import os_actor
 from lib.gate.terms import JSONTooDeep, loads_bounded, shown
 
 NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields (INFINITE is 0xFFFFFFFF)
@@ -221,6 +222,16 @@ def build_request(fields: dict, *, preemptible_partitions=None, default_partitio
         how = "; ".join(f"{k}: {hint.get(k, '--comment')}" for k in missing)
         raise IncompleteRequest(f"missing request fields: {', '.join(missing)} ({how})")
     return req, time_to_set, notes
+
+
+def job_actor(fields: dict) -> str | None:
+    """Who submitted the job, as the ledger records actors ("NAME (uid N)"), from the user and uid
+    Slurm reports; None when the job description carries no uid."""
+    uid = _slurm_int(fields.get("uid"))
+    if uid is None:
+        return None
+    name = fields.get("user")
+    return os_actor(uid, name.strip()[:64] if isinstance(name, str) and name.strip() else None)
 
 
 def _is_number(x) -> bool:

@@ -126,19 +126,6 @@ def _float(text, default):
         return default
 
 
-def job_actor(fields: dict) -> str | None:
-    """Who submitted the job, as the ledger records actors ("NAME (uid N)"), from the user and uid
-    Slurm reports; None when the job description carries no uid."""
-    # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
-    from lib.ledger.audit import os_actor
-    from lib.slurm.comment import _slurm_int
-    uid = _slurm_int(fields.get("uid"))
-    if uid is None:
-        return None
-    name = fields.get("user")
-    return os_actor(uid, name.strip()[:64] if isinstance(name, str) and name.strip() else None)
-
-
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
                      timeout_s: float = 5.0, actor: str | None = None) -> dict:
     """Decide and record the request in-process, through the write path `python -m lib submit`
@@ -173,7 +160,7 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
     """
     # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.gate.request import run_id_problem
-    from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request
+    from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request, job_actor
     run_id = None
     try:
         if config["on_failure"] not in FAILURE_POLICIES:

@@ -384,7 +384,7 @@ def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
     path = journal_path(ledger)
     if not path.exists():
         return 0
-    lock = ServerLock(ledger)
+    lock = ServerLock(ledger, record_pid=False)
     try:
         journal = Journal(path)
         try:

@@ -48,7 +48,8 @@ from lib.gate.admission import reject
 from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import LedgerLocked, ledger_path
-from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate, job_actor
+from lib.slurm.comment import job_actor
+from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate
 from lib.slurm.journal import JournalError
 from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.live import LiveGate
