@@ -1,10 +1,10 @@
--- The ledger's schema, version 3 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 5 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor.
+-- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -155,4 +155,37 @@ CREATE TABLE IF NOT EXISTS team_weeks (
     week        DATE NOT NULL,
     gpu_hours   DOUBLE NOT NULL,
     PRIMARY KEY (team, week)
+);
+
+-- Append-only (version 5): the valid checkpoints a started run saved (`python -m lib checkpoint`).
+-- The latest is the run's last_valid_checkpoint; work before it is kept when the run is interrupted.
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id          VARCHAR NOT NULL,
+    name            VARCHAR NOT NULL,      -- the checkpoint's name or path, as the job gave it
+    saved_at        TIMESTAMP NOT NULL,
+    recorded_at     TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, name, saved_at)
+);
+
+-- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
+-- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
+CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
+CREATE TABLE IF NOT EXISTS interruptions (
+    interruption_id      BIGINT PRIMARY KEY DEFAULT nextval('interruption_seq'),
+    run_id               VARCHAR NOT NULL,
+    event                VARCHAR NOT NULL CHECK (event IN ('preempted', 'requeued', 'node-fail', 'budget')),
+    occurred_at          TIMESTAMP NOT NULL,
+    attempt              INTEGER NOT NULL CHECK (attempt >= 1),
+    attempt_started_at   TIMESTAMP NOT NULL,
+    attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
+    lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
+    lost_given_gpu_hours DOUBLE,
+    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
+    decision_json        VARCHAR NOT NULL,
+    source               VARCHAR NOT NULL,   -- cli | slurm | sacct
+    recorded_at          TIMESTAMP NOT NULL,
+    actor                VARCHAR,
+    UNIQUE (run_id, event, occurred_at)
 );
