@@ -4,7 +4,8 @@ check_request; finish and recover) is handed when a cluster names one.
 
 What is shared is small and read from PostgreSQL: the team's policy, the reservations every cluster
 holds for it, and its month's spend, read with the team's row locked (`SELECT ... FOR UPDATE`), so
-the deciders of one team, on any cluster, take turns. What stays with the cluster is read from its
+the deciders of one team, on any cluster, take turns (the lock is taken in a statement before the
+read: see `AuthorityFacts.view`). What stays with the cluster is read from its
 own ledger through the local facts object (a `LedgerFacts`, or the gate server's live state): booked
 run IDs and recorded admits (run IDs are a cluster's own), snapshots, calibration and the
 interruption rate.
@@ -41,6 +42,8 @@ SELECT t.policy, t.version,
             sum(gpu_hours) AS spent
        FROM training_gate.spend s WHERE s.team = t.team GROUP BY 1, 2) m)
 FROM training_gate.teams t WHERE t.team = %s"""
+
+LOCK_SQL = "SELECT 1 FROM training_gate.teams WHERE team = %s FOR UPDATE"
 
 HOLD_SQL = """
 INSERT INTO training_gate.holds (cluster, run_id, team, kind, gpus, reserved_gpu_hours, reserved_from,
@@ -92,7 +95,16 @@ class AuthorityFacts:
 
     def view(self, team: str) -> TeamView | None:
         if team not in self.teams:
-            row = self.con.execute(TEAM_SQL + (" FOR UPDATE OF t" if self.lock else ""), [team]).fetchone()
+            if self.lock:
+                # the lock first, the read in a statement of its own: under READ COMMITTED a statement
+                # reads as of its start, so a read in the locking statement itself could miss the
+                # holds committed by the decider it waited for. Sent together (one round trip).
+                with self.con.pipeline():
+                    self.con.execute(LOCK_SQL, [team])
+                    cur = self.con.execute(TEAM_SQL, [team])
+                row = cur.fetchone()
+            else:
+                row = self.con.execute(TEAM_SQL, [team]).fetchone()
             self.teams[team] = TeamView(row) if row is not None else None
         return self.teams[team]
 
