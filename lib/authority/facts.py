@@ -156,6 +156,10 @@ class Authority:
     def __repr__(self) -> str:
         return f"Authority({shown(self.url)!r}, cluster={self.cluster!r})"
 
+    def fresh(self) -> "Authority":
+        """An Authority of the same settings with a connection of its own (one per thread of use)."""
+        return Authority(self.url, self.cluster, offline_share=self.offline_share)
+
     def connection(self):
         if self._con is None or self._con.closed:
             self._con = connect(self.url, cluster=self.cluster)

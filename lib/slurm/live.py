@@ -37,6 +37,10 @@ import threading
 import time
 from datetime import datetime
 
+from lib.authority.facts import Authority
+from lib.authority.serving import ServedAuthority
+from lib.authority.store import AuthorityUnavailable
+from lib.authority.sync import sync_ledger
 from lib.gate.contracts import Decision, Policy, Request, State
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
@@ -60,8 +64,11 @@ class LiveGate:
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
     def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
-                 journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True):
+                 journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True,
+                 authority: Authority | None = None):
         self.db = ledger_path(db).resolve()
+        # the shared authority, when the cluster names one (lib.authority.serving: one round trip a decision)
+        self.shared = ServedAuthority(authority.fresh()) if authority is not None else None
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
@@ -107,10 +114,23 @@ class LiveGate:
             self._trouble("batch", exc)
         with self._mu:
             self._reload(all_facts=True)
+        if self.shared is not None:
+            self._sync_authority()
         self._thread = None
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
             self._thread.start()
+
+    def _sync_authority(self) -> None:
+        """On start, once the journal is in the ledger: the authority brought in line with it
+        (lib.authority.sync: holds it lacks added, this cluster's holds no decision reached released)."""
+        try:
+            counts = sync_ledger(self.shared.authority, self.db, now=utcnow(), timeout_s=self.timeout_s)
+        except AuthorityUnavailable as exc:
+            _log(f"the authority cannot be reached yet ({exc}); decisions follow the failure policy until it can")
+        else:
+            if any(counts.values()):
+                _log(f"authority synced with {self.db}: {counts}")
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
@@ -238,13 +258,21 @@ class LiveGate:
         the caller must `settle(seq, answered)` once it knows whether the answer went out."""
         with self._mu:
             self._refresh(now)
-            decision, _ = decide_with(request, now, self)
+            if self.shared is None:
+                decision, _ = decide_with(request, now, self)
+            else:  # the authority's hold is written first (see lib.authority.serving)
+                decision = self.shared.decide(request, now, self, write=write)
             if not write or decision.get("replayed") is True:
                 return decision, None
-            seq = self.journal.append(
-                decided_at=now, origin=origin, request_json=canonical_json(request),
-                decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
-                caller_pid=caller[1], actor=actor)
+            try:
+                seq = self.journal.append(
+                    decided_at=now, origin=origin, request_json=canonical_json(request),
+                    decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
+                    caller_pid=caller[1], actor=actor)
+            except Exception:
+                if self.shared is not None and decision["state"] == "admit":
+                    self.shared.release(decision["run_id"], now)  # not decided after all
+                raise
             self._remember(request, decision, now, seq)
             self._unsettled.add(seq)
             return decision, seq
@@ -272,6 +300,8 @@ class LiveGate:
             self._unsettled.discard(seq)
             run_id = self._inflight.pop(seq, None)
             if not answered and run_id is not None:
+                if self.shared is not None:
+                    self.shared.release(run_id, utcnow())
                 self.held.pop(run_id, None)
                 self.booked_ids.discard(run_id)
                 self.admits.pop(run_id, None)
@@ -370,6 +400,8 @@ class LiveGate:
         except Exception as exc:
             _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
         self.journal.close()
+        if self.shared is not None:
+            self.shared.authority.close()
         self._lock.release()
 
 
