@@ -124,16 +124,16 @@ def policy_json(policy: dict) -> dict:
     return {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in policy.items() if k != "colour"}
 
 
-def status(url: str, now) -> dict:
-    """What the authority holds now: schema version, and per team its policy version, the GPUs and
-    GPU-hours held (by cluster) and this month's spend."""
+def status(url: str, now, *, policies: bool = False) -> dict:
+    """What the authority holds now: schema version, and per team its policy version (with
+    `policies`, the policy itself), the GPUs and GPU-hours held (by cluster) and this month's spend."""
     con = connect(url)
     try:
         version = schema_version(con)
         teams = {r[0]: {"policy_version": r[1], "version": r[2], "held_gpus": 0, "held_gpu_hours": 0.0,
-                        "clusters": {}, "month_spent_gpu_hours": 0.0}
-                 for r in con.execute("SELECT team, policy->>'policy_version', version FROM training_gate.teams "
-                                      "ORDER BY team").fetchall()}
+                        "clusters": {}, "month_spent_gpu_hours": 0.0, **({"policy": r[3]} if policies else {})}
+                 for r in con.execute("SELECT team, policy->>'policy_version', version, policy "
+                                      "FROM training_gate.teams ORDER BY team").fetchall()}
         for team, cluster, n, gpus, hours in con.execute(
                 "SELECT team, cluster, count(*), sum(gpus), sum(reserved_gpu_hours) FROM training_gate.holds "
                 "WHERE released_at IS NULL AND (reserved_until IS NULL OR reserved_until > %s) "
