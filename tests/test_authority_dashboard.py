@@ -82,3 +82,9 @@ def test_with_an_authority_the_page_shows_every_cluster_holds_against_the_team(
     board = at.dataframe[1].value
     assert sorted(zip(board["cluster"], board["held_gpus"])) == [("a", 4), ("b", 2)]
     assert all(GATE_PASSWORD not in str(x.value) for x in [*at.markdown, *at.caption, *at.warning, *at.info])
+    # the budget on Reservations is the authority's too: both clusters' holds are committed
+    at.switch_page("pages/1_Reservations.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    budget = next(d.value for d in at.dataframe if "consumed_gpu_hours" in d.value.columns).set_index("team")
+    assert budget.loc["shared", "committed_gpu_hours"] == pytest.approx(30)
+    assert any("shared authority's" in c.value for c in at.caption)
