@@ -6,7 +6,7 @@ IDs that are booked or have run) and, per team and kind on first use, what `lib.
 reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
-fsync'ed) before anyone hears it; a flusher thread moves answered decisions into the ledger every
+fsync'ed, decisions that arrive together sharing one fsync) before anyone hears it; a flusher thread moves answered decisions into the ledger every
 `flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
 only for the batch.
 
@@ -268,14 +268,20 @@ class LiveGate:
                 seq = self.journal.append(
                     decided_at=now, origin=origin, request_json=canonical_json(request),
                     decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
-                    caller_pid=caller[1], actor=actor)
+                    caller_pid=caller[1], actor=actor, durable=False)
             except Exception:
                 if self.shared is not None and decision["state"] == "admit":
                     self.shared.release(decision["run_id"], now)  # not decided after all
                 raise
             self._remember(request, decision, now, seq)
             self._unsettled.add(seq)
-            return decision, seq
+        # group commit: the fsync outside the decision lock, shared with the decisions taken meanwhile
+        try:
+            self.journal.make_durable(seq)
+        except Exception:
+            self.settle(seq, answered=False)   # never answered: undone here and in the authority
+            raise
+        return decision, seq
 
     def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
         if decision.get("state") != "admit":
