@@ -154,3 +154,33 @@ def test_without_an_authority_decisions_carry_no_cluster(tiny_ledger, tmp_path):
     from tests.fixtures_ledger import tiny_request
     out = run_cli("--db", tiny_ledger, "submit", write_json(tmp_path / "r.json", tiny_request(1)))
     assert out.returncode == 0 and "cluster" not in json.loads(out.stdout)
+
+
+def test_the_command_line_admits_within_its_share_when_told_and_sync_writes_those_holds_once(
+        postgres_server, authority_db, tmp_path):
+    from tests.fixtures_postgres import free_port
+    url = postgres_server.url(authority_db)
+    ledgers = make_clusters(tmp_path, url, names=("a",), quota=8, budget=10_000)
+    away = f"postgresql://gate:{GATE_PASSWORD}@127.0.0.1:{free_port()}/{authority_db}?connect_timeout=2"
+    states = []
+    for i in range(3):
+        path = write_json(tmp_path / f"o{i}.json", shared_request(f"a-{i}"))
+        out = run_cli("--db", ledgers["a"], "submit", path,
+                      env=authority_env(away, "a", GATE_AUTHORITY_OFFLINE_SHARE="0.5"))
+        assert GATE_PASSWORD not in out.stdout + out.stderr
+        decision = json.loads(out.stdout)
+        assert decision["authority"] == "offline" and "cannot be reached" in " ".join(decision["notes"])
+        states.append(decision["state"])
+    assert states == ["admit", "admit", "defer"]   # half of 8 accelerators: two requests of 2
+    assert holds(postgres_server, authority_db) == []
+    for expected in (2, 0):   # the second sync finds nothing left to add
+        out = run_cli("--db", ledgers["a"], "authority", "sync", env=authority_env(url, "a"))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["holds_added"] == expected
+    assert [h[:3] for h in holds(postgres_server, authority_db)] == [("a", "a-0", 2), ("a", "a-1", 2)]
+
+
+def test_an_invalid_offline_share_exits_2(tmp_path):
+    out = run_cli("authority", "status", env=authority_env("postgresql://gate@127.0.0.1/db", "a",
+                                                           GATE_AUTHORITY_OFFLINE_SHARE="2"))
+    assert out.returncode == 2 and "GATE_AUTHORITY_OFFLINE_SHARE" in out.stderr

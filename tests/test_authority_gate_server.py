@@ -163,6 +163,7 @@ def test_without_the_authority_a_server_refuses_by_default_and_admits_within_its
             assert [r["limit"] for r in got[2]["reasons"] if r["code"] == "capacity"] == [4]
         finally:
             postgres_server.start()
+        time.sleep(1.2)   # while away, the server asks the authority again at most once a second
         # back: the offline holds are written once, before b's next decision, which sees every cluster's:
         # 2 (a) + 4 (b, offline) + 2 fills the 8, and cluster a finds them all held
         after = submit(sharing, shared_request("b-3"))[1]

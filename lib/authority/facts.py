@@ -19,6 +19,7 @@ its ledger does not know, or the run ID is submitted again (its hold is replaced
 from __future__ import annotations
 
 import json
+import math
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Callable
@@ -137,6 +138,39 @@ class AuthorityFacts:
         self.con.execute(BUMP_SQL, [r["team"]])
 
 
+class ScaledFacts:
+    """The local facts with each team's quota and month budget scaled to this cluster's share."""
+
+    def __init__(self, local: DecisionFacts, share: float):
+        self.local, self.share = local, share
+
+    def policy(self, team: str) -> Policy | None:
+        p = self.local.policy(team)
+        if p is None:
+            return None
+        reserved = math.floor(p["reserved_gpus"] * self.share)
+        return {**p, "reserved_gpus": reserved,
+                "retraining_reserved_gpus": min(reserved, math.floor(p["retraining_reserved_gpus"] * self.share)),
+                "monthly_budget_gpu_hours": p["monthly_budget_gpu_hours"] * self.share}
+
+    def __getattr__(self, name):  # known_teams, booked, recorded_admit, state: the local ones
+        return getattr(self.local, name)
+
+
+def offline_decision(request: Request, now: datetime, local: DecisionFacts, authority: "Authority",
+                     why: str) -> Decision:
+    """The decision taken without the authority, within this cluster's `offline_share` of each team's
+    quota and month budget over its own ledger's holds and spend (lib.authority.serving says when),
+    marked "authority": "offline" with a note saying why."""
+    share = authority.offline_share
+    decision, _ = decide_with(request, now, ScaledFacts(local, share))
+    if decision.get("replayed") is True:
+        return decision
+    return {**stamped(decision, authority.cluster), "authority": "offline",
+            "notes": [*decision.get("notes", []), f"decided without the authority ({why}): within this "
+                      f"cluster's share {share:g} of the team's quota and month budget"]}
+
+
 def stamped(decision: Decision, cluster: str) -> Decision:
     """The decision with the cluster that made it (a replayed one is returned as recorded)."""
     if decision.get("replayed") is True or decision.get("cluster") == cluster:
@@ -207,9 +241,15 @@ class Authority:
                     if write and decision["state"] == "admit" and decision.get("replayed") is not True:
                         facts.hold(req, decision, now)
                 return req, decision
-            except AuthorityUnavailable:
+            except AuthorityUnavailable as exc:
                 if attempt == 2:
-                    raise
+                    if self.offline_share is None:
+                        raise AuthorityUnavailable(f"{exc}; refused: no decision is made without the authority "
+                                                   "(GATE_AUTHORITY_OFFLINE_SHARE is not set)") from None
+                    # decided alone: the ledger records it; `authority sync` (or a gate server's start)
+                    # writes its hold to the authority once it answers again
+                    req = prepare(request, policy_for(request, local)) if prepare is not None else request
+                    return req, offline_decision(req, now, local, self, str(exc))
 
     def finished(self, run_id: str, team: str, ended_at: datetime, gpu_hours: float, why: str, now: datetime) -> None:
         """A run of this cluster ended (`why`: finish, recover-end): its hold released and its spend

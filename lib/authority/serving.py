@@ -13,7 +13,8 @@ again and the decision taken again: two round trips. Never more than one decisio
 in flight (LiveGate serialises them); deciders elsewhere serialise on the row lock.
 
 **When the authority cannot be reached** (or breaks off, and once more after opening a new
-connection it still fails): with no `offline_share` (the default) the decision is not made:
+connection it still fails; then it is asked again at most every RETRY_AFTER_S, so a network that
+hangs holds up decisions once a second, not each): with no `offline_share` (the default) the decision is not made:
 `AuthorityUnavailable` is raised, and the server answers a gate failure with that reason, as it does
 for a full journal (the hook's failure policy applies). With `offline_share` s (0 < s ≤ 1,
 `GATE_AUTHORITY_OFFLINE_SHARE`) the server decides alone against floor(s × the team's reserved
@@ -26,11 +27,11 @@ of what the others hold through the authority.
 """
 from __future__ import annotations
 
-import math
 import time
 from datetime import datetime
 
-from lib.authority.facts import BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, AuthorityFacts, TeamView, stamped
+from lib.authority.facts import (BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, AuthorityFacts, ScaledFacts, TeamView,
+                                 offline_decision, stamped)
 from lib.authority.store import AuthorityUnavailable
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request
 from lib.ledger.deciding import decide_with
@@ -45,6 +46,7 @@ WITH bump AS (
 VERSION_SQL = "SELECT version FROM training_gate.teams WHERE team = %s"
 RETRY_WAITS_S = (0.0, 0.2, 0.5)   # a broken connection is opened again after each wait, then given up
 MAX_REREADS = 20
+RETRY_AFTER_S = 1.0   # while the authority is away, each decision in between fails at once
 
 
 class CachedFacts(AuthorityFacts):
@@ -70,25 +72,6 @@ class CachedFacts(AuthorityFacts):
             "SELECT team FROM training_gate.teams ORDER BY team").fetchall()]
 
 
-class ScaledFacts:
-    """The local facts with each team's quota and month budget scaled to this cluster's share."""
-
-    def __init__(self, local: DecisionFacts, share: float):
-        self.local, self.share = local, share
-
-    def policy(self, team: str) -> Policy | None:
-        p = self.local.policy(team)
-        if p is None:
-            return None
-        reserved = math.floor(p["reserved_gpus"] * self.share)
-        return {**p, "reserved_gpus": reserved,
-                "retraining_reserved_gpus": min(reserved, math.floor(p["retraining_reserved_gpus"] * self.share)),
-                "monthly_budget_gpu_hours": p["monthly_budget_gpu_hours"] * self.share}
-
-    def __getattr__(self, name):  # known_teams, booked, recorded_admit, state: the local ones
-        return getattr(self.local, name)
-
-
 class ServedAuthority:
     """See the module docstring. Not thread-safe: the caller serialises (LiveGate's decision lock)."""
 
@@ -97,6 +80,7 @@ class ServedAuthority:
         self.views: dict[str, TeamView] = {}
         self.offline: dict[str, dict] = {}   # run ID -> hold admitted while the authority was away
         self.away: str | None = None          # why it is away (None: reachable when last asked)
+        self.retry_at = 0.0                   # while away, not asked again before this (time.monotonic)
 
     def _sql(self, fn):
         """fn(connection) with the connection opened again after a break (RETRY_WAITS_S)."""
@@ -133,9 +117,13 @@ class ServedAuthority:
         cannot be reached, the offline policy's (see the module docstring)."""
         run_id = request.get("run_id") if isinstance(request, dict) else None
         try:
+            if self.away is not None and time.monotonic() < self.retry_at:
+                raise AuthorityUnavailable(self.away)   # asked again after RETRY_AFTER_S, not by every caller
             decision = self._sql(lambda con: self._decide(request, now, local, run_id, write, con))
         except AuthorityUnavailable as exc:
-            self.away = str(exc)
+            if self.away is None or time.monotonic() >= self.retry_at:
+                self.retry_at = time.monotonic() + RETRY_AFTER_S
+            self.away = str(exc).split("; refused")[0]
             if self.authority.offline_share is None:
                 raise AuthorityUnavailable(f"{exc}; refused: no decision is made without the authority "
                                            "(GATE_AUTHORITY_OFFLINE_SHARE is not set)") from None
@@ -171,15 +159,8 @@ class ServedAuthority:
         raise AuthorityUnavailable(f"team {team!r} changed {MAX_REREADS} times while one decision was taken")
 
     def _offline(self, request, now, local, write: bool, why: str) -> Decision:
-        share = self.authority.offline_share
-        decision, _ = decide_with(request, now, ScaledFacts(local, share))
-        if decision.get("replayed") is True:
-            return decision
-        decision = {**stamped(decision, self.authority.cluster), "authority": "offline",
-                    "notes": [*decision.get("notes", []),
-                              f"decided without the authority ({why}): within this cluster's share "
-                              f"{share:g} of the team's quota and month budget"]}
-        if write and decision["state"] == "admit":
+        decision = offline_decision(request, now, local, self.authority, why)
+        if write and decision["state"] == "admit" and decision.get("replayed") is not True:
             r = booked_reservation(request, decision, now)
             self.offline[r["run_id"]] = r
         return decision
