@@ -181,3 +181,21 @@ def test_without_the_authority_a_server_refuses_by_default_and_admits_within_its
     decided = ledger_decisions(ledgers["b"])
     assert [decided[f"b-{i}"][1].get("authority") for i in range(4)] == ["offline"] * 3 + [None], logs
     assert "a-1" not in ledger_decisions(ledgers["a"])   # refused: no decision
+
+
+def test_a_server_whose_authority_is_malformed_or_lacks_the_schema_exits_2_naming_no_password(
+        postgres_server, authority_db, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.fixtures_postgres import GATE_PASSWORD
+    from tests.fixtures_slurm import REPO, make_slurm_ledger
+    ledger = make_slurm_ledger(tmp_path / "gate.duckdb")
+    for url, said in ((f"postgresql://gate:{GATE_PASSWORD}@127.0.0.1:port/x", "authority URL"),
+                      (postgres_server.url(authority_db), "no Training Gate schema")):
+        env = {**authority_env(url, "a"), "PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, "-m", "lib.slurm.server", "--socket", str(tmp_path / "s.sock"),
+                              "--db", str(ledger)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert said in out.stderr and GATE_PASSWORD not in out.stderr
+        assert not (tmp_path / "s.sock").exists()
