@@ -184,7 +184,7 @@ class Authority:
 
     def __init__(self, url: str, cluster: str, *, offline_share: float | None = None):
         self.url, self.cluster = check_url(url), check_cluster(cluster)
-        self.offline_share = offline_share  # see lib.authority.offline
+        self.offline_share = offline_share  # None: refuse when unreachable (lib.authority.serving)
         self._con = None
 
     def __repr__(self) -> str:
@@ -274,15 +274,6 @@ UPDATE training_gate.teams SET version = version + 1 WHERE team = %(team)s"""
             except AuthorityUnavailable:
                 if attempt == 2:
                     raise
-
-    def release(self, run_id: str, why: str, now: datetime) -> None:
-        """Release this cluster's hold of `run_id` without spend (an answer that never went out)."""
-        with self.transaction() as con:
-            row = con.execute("UPDATE training_gate.holds SET released_at = %s, released_why = %s WHERE cluster = %s "
-                              "AND run_id = %s AND released_at IS NULL RETURNING team",
-                              [now, why, self.cluster, run_id]).fetchone()
-            if row is not None:
-                con.execute(BUMP_SQL, [row[0]])
 
 
 class _ReadOnly(Exception):
