@@ -17,7 +17,7 @@ from lib.ledger.connection import LedgerError
 SCHEMA_VERSION = 1
 SCHEMA_SQL = Path(__file__).with_name("schema.sql")
 CONNECT_TIMEOUT_S = 5      # libpq's connect_timeout when the URL sets none
-LOCK_TIMEOUT_MS = 10_000   # the longest a decider waits for another's team lock
+LOCK_TIMEOUT_MS = 30_000   # the longest a decider waits for another's team lock
 
 
 class AuthorityUnavailable(LedgerError):
