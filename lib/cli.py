@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, checkpoint, recover, demo, export, teams, forecast, replay. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, demo, export, teams, forecast, replay. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
+from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
 from lib.cli_runs import RUN_COMMANDS, add_run_parsers
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
@@ -377,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
 
     add_run_parsers(sub, common)
+    add_alert_parser(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
     s.add_argument("--runs", type=positive_int, default=10_000)
@@ -415,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS,
+COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
             "replay": cmd_replay}
 

@@ -15,7 +15,7 @@ from typing import TypedDict
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
-ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint")
+ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert")
 ORIGINS = ("app", "cli")
 
 

@@ -189,3 +189,17 @@ CREATE TABLE IF NOT EXISTS interruptions (
     actor                VARCHAR,
     UNIQUE (run_id, event, occurred_at)
 );
+
+-- Budget alerts (version 5): each crossing of a team's thresholds, once per (team, alert, month),
+-- and whether the webhook has taken it (lib/ledger/alert_log.py). sent_at NULL: not yet delivered.
+CREATE TABLE IF NOT EXISTS alerts (
+    team            VARCHAR NOT NULL,
+    alert           VARCHAR NOT NULL,     -- budget-80 | budget-100 | runout-p50 | runout-p90 | ...
+    month           VARCHAR NOT NULL,     -- YYYY-MM (UTC)
+    raised_at       TIMESTAMP NOT NULL,
+    payload_json    VARCHAR NOT NULL,     -- the JSON body sent
+    sent_at         TIMESTAMP,
+    attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    last_error      VARCHAR,
+    PRIMARY KEY (team, alert, month)
+);
