@@ -113,14 +113,16 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
     are the reservations that count against the team's quota (lib.ledger.state.held_condition).
     """
-    return _decide(request, policy, state, alternatives=True)
+    return _decide(request, policy, state)
 
 
-def _decide(request, policy: Policy | None, state: State, *, alternatives: bool) -> Decision:
-    """decide; with `alternatives`, a fix suggesting another accelerator count is decided too (the
-    request with that count, by this function without alternatives, so never deeper than once)."""
+def _decide(request, policy: Policy | None, state: State, *, validated: Request | None = None) -> Decision:
+    """decide. A fix suggesting another accelerator count is decided by this function too, given the
+    `validated` request with that count (so not validated again); such an alternative's own fixes
+    suggest nothing further decided, so it never goes deeper than once."""
     now = state.get("now") or utcnow()
-    req, problems = validate(request)
+    alternatives = validated is None
+    req, problems = validate(request) if alternatives else (validated, [])
     if problems:
         return reject(request, problems, policy=policy, now=now)
     if policy is None or policy["team"] != req["team"]:
@@ -162,17 +164,18 @@ def _decide(request, policy: Policy | None, state: State, *, alternatives: bool)
                else f"(each accelerator beyond the pilot's adds scaling_efficiency {efficiency:g} of one)")
             + f", so {judged:.1f} GPU-h judged over a {wall_h:.1f} h wall clock"))
     runtime_cap = policy["max_runtime_hours"]
+    decided_on: dict[int, tuple[Alternative, str, bool]] = {}   # several fixes may name one count
 
     def on_gpus(n: int) -> tuple[Alternative, str, bool] | None:
         """The request on n accelerators, decided (the pilot's count kept): (its numbers, the words a
         fix says, whether the runtime cap lets it run); None in an alternative's own decision."""
         if not alternatives:
             return None
-        changed = {**request, "gpus": n}
-        if "pilot" in req:
-            changed["pilot"] = {**request["pilot"], "gpus": pilot_gpus}
-        other = _decide(changed, policy, {**state, "now": now, "calibration": cal}, alternatives=False)
-        return _alternative(n, other.get("estimate"), runtime_cap, req["max_runtime_hours"])
+        if n not in decided_on:
+            changed = {**req, "gpus": n}   # validated: the pilot's count is already set
+            other = _decide(changed, policy, {**state, "now": now, "calibration": cal}, validated=changed)
+            decided_on[n] = _alternative(n, other.get("estimate"), runtime_cap, req["max_runtime_hours"])
+        return decided_on[n]
 
     reasons: list[dict] = []
     add = reasons.append
