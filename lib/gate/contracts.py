@@ -175,10 +175,10 @@ class State(TypedDict, total=False):
 class Alternative(TypedDict):
     """What a fix that suggests another accelerator count leads to: the decision on the request with
     `gpus` accelerators (the pilot's own count kept), same policy and state; its judged GPU-hours and
-    estimated wall clock (hours)."""
+    estimated wall clock (hours); None when that request's estimate cannot be judged."""
     gpus: int
-    judged_gpu_hours: float
-    wall_hours: float
+    judged_gpu_hours: float | None
+    wall_hours: float | None
 
 
 class Reason(TypedDict):
