@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from lib.gate.contracts import InterruptionRate, Policy, Reservation, State
-from lib.gate.terms import month_start, naive_utc, next_month_start, utcnow
+from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
 from lib.ledger.teams_file import POLICY_FIELDS
 
@@ -81,21 +81,44 @@ def team_state(con, team, now=None, *, kind: str | None = None,
 
 
 MIN_RATE_RUNS = 20   # preemptible runs a team needs before its own interruption rate is used
+_EVENTS_SQL = ", ".join(f"'{e}'" for e in INTERRUPTING_EVENTS)
+
+
+def measured_interruptions(alias: str = "r") -> str:
+    """SQL of the number of interruption events the ledger holds for the run `alias` (its rows in
+    `interruptions` that are preempted, requeued or node-fail, recorded by `recover` or an sacct
+    import); NULL when it holds none."""
+    return (f"(SELECT nullif(count(*), 0) FROM interruptions i WHERE i.run_id = {alias}.run_id "
+            f"AND i.event IN ({_EVENTS_SQL}))")
+
+
+def run_interruptions(alias: str = "r") -> str:
+    """SQL of a run's interruptions as the rates count them: its measured events
+    (`measured_interruptions`) when the ledger holds any, else its recorded `interruptions` count
+    (NULL: none recorded)."""
+    return f"coalesce({measured_interruptions(alias)}, {alias}.interruptions)"
 
 
 def interruption_rate(con, team: str, now: datetime, *,
                       window_days: int = CALIBRATION_WINDOW_DAYS) -> InterruptionRate | None:
     """Interruptions per GPU-hour observed on preemptible capacity over the finished runs of the
-    calibration window with a recorded interruption count: the team's when it has MIN_RATE_RUNS such
-    runs, else everyone's; None when nobody has any (or no GPU-hours)."""
+    calibration window (actual GPU-hours > 0) whose interruptions are known: each run counts its
+    interruption events in the ledger when it has any, else its recorded count (`run_interruptions`);
+    the team's rate when it has MIN_RATE_RUNS such runs, else everyone's; None when nobody has any
+    (or no GPU-hours). source: "measured" when every run counted events, "counts" when none did,
+    "mixed" otherwise."""
     row = con.execute(
-        "SELECT count(*) FILTER (WHERE team = $team), sum(actual_gpu_hours) FILTER (WHERE team = $team), "
-        "sum(interruptions) FILTER (WHERE team = $team), count(*), sum(actual_gpu_hours), sum(interruptions) "
-        "FROM runs WHERE capacity = 'preemptible' AND ended_at > $since AND ended_at <= $now "
-        "AND interruptions IS NOT NULL AND actual_gpu_hours > 0",
+        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions('r')} AS n, "
+        f"{measured_interruptions('r')} IS NOT NULL AS measured FROM runs r "
+        "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
+        "AND r.actual_gpu_hours > 0) "
+        "SELECT count(*) FILTER (WHERE team = $team), sum(h) FILTER (WHERE team = $team), "
+        "sum(n) FILTER (WHERE team = $team), count(*) FILTER (WHERE team = $team AND measured), "
+        "count(*), sum(h), sum(n), count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL",
         {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
-    for scope, (runs, hours, interruptions) in (("team", row[:3]), ("all", row[3:])):
+    for scope, (runs, hours, interruptions, measured) in (("team", row[:4]), ("all", row[4:])):
         if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
             return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
-                    "gpu_hours": float(hours), "interruptions": int(interruptions)}
+                    "gpu_hours": float(hours), "interruptions": int(interruptions),
+                    "source": "measured" if measured == runs else "counts" if measured == 0 else "mixed"}
     return None
