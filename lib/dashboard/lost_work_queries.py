@@ -43,7 +43,8 @@ saves AS (SELECT run_id, count(*) AS n, epoch(max(saved_at) - min(saved_at)) / 3
           FROM checkpoints WHERE run_id IN (SELECT run_id FROM att) GROUP BY run_id),
 adm AS (SELECT run_id, arg_max(request_json, decided_at) AS request_json FROM decisions
         WHERE state = 'admit' AND run_id IN (SELECT run_id FROM att) GROUP BY run_id)
-SELECT r.run_id, r.team, r.capacity, r.gpus, r.est_compute_gpu_hours, r.actual_gpu_hours,
+SELECT r.run_id, r.team, r.capacity, r.gpus, r.est_compute_gpu_hours, r.actual_gpu_hours, r.estimated_gpu_hours,
+       r.est_restart_gpu_hours, r.est_checkpoint_gpu_hours,
        r.ended_at IS NOT NULL AS finished, l.events, l.attempt_gpu_hours, l.lost_gpu_hours,
        s.n AS checkpoints, s.span_h, {_pilot('steps_per_second')}, {_pilot('checkpoint_interval_steps')},
        {_pilot('checkpoint_write_s')}, {_pilot('restart_minutes')}
@@ -65,8 +66,8 @@ def run_model(run: dict, mtbf_h: float | None) -> dict:
     """The closed form's inputs for one interrupted run (hours) and its expected lost work per
     interruption, in GPU-hours (NaN when the model cannot say: no work or no MTBF).
 
-    W (useful work): est_compute_gpu_hours / gpus, else (actual - lost) / gpus once finished, else
-    (attempts - lost) / gpus. tau (work between checkpoints): the admitted pilot's
+    W (useful work, the first of these above 0, / gpus): est_compute_gpu_hours; actual - lost once
+    finished; the estimate less its restart and checkpoint items; the attempts' GPU-hours. tau (work between checkpoints): the admitted pilot's
     checkpoint_interval_steps / steps_per_second, else the mean gap between the run's checkpoint
     records less C, else None (no checkpointing: every interruption loses the work since the start).
     C: the pilot's checkpoint_write_s, else 0. R: the pilot's restart_minutes, else default_restart_h.
@@ -74,11 +75,12 @@ def run_model(run: dict, mtbf_h: float | None) -> dict:
     interruption. Expected loss per interruption = GPUs x E[lost work] / E[interruptions]."""
     g = float(run["gpus"])
     lost = _num(run["lost_gpu_hours"]) or 0.0
-    work = _num(run["est_compute_gpu_hours"])
-    if work is None:
-        spent = _num(run["actual_gpu_hours"]) if run["finished"] else None
-        work = (spent if spent is not None else (_num(run["attempt_gpu_hours"]) or 0.0)) - lost
-    work_h = max(work, 0.0) / g
+    actual = _num(run["actual_gpu_hours"]) if run["finished"] else None
+    estimate = _num(run["estimated_gpu_hours"])
+    candidates = (_num(run["est_compute_gpu_hours"]), actual - lost if actual is not None else None,
+                  estimate - (_num(run["est_restart_gpu_hours"]) or 0.0) - (_num(run["est_checkpoint_gpu_hours"]) or 0.0)
+                  if estimate is not None else None, _num(run["attempt_gpu_hours"]))
+    work_h = next((w for w in candidates if w is not None and w > 0), 0.0) / g
     c_h = (_num(run["checkpoint_write_s"]) or 0.0) / 3600.0
     sps, steps = _num(run["steps_per_second"]), _num(run["checkpoint_interval_steps"])
     if sps and steps:
