@@ -129,17 +129,16 @@ def lost_work(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         mtbf = frame(con, finished_runs_cte(where) + _MTBF, p)
     by_group = {(None if pooled else t, c): m
                 for t, c, pooled, m in zip(mtbf["team"], mtbf["capacity"], mtbf["pooled"], mtbf["mtbf_h"])}
-    per_run = attempts.groupby("run_id").agg(attempts=("run_id", "size"), lost_gpu_hours=("lost_gpu_hours", "sum"))
+    per_run = attempts.groupby("run_id")["lost_gpu_hours"].agg(["size", "sum"]).to_dict("index")
     models = []
     for run in runs.to_dict("records"):
         m = _num(by_group.get((run["team"], run["capacity"])))
         if m is None:
             m = _num(by_group.get((None, run["capacity"])))
         model = run_model(run, m)
-        n = int(per_run.loc[run["run_id"], "attempts"])
+        n = int(per_run[run["run_id"]]["size"])
         models.append({"run_id": run["run_id"], "team": run["team"], "capacity": run["capacity"],
-                       "gpus": int(run["gpus"]), "attempts": n,
-                       "lost_gpu_hours": float(per_run.loc[run["run_id"], "lost_gpu_hours"]),
+                       "gpus": int(run["gpus"]), "attempts": n, "lost_gpu_hours": float(per_run[run["run_id"]]["sum"]),
                        "expected_lost_gpu_hours": n * model["expected_lost_per_interruption_gpu_hours"], **model})
     runs_out = pd.DataFrame(models)
     att = attempts.assign(with_checkpoint=attempts["with_checkpoint"].astype(bool),

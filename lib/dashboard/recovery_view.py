@@ -11,7 +11,7 @@ import pandas as pd
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, period_params, reader
-from lib.ledger.state import measured_interruptions, run_interruptions
+from lib.ledger.state import MEASURED_EVENTS, run_interruptions
 from lib.planning import interval_curve as ic
 from lib.planning.lifetimes import km_sample
 
@@ -91,9 +91,10 @@ def finished_runs_cte(where: str) -> str:
     interruptions, measured, restarts, act_retry_gpu_hours. Parameters $start, $end."""
     return f"""WITH fin AS (SELECT * FROM (
           SELECT r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
-                 {run_interruptions('r')} AS interruptions,
-                 {measured_interruptions('r')} IS NOT NULL AS measured, r.restarts, r.act_retry_gpu_hours
-          FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
+                 {run_interruptions('r', 'm')} AS interruptions, m.n IS NOT NULL AS measured,
+                 r.restarts, r.act_retry_gpu_hours
+          FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id
+          WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
             AND r.actual_gpu_hours > 0 AND r.gpus > 0) WHERE interruptions IS NOT NULL)"""
 
 

@@ -82,21 +82,17 @@ def team_state(con, team, now=None, *, kind: str | None = None,
 
 MIN_RATE_RUNS = 20   # preemptible runs a team needs before its own interruption rate is used
 _EVENTS_SQL = ", ".join(f"'{e}'" for e in INTERRUPTING_EVENTS)
+# per run: the interruption events the ledger holds for it (rows of `interruptions` that are
+# preempted, requeued or node-fail, recorded by `recover` or an sacct import); join it as `m`
+MEASURED_EVENTS = (f"(SELECT run_id, count(*) AS n FROM interruptions WHERE event IN ({_EVENTS_SQL}) "
+                   "GROUP BY run_id)")
 
 
-def measured_interruptions(alias: str = "r") -> str:
-    """SQL of the number of interruption events the ledger holds for the run `alias` (its rows in
-    `interruptions` that are preempted, requeued or node-fail, recorded by `recover` or an sacct
-    import); NULL when it holds none."""
-    return (f"(SELECT nullif(count(*), 0) FROM interruptions i WHERE i.run_id = {alias}.run_id "
-            f"AND i.event IN ({_EVENTS_SQL}))")
-
-
-def run_interruptions(alias: str = "r") -> str:
-    """SQL of a run's interruptions as the rates count them: its measured events
-    (`measured_interruptions`) when the ledger holds any, else its recorded `interruptions` count
-    (NULL: none recorded)."""
-    return f"coalesce({measured_interruptions(alias)}, {alias}.interruptions)"
+def run_interruptions(alias: str = "r", measured: str = "m") -> str:
+    """SQL of a run's interruptions as the rates count them: its measured events when the ledger holds
+    any, else its recorded `interruptions` count (NULL: none recorded). `alias` is the run, `measured`
+    MEASURED_EVENTS LEFT JOINed on run_id."""
+    return f"coalesce({measured}.n, {alias}.interruptions)"
 
 
 def interruption_rate(con, team: str, now: datetime, *,
@@ -108,8 +104,8 @@ def interruption_rate(con, team: str, now: datetime, *,
     (or no GPU-hours). source: "measured" when every run counted events, "counts" when none did,
     "mixed" otherwise."""
     row = con.execute(
-        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions('r')} AS n, "
-        f"{measured_interruptions('r')} IS NOT NULL AS measured FROM runs r "
+        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
+        f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
         "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
         "AND r.actual_gpu_hours > 0) "
         "SELECT count(*) FILTER (WHERE team = $team), sum(h) FILTER (WHERE team = $team), "
