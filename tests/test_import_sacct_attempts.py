@@ -6,11 +6,15 @@ The files are written by hand in sacct's --parsable2 format (header line, '|'-se
 fields); a requeued job's attempts share its JobID, and each attempt has its own step lines."""
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lib.ledger.imports import import_runs
 from lib.ledger.recovering import RecoverInputError, checkpoint_run, recover_run
-from tests.fixtures_imports import dump, runs
+from tests.fixtures_imports import dump, make_import_ledger, runs
 from tests.fixtures_ledger import query, run_cli
 from tests.test_import_sacct import line, sacct
 
@@ -155,3 +159,42 @@ def test_the_command_line_imports_attempts_and_a_bad_file_exits_2(import_ledger,
     assert p.returncode == 0, p.stdout + p.stderr
     assert query(import_ledger, "SELECT count(*), sum(lost_gpu_hours) FROM interruptions "
                                 "WHERE run_id = 'slurm-700'") == [(2, pytest.approx(2.0 + 3.0))]
+
+
+_EARLIER = st.sampled_from(["PREEMPTED", "REQUEUED", "NODE_FAIL", "FAILED"])
+_INTERRUPTING = {"PREEMPTED", "REQUEUED", "NODE_FAIL"}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(attempts=st.lists(st.tuples(_EARLIER, st.integers(1, 600), st.integers(0, 120)), min_size=1, max_size=5),
+       last_minutes=st.integers(1, 600), gpus=st.integers(1, 8), order=st.randoms(use_true_random=False))
+def test_attempts_in_any_line_order_make_one_run_and_reimport_changes_nothing(tmp_path_factory, attempts,
+                                                                              last_minutes, gpus, order):
+    """Whatever the lines' order (sacct's, or a file concatenated by hand), a job's attempts fold into
+    one run billed for every attempt, with one interruption per earlier interrupted attempt."""
+    db = make_import_ledger(tmp_path_factory.mktemp("attempts"))
+    t = dt.datetime(2024, 5, 1)
+    lines, billed = [], 0.0
+    for state, minutes, wait in [*attempts, ("COMPLETED", last_minutes, 0)]:
+        end = t + dt.timedelta(minutes=minutes)
+        lines.append(line(jobid="77", partition="spot", jobname="run_id=prop", start=t.isoformat(),
+                          end=end.isoformat(), elapsed=f"{minutes // 60:02d}:{minutes % 60:02d}:00", state=state,
+                          alloctres=f"cpu=8,gres/gpu={gpus}", reqtres=f"cpu=8,gres/gpu={gpus}"))
+        billed += minutes / 60 * gpus
+        t = end + dt.timedelta(minutes=wait + 1)
+    order.shuffle(lines)
+    data = sacct(*lines)
+    r = import_runs(data, fmt="sacct", db=db)
+    assert r.errors == [] and r.inserted == 1
+    run = runs(db)["prop"]
+    interrupted = [a for a in attempts if a[0] in _INTERRUPTING]
+    assert run["stop_reason"] == "completed" and run["actual_gpu_hours"] == pytest.approx(billed)
+    assert str(run["started_at"]) == "2024-05-01 00:00:00" and run["interruptions"] == len(interrupted)
+    lost = sum(m / 60 * gpus for _, m, _ in interrupted)   # no checkpoint record: whole attempts
+    assert run["act_lost_work_gpu_hours"] == pytest.approx(lost)
+    assert [a for (a,) in query(db, "SELECT attempt FROM interruptions ORDER BY occurred_at")] == \
+        [n for n, a in enumerate(attempts, start=1) if a[0] in _INTERRUPTING]
+    before = (dump(db), interruptions(db, "prop"))
+    again = import_runs(data, fmt="sacct", db=db)
+    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 1)
+    assert (dump(db), interruptions(db, "prop")) == before
