@@ -22,6 +22,8 @@ Steps (123.batch, 123.extern, 123.0) fold into their job line (a step without it
 error); array tasks (123_4) and het components (123+0) are runs of their own.
 Attempts (`sacct --duplicates`): the lines of one JobID are the attempts of a requeued job, folded
 into one run, its earlier interrupted attempts recorded as interruptions (sacct_attempts).
+A reservation the gate recorded (source other than sacct) is kept; kind, too; other fields sacct
+knows (times, GPUs, actuals, stop reason, partition) take sacct's value, empty ones keep the ledger's.
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ import pyarrow as pa
 
 from lib.ledger.imports.columns import ENUMS, MAX_TEXT_CHARS
 from lib.ledger.imports.merge import Staged, check_and_write
-from lib.ledger.imports.sacct_attempts import fold, interruptions
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _err
+from lib.ledger.imports.sacct_attempts import fold, interruptions
 from lib.gate.terms import TEAM_NAME_RULE, naive_utc, team_name_problem
 
 XDMOD_FIELDS = [

@@ -9,9 +9,9 @@ has not ended, are errors.
 
 Each earlier attempt that ended PREEMPTED, REQUEUED or NODE_FAIL is an interruption of the run
 (`interruptions`; table `interruptions`, source 'sacct', no decision: action NULL): attempt = its
-place in that order, attempt_started_at = its Start, occurred_at = its End, attempt_gpu_hours =
-Elapsed x GPUs, lost_gpu_hours = (End - the last checkpoint the ledger records for the run within
-the attempt) x GPUs, else the whole attempt. One the ledger already holds - an interrupting event of
+place in that order, attempt_started_at = its Start (its End if it never started), occurred_at = its
+End, attempt_gpu_hours = Elapsed x GPUs, lost_gpu_hours = (End - the last checkpoint the ledger
+records for the run within the attempt) x GPUs, else the whole attempt. One the ledger already holds - an interrupting event of
 the same run within MATCH_TOLERANCE of the End, which `recover` recorded when the gate saw it - is
 not recorded again, so re-importing a file records nothing new. The run's `interruptions` and
 `act_lost_work_gpu_hours` become its interruptions' count and lost GPU-hours once these are
@@ -83,10 +83,10 @@ def fold(job: str, lines: list[dict], report: ImportReport) -> dict | None:
 
 
 def interruptions(cur, rows: list[dict], report: ImportReport) -> list[dict]:
-    """The interruptions to record for the rows' interrupted attempts (rows with their run_id): those the ledger does not already hold (MATCH_TOLERANCE), with their lost
-    GPU-hours from the ledger's checkpoint records. Sets each row's interruptions and
-    act_lost_work_gpu_hours (the run's interruptions once these are recorded; NULL for a job of one
-    line) and notes what it found in `report`."""
+    """The interruptions to record for the rows' interrupted attempts (rows with their run_id): those
+    the ledger does not already hold (MATCH_TOLERANCE), with their lost GPU-hours from the ledger's
+    checkpoint records. Sets each row's interruptions and act_lost_work_gpu_hours (the run's, once
+    these are recorded; NULL for a job of one line) and notes what it found in `report`."""
     ids = sorted({r["run_id"] for r in rows if r["_attempts"] is not None})
     held: dict[str, list[dt.datetime]] = defaultdict(list)   # interrupting events the ledger holds
     totals: dict[str, list] = defaultdict(lambda: [0, 0.0])   # run -> [interruptions, lost GPU-hours]
