@@ -143,12 +143,15 @@ class Calibration(TypedDict):
 
 class InterruptionRate(TypedDict):
     """Interruptions observed on preemptible capacity (lib.ledger.state.interruption_rate): per
-    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
+    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all");
+    source: whether the runs' interruptions were counted from recorded events ("measured"), from
+    their bare counts ("counts"), or both ("mixed")."""
     per_gpu_hour: float
     scope: Literal["team", "all"]
     runs: int
     gpu_hours: float
     interruptions: int
+    source: NotRequired[Literal["measured", "counts", "mixed"]]
 
 
 class ExpectedInterruptions(TypedDict):

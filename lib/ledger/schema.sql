@@ -175,7 +175,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 
 -- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
--- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py),
+-- or an attempt of a requeued job seen only in a sacct import (source 'sacct': no decision, so
+-- action and decision_json are NULL; lib/ledger/imports/sacct.py).
 -- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
 -- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
 CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
@@ -189,8 +191,8 @@ CREATE TABLE IF NOT EXISTS interruptions (
     attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
     lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
     lost_given_gpu_hours DOUBLE,
-    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
-    decision_json        VARCHAR NOT NULL,
+    action               VARCHAR CHECK (action IN ('resume', 'restart', 'end')),   -- NULL: not decided by the gate
+    decision_json        VARCHAR,
     source               VARCHAR NOT NULL,   -- cli | slurm | sacct
     recorded_at          TIMESTAMP NOT NULL,
     actor                VARCHAR,
