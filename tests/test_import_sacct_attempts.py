@@ -198,3 +198,17 @@ def test_attempts_in_any_line_order_make_one_run_and_reimport_changes_nothing(tm
     again = import_runs(data, fmt="sacct", db=db)
     assert (again.inserted, again.updated, again.unchanged) == (0, 0, 1)
     assert (dump(db), interruptions(db, "prop")) == before
+
+
+def test_the_gate_recovering_an_attempt_sacct_recorded_seconds_earlier_is_refused(import_ledger):
+    known_run(import_ledger)
+    r = import_runs(sacct(
+        attempt("2024-05-01T10:00:00", "2024-05-01T11:00:00", "01:00:00", "PREEMPTED"),
+        attempt("2024-05-01T11:30:00", "Unknown", "00:10:00", "RUNNING")), fmt="sacct", db=import_ledger)
+    assert r.errors == [], r.errors
+    before = dump(import_ledger)
+    # the gate, back after being down, reports the same preemption 20 s off sacct's End
+    with pytest.raises(RecoverInputError, match="already recorded from sacct"):
+        recover_run("vis-1", event="preempted", at="2024-05-01T11:00:20Z", db=import_ledger)
+    assert dump(import_ledger) == before
+    assert [row[:3] for row in interruptions(import_ledger)] == [(1, "preempted", "2024-05-01 11:00:00")]

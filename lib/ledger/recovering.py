@@ -24,7 +24,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.contracts import RecoverySituation
-from lib.gate.terms import INTERRUPTING_EVENTS, InputError, json_text, naive_utc, utcnow
+from lib.gate.terms import ATTEMPT_MATCH_TOLERANCE as MATCH_TOLERANCE, INTERRUPTING_EVENTS, InputError, json_text, naive_utc, utcnow
 from lib.ledger import team_weeks
 from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import transaction
@@ -126,13 +126,19 @@ def _situation(con, run: dict, request: dict, event: str, spent: float, kept: fl
 
 
 def _recorded(con, run_id: str, event: str, at: datetime, lost) -> dict | None:
+    sacct = con.execute(
+        "SELECT occurred_at FROM interruptions WHERE run_id = ? AND decision_json IS NULL AND event IN "
+        "(SELECT unnest(?::VARCHAR[])) AND occurred_at BETWEEN ? AND ? ORDER BY occurred_at LIMIT 1",
+        [run_id, list(INTERRUPTING_EVENTS), at - MATCH_TOLERANCE, at + MATCH_TOLERANCE]).fetchone()
+    if sacct is not None and event in INTERRUPTING_EVENTS:
+        # the attempt a sacct import recorded (its End within a minute of `at`): Slurm relaunched it
+        # without the gate; deciding now would count the attempt twice
+        raise RecoverInputError(f"run {run_id!r}: the attempt that ended at {sacct[0].isoformat()} is already "
+                                "recorded from sacct (the job was requeued without a decision of the gate)")
     row = con.execute("SELECT decision_json, lost_given_gpu_hours FROM interruptions "
                       "WHERE run_id = ? AND event = ? AND occurred_at = ?", [run_id, event, at]).fetchone()
     if row is None:
         return None
-    if row[0] is None:   # an attempt a sacct import recorded: Slurm relaunched it without the gate
-        raise RecoverInputError(f"run {run_id!r}: {event} at {at.isoformat()} is already recorded from sacct "
-                                "(the job was requeued without a decision of the gate)")
     if lost is not None and (row[1] is None or abs(row[1] - lost) > 1e-9):
         raise RecoverInputError(f"run {run_id!r}: {event} at {at.isoformat()} is already recorded "
                                 f"with lost GPU-hours {row[1]!r}, not {lost!r}")

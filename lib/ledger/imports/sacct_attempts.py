@@ -22,13 +22,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from lib.gate.terms import INTERRUPTING_EVENTS
+from lib.gate.terms import ATTEMPT_MATCH_TOLERANCE, INTERRUPTING_EVENTS
 from lib.ledger.imports.report import ImportReport, _err
 
 # the states an earlier attempt ends in that make it an interruption, as the ledger's events
 _INTERRUPTED = {"PREEMPTED": "preempted", "REQUEUED": "requeued", "NODE_FAIL": "node-fail"}
-# sacct's End of an attempt and the time the gate recorded its interruption differ by seconds
-MATCH_TOLERANCE = dt.timedelta(minutes=1)
+MATCH_TOLERANCE = ATTEMPT_MATCH_TOLERANCE
 
 
 def _order(row_attempt: tuple[dict, dict]) -> tuple:
