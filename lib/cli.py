@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, demo, export, teams, forecast, replay. Global options: --db PATH (else
+Commands: check, submit, import, finish, demo, export, teams, forecast, replay, slurm. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -38,6 +38,7 @@ from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_l
 from lib.ledger.files import open_regular, regular_file_problem
 from lib.ledger.finishing import UnknownRun, finish_run
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
+from lib.slurm.commands import capacity_command, windows_command
 from lib.slurm.settings import MAX_TIMEOUT_S, ORIGINS
 from lib.slurm.wire import ask
 
@@ -324,6 +325,8 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
+    if args.from_slurm:  # a proposal the planner reviews like code: nothing is written
+        return capacity_command(args.file, say=say)
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file, who=who)
@@ -331,6 +334,10 @@ def cmd_teams(args) -> int:
         f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
         f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")
     return EXIT_OK
+
+
+def cmd_slurm(args) -> int:
+    return windows_command(args.db, sync=args.sync, timeout_s=args.timeout, say=say, dump=dump_json)
 
 
 # ------------------------------------------------------------------------------ parser
@@ -451,12 +458,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
+    s.add_argument("--from-slurm", action="store_true", help="print the [capacity] proposed from sinfo; write nothing")
+    s = sub.add_parser("slurm", parents=[common], help="the cluster's reservations as capacity windows (JSON)")
+    s.add_argument("what", choices=("windows",))
+    s.add_argument("--sync", action="store_true", help="also write them into the ledger")
     return p
 
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, "finish": cmd_finish,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
-            "replay": cmd_replay}
+            "replay": cmd_replay, "slurm": cmd_slurm}
 
 
 def main(argv=None) -> int:

@@ -137,8 +137,8 @@ CREATE TABLE IF NOT EXISTS audit (
     audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
     written_at      TIMESTAMP NOT NULL,
     actor           VARCHAR NOT NULL,
-    origin          VARCHAR NOT NULL,   -- cli | app
-    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo
+    origin          VARCHAR NOT NULL,   -- cli | app | slurm (the gate server)
+    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo | cluster-windows
     file_name       VARCHAR,            -- the uploaded or named file, as its user named it
     format          VARCHAR,            -- csv | sacct | toml
     rows_inserted   INTEGER CHECK (rows_inserted >= 0),
@@ -155,4 +155,22 @@ CREATE TABLE IF NOT EXISTS team_weeks (
     week        DATE NOT NULL,
     gpu_hours   DOUBLE NOT NULL,
     PRIMARY KEY (team, week)
+);
+
+-- The cluster's capacity windows (version 5): the spans in which Slurm holds GPUs back from the
+-- gate's requests (its reservations: maintenance, reservations for other users or accounts), as the
+-- last sync read them (lib/ledger/cluster_windows.py; a sync replaces the whole set). pool: the
+-- capacity type held, NULL for every pool; accounts, users: who may still run inside, as Slurm lists
+-- them ('-name': excluded). source: where the set was read (e.g. scontrol).
+CREATE TABLE IF NOT EXISTS cluster_windows (
+    name        VARCHAR NOT NULL,
+    starts_at   TIMESTAMP NOT NULL,
+    ends_at     TIMESTAMP NOT NULL CHECK (ends_at > starts_at),
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    pool        VARCHAR CHECK (pool IN ('stable', 'preemptible')),
+    accounts    VARCHAR[] NOT NULL DEFAULT [],
+    users       VARCHAR[] NOT NULL DEFAULT [],
+    source      VARCHAR NOT NULL,
+    synced_at   TIMESTAMP NOT NULL,
+    PRIMARY KEY (name, starts_at)
 );
