@@ -16,6 +16,7 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
+    5: ("DROP TABLE cluster_windows",),
     4: ("DROP TABLE team_weeks",),
     3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
     2: ("ALTER TABLE teams DROP COLUMN colour", "DROP TABLE prices"),

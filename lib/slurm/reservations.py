@@ -83,7 +83,7 @@ def run_slurm(argv: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
         raise SlurmUnavailable(f"`{command}` cannot run: {exc.strerror or exc}") from None
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SlurmUnavailable(f"`{command}` exited {done.returncode}: {shown(said, 200)}")
+        raise SlurmUnavailable(f"`{command}` exited {done.returncode}: {said[:200]}")
     return done.stdout
 
 
