@@ -420,8 +420,8 @@ class LiveGate:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self._windows_thread is not None:
-            self._windows_thread.join(timeout=self.window_watch.timeout_s + self.timeout_s + 5)
+        with self._ledger_mu:  # a windows write under way ends first; none starts after (_stop)
+            pass
         try:
             self.flush_answered()  # answers on their way get their note first
         except Exception as exc:
