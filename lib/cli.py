@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, demo, export, teams, forecast, replay, slurm. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, demo, export, teams, forecast, replay, slurm. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -26,32 +26,29 @@ import tempfile
 import time
 from pathlib import Path
 
+from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
+from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
+from lib.cli_runs import RUN_COMMANDS, add_run_parsers
+from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
 from lib.gate.reasons import summary
-from lib.gate.terms import (ARTIFACT_STATUSES, FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH, STOP_REASONS,
+from lib.gate.terms import (FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH,
                             SUBMIT_CLOCK_WINDOW, InputError, checked_submit_time, json_default, json_depth)
 from lib.ledger.audit import command_line, os_actor, os_user, unix_groups
 from lib.ledger.decider_lock import ServerBusy
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
-from lib.ledger.finishing import UnknownRun, finish_run
+from lib.ledger.finishing import UnknownRun
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
-from lib.slurm.commands import capacity_command, windows_command
 from lib.slurm.settings import MAX_TIMEOUT_S, ORIGINS
 from lib.slurm.wire import ask
 
-EXIT_ADMIT, EXIT_DEFER, EXIT_INVALID, EXIT_FAILURE = 0, 1, 2, 3
-EXIT_OK = 0
 MAX_REQUEST_BYTES = 1_000_000
 
 
 # ------------------------------------------------------------------------------ output helpers
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
 
 class ProgressBar:
     """A dependency-free text progress bar on stderr: progress(fraction, message)."""
@@ -81,10 +78,6 @@ def _progress(args):
     if getattr(args, "progress", False) or sys.stderr.isatty():
         return ProgressBar()
     return None
-
-
-def dump_json(obj) -> str:
-    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=json_default)
 
 
 def read_request(source: str):
@@ -243,22 +236,6 @@ def cmd_import(args) -> int:
     return EXIT_OK
 
 
-def cmd_finish(args) -> int:
-    row = finish_run(
-        args.run_id, actual_gpu_hours=args.actual_gpu_hours, stop_reason=args.stop_reason,
-        ended_at=args.ended_at, started_at=args.started_at,
-        last_valid_checkpoint=args.last_valid_checkpoint, interruptions=args.interruptions,
-        restarts=args.restarts, artifact_status=args.artifact_status,
-        full_evaluation=args.full_evaluation, holdout_reads=args.holdout_reads,
-        act_checkpoint_gpu_hours=args.checkpoint_gpu_hours, act_retry_gpu_hours=args.retry_gpu_hours,
-        act_eval_gpu_hours=args.eval_gpu_hours, act_lost_work_gpu_hours=args.lost_work_gpu_hours,
-        db=args.db, timeout_s=args.timeout)
-    print(dump_json(row))
-    say(f"finish: updated run {row['run_id']}: {row['actual_gpu_hours']:g} GPU-h, stopped "
-        f"{row['stop_reason']}, artifact {row['artifact_status']}")
-    return EXIT_OK
-
-
 def cmd_demo(args) -> int:
     from lib.ledger.demo import HISTORY_DAYS, MIN_DAYS, build_demo  # here: it brings numpy and pandas
     days = HISTORY_DAYS if args.days is None else args.days
@@ -326,7 +303,7 @@ def _sql_path(p) -> str:
 
 def cmd_teams(args) -> int:
     if args.from_slurm:  # a proposal the planner reviews like code: nothing is written
-        return capacity_command(args.file, say=say)
+        return cmd_teams_from_slurm(args)
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file, who=who)
@@ -334,10 +311,6 @@ def cmd_teams(args) -> int:
         f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
         f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")
     return EXIT_OK
-
-
-def cmd_slurm(args) -> int:
-    return windows_command(args.db, sync=args.sync, timeout_s=args.timeout, say=say, dump=dump_json)
 
 
 # ------------------------------------------------------------------------------ parser
@@ -407,22 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--create-teams", action="store_true", help="create unknown teams instead of refusing")
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
 
-    s = sub.add_parser("finish", parents=[common], help="record a run's actuals and how it stopped")
-    s.add_argument("run_id")
-    s.add_argument("--actual-gpu-hours", type=nonneg_float, required=True)
-    s.add_argument("--stop-reason", required=True, choices=STOP_REASONS)
-    s.add_argument("--ended-at", type=timestamp, help=f"ISO-8601 time ({TIME_RANGE}; default: now)")
-    s.add_argument("--started-at", type=timestamp, help=f"ISO-8601 time ({TIME_RANGE})")
-    s.add_argument("--last-valid-checkpoint")
-    s.add_argument("--interruptions", type=nonneg_int)
-    s.add_argument("--restarts", type=nonneg_int)
-    s.add_argument("--artifact-status", choices=ARTIFACT_STATUSES)
-    s.add_argument("--full-evaluation", action=argparse.BooleanOptionalAction, default=None)
-    s.add_argument("--holdout-reads", type=nonneg_int)
-    s.add_argument("--checkpoint-gpu-hours", type=nonneg_float)
-    s.add_argument("--retry-gpu-hours", type=nonneg_float)
-    s.add_argument("--eval-gpu-hours", type=nonneg_float)
-    s.add_argument("--lost-work-gpu-hours", type=nonneg_float)
+    add_run_parsers(sub, common)
+    add_alert_parser(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
     s.add_argument("--runs", type=positive_int, default=10_000)
@@ -458,16 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
-    s.add_argument("--from-slurm", action="store_true", help="print the [capacity] proposed from sinfo; write nothing")
-    s = sub.add_parser("slurm", parents=[common], help="the cluster's reservations as capacity windows (JSON)")
-    s.add_argument("what", choices=("windows",))
-    s.add_argument("--sync", action="store_true", help="also write them into the ledger")
+    s.add_argument("--from-slurm", action="store_true", help="print the [pools] proposed from sinfo; write nothing")
+    add_slurm_parser(sub, common)
     return p
 
 
-COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, "finish": cmd_finish,
+COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
-            "replay": cmd_replay, "slurm": cmd_slurm}
+            "replay": cmd_replay, **SLURM_COMMANDS}
 
 
 def main(argv=None) -> int:

@@ -60,11 +60,20 @@ def test_a_sync_replaces_the_whole_set_and_reads_give_the_windows_not_yet_ended(
 
 def test_the_same_set_again_writes_nothing_and_an_empty_set_clears(tiny_ledger):
     replace(tiny_ledger, [window()])
-    before = query(tiny_ledger, "SELECT synced_at FROM cluster_windows")
+    before = query(tiny_ledger, "SELECT updated_at FROM cluster_windows")
     assert replace(tiny_ledger, [window()]) is False
-    assert query(tiny_ledger, "SELECT synced_at FROM cluster_windows") == before and len(audit(tiny_ledger)) == 1
+    assert query(tiny_ledger, "SELECT updated_at FROM cluster_windows") == before and len(audit(tiny_ledger)) == 1
     assert replace(tiny_ledger, []) is True
     assert read(tiny_ledger, T0 - timedelta(days=1)) == [] and len(audit(tiny_ledger)) == 2
+
+
+def test_a_source_replaces_only_its_own_windows(tiny_ledger):
+    replace(tiny_ledger, [window("maint")])
+    with open_ledger(tiny_ledger) as con:
+        assert replace_windows(con, [window("planned", start=T0 + timedelta(days=3))], source="calendar") is True
+    assert replace(tiny_ledger, [window("maint", hours=4)]) is True
+    assert [(w["name"], w["end"] - w["start"]) for w in read(tiny_ledger, T0)] == [
+        ("maint", timedelta(hours=4)), ("planned", timedelta(hours=2))]
 
 
 @pytest.mark.parametrize("bad, said", [
@@ -85,10 +94,10 @@ def test_a_window_that_cannot_be_stored_is_refused_by_name_and_field_and_nothing
     assert [w["name"] for w in read(tiny_ledger, T0 - timedelta(days=1))] == ["kept"]
 
 
-def test_a_version_4_ledger_gains_the_windows_table_on_its_next_write(tiny_ledger):
+def test_a_version_5_ledger_gains_the_windows_table_on_its_next_write(tiny_ledger):
     with open_ledger(tiny_ledger) as con:
         con.execute("DROP TABLE cluster_windows")
-        con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     p = run_cli("teams", "--file", tiny_ledger.with_name("tiny.toml"), db=tiny_ledger)
     assert p.returncode == 0, p.stderr
     assert replace(tiny_ledger, [window()]) is True and read(tiny_ledger, T0) == [window()]

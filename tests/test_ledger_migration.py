@@ -1,5 +1,6 @@
 """A ledger written by schema version 1 (before team colours and prices), 2 (before the audit of who
-wrote) or 3 (before the weekly usage kept beside runs) is upgraded, its data kept: by any write open,
+wrote), 3 (before the weekly usage kept beside runs) or 4 (before runs' checkpoints and interruptions)
+is upgraded, its data kept: by any write open,
 by `upgrade_ledger`, and by the app on start, whose pages only read."""
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
-    5: ("DROP TABLE cluster_windows",),
+    6: ("DROP TABLE cluster_windows",),
+    5: ("DROP TABLE interruptions", "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints"),
     4: ("DROP TABLE team_weeks",),
     3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
     2: ("ALTER TABLE teams DROP COLUMN colour", "DROP TABLE prices"),
@@ -130,3 +132,14 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
     assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
         IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
         FROM runs WHERE started_at IS NOT NULL GROUP BY ALL ORDER BY ALL""")
+
+
+def test_a_version_4_ledger_gains_the_checkpoint_and_interruption_tables_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v4.duckdb"
+    make_version(path, 4)
+    before = contents(path)
+    assert upgrade_ledger(path) is True
+    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert_kept(before, contents(path), new_columns=())
+    assert query(path, "SELECT count(*) FROM interruptions") == [(0,)]
+    assert query(path, "SELECT count(*) FROM checkpoints") == [(0,)]

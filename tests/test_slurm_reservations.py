@@ -1,5 +1,5 @@
 """Reading the cluster's capacity from Slurm's own text: sinfo's nodes and GPUs, scontrol's
-reservations as capacity windows, and the [capacity] table proposed from them. The text is what the
+reservations as capacity windows, and the [pools] tables proposed from them. The text is what the
 test cluster printed (tests/fixtures_slurm_output.py), plus odd and hostile variants; the commands
 themselves are run when they are missing, failing or slow (stand-ins on PATH, not Slurm)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.ledger.cluster_windows import window_problem
-from lib.slurm.reservations import (SlurmUnavailable, capacity_by_type, capacity_toml, expand_hostlist, gres_gpus,
+from lib.slurm.reservations import (SlurmUnavailable, capacity_by_type, pools_toml, expand_hostlist, gres_gpus,
                                     parse_nodes, parse_reservations, read_reservations, slurm_time, tres_gpus)
 from tests.fixtures_slurm import REPO
 from tests.fixtures_slurm_output import (MAINT1_KOLKATA, NO_RESERVATIONS, RESERVATIONS, RESERVATIONS_MULTILINE,
@@ -58,18 +58,18 @@ def test_the_capacity_per_type_counts_each_node_once_per_type_it_serves():
     got = capacity_by_type(nodes, PREEMPTIBLE)
     assert got["stable"] == {"gpus": 4 + 8, "nodes": ["g1", "g2"], "partitions": ["gpu"]}
     assert got["preemptible"] == {"gpus": 8 + 4, "nodes": ["g2", "s1"], "partitions": ["spot", "spot-a10"]}
-    proposal = capacity_toml(nodes, PREEMPTIBLE, read_at=datetime(2026, 12, 3, 14, 0))
+    proposal = pools_toml(nodes, PREEMPTIBLE, read_at=datetime(2026, 12, 3, 14, 0))
     parsed = tomllib.loads(proposal)
-    assert parsed == {"capacity": {"stable": {"gpus": 12}, "preemptible": {"gpus": 12}}}
+    assert parsed == {"pools": {"stable": {"gpus": 12}, "preemptible": {"gpus": 12}}}
     assert "g2" in proposal and "s1" in proposal  # the shared and the down node are named for the reviewer
 
 
 def test_the_proposal_for_the_test_cluster_is_its_eight_gpus_in_each_pool(nodes):
-    parsed = tomllib.loads(capacity_toml(nodes, PREEMPTIBLE, read_at=datetime(2026, 12, 3)))
-    assert parsed["capacity"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 8}}
+    parsed = tomllib.loads(pools_toml(nodes, PREEMPTIBLE, read_at=datetime(2026, 12, 3)))
+    assert parsed["pools"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 8}}
     # a cluster whose teams call no partition preemptible: every GPU is stable, none preemptible
-    parsed = tomllib.loads(capacity_toml(nodes, [], read_at=datetime(2026, 12, 3)))
-    assert parsed["capacity"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 0}}
+    parsed = tomllib.loads(pools_toml(nodes, [], read_at=datetime(2026, 12, 3)))
+    assert parsed["pools"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 0}}
 
 
 @pytest.mark.parametrize("gres, gpus", [

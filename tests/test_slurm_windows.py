@@ -145,7 +145,7 @@ def test_teams_from_slurm_proposes_the_test_clusters_gpus_per_pool_and_writes_no
     p = lib_cli(slurm_env, "--db", str(db), "teams", "--from-slurm")
     assert p.returncode == 0, p.stderr
     # one node, Gres=gpu:8, in partition gpu (stable) and spot (preemptible in data/teams.toml)
-    assert tomllib.loads(p.stdout)["capacity"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 8}}
+    assert tomllib.loads(p.stdout)["pools"] == {"stable": {"gpus": 8}, "preemptible": {"gpus": 8}}
     c = subprocess.run(["bash", str(CLUSTER_SH), "capacity"], env=slurm_env, capture_output=True, text=True,
                        timeout=120)
     assert c.returncode == 0 and tomllib.loads(c.stdout) == tomllib.loads(p.stdout), c.stderr

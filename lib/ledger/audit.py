@@ -17,7 +17,8 @@ from typing import TypedDict
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
-ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "cluster-windows")
+ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert",
+           "cluster-windows")
 ORIGINS = ("app", "cli", "slurm")
 
 

@@ -3,8 +3,8 @@ GPUs back from the gate's requests (maintenance; reservations for other users or
 last sync read them (lib.slurm.windows_sync: the warm gate server every 30 s, or
 `python -m lib slurm windows --sync`).
 
-`replace_windows` puts a new set in place of the old in one transaction, recorded in the audit
-(action "cluster-windows"): only when the set differs, so a sync that finds the same reservations
+`replace_windows` puts a source's new set (e.g. "scontrol") in place of its old one in one
+transaction, recorded in the audit (action "cluster-windows"): only when the set differs, so a sync that finds the same reservations
 writes nothing (and moves no change stamp that would make the gate server reload). `read_windows`
 gives the windows not yet ended at a time, as lib.gate.contracts.CapacityWindow dicts.
 """
@@ -19,8 +19,8 @@ from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import transaction
 
 INT_MAX = 2**31 - 1   # the gpus column is an INTEGER
-_SELECT = ("SELECT name, starts_at, ends_at, gpus, pool, accounts, users FROM cluster_windows "
-           "{where} ORDER BY starts_at, name")
+_SELECT = ("SELECT name, start_at, end_at, gpus, pool, accounts, users FROM cluster_windows "
+           "{where} ORDER BY start_at, name, source")
 
 
 def window_problem(w) -> str | None:
@@ -58,10 +58,10 @@ def _window(row) -> CapacityWindow:
 
 
 def replace_windows(con, windows: Iterable[CapacityWindow], *, source: str, who: Who | None = None) -> bool:
-    """Make `windows` the ledger's cluster windows, in one transaction audited as `who`; True when
-    they differed from those stored (and were written), False when nothing changed. `source`: where
-    they were read (e.g. "scontrol"), kept with each row; `who` defaults to the command line's OS
-    user. InputError naming the window and field when one cannot be stored (nothing written); two
+    """Make `windows` the ledger's cluster windows from `source` (where they were read, e.g.
+    "scontrol"; those of other sources stay), in one transaction audited as `who` (default: the
+    command line's OS user); True when they differed from that source's stored set (and were
+    written), False when nothing changed. InputError naming the window and field when one cannot be stored (nothing written); two
     windows of one name and start are one."""
     rows: dict[tuple, tuple] = {}
     for i, w in enumerate(windows, start=1):
@@ -72,17 +72,18 @@ def replace_windows(con, windows: Iterable[CapacityWindow], *, source: str, who:
         rows[(w["name"], w["start"])] = _row(w)
     new = sorted(rows.values(), key=lambda r: (r[1], r[0]))
     with transaction(con):
-        old = [tuple(r[:5]) + (list(r[5]), list(r[6])) for r in con.execute(_SELECT.format(where="")).fetchall()]
+        old = [tuple(r[:5]) + (list(r[5]), list(r[6]))
+               for r in con.execute(_SELECT.format(where="WHERE source = ?"), [source]).fetchall()]
         if old == new:
             return False
         before = {r[:2]: r for r in old}
         same = sum(1 for r in new if before.get(r[:2]) == r)
         changed = sum(1 for r in new if r[:2] in before) - same
         now = utcnow()
-        con.execute("DELETE FROM cluster_windows")
+        con.execute("DELETE FROM cluster_windows WHERE source = ?", [source])
         if new:
-            con.executemany("INSERT INTO cluster_windows (name, starts_at, ends_at, gpus, pool, accounts, users, "
-                            "source, synced_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.executemany("INSERT INTO cluster_windows (name, start_at, end_at, gpus, pool, accounts, users, "
+                            "source, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [(*r, source, now) for r in new])
         record(con, who or command_line(), "cluster-windows", inserted=len(new) - same - changed,
                updated=changed, unchanged=same,
@@ -96,5 +97,5 @@ def preemptible_partitions(con) -> set[str]:
 
 
 def read_windows(con, now: datetime) -> list[CapacityWindow]:
-    """The ledger's cluster windows not yet ended at `now` (naive UTC), by start."""
-    return [_window(r) for r in con.execute(_SELECT.format(where="WHERE ends_at > ?"), [now]).fetchall()]
+    """The ledger's cluster windows (of every source) not yet ended at `now` (naive UTC), by start."""
+    return [_window(r) for r in con.execute(_SELECT.format(where="WHERE end_at > ?"), [now]).fetchall()]

@@ -1,10 +1,11 @@
--- The ledger's schema, version 3 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 6 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor.
+-- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables; version 6
+-- the cluster_windows table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -157,20 +158,69 @@ CREATE TABLE IF NOT EXISTS team_weeks (
     PRIMARY KEY (team, week)
 );
 
--- The cluster's capacity windows (version 5): the spans in which Slurm holds GPUs back from the
+-- Append-only (version 5): the valid checkpoints a started run saved (`python -m lib checkpoint`).
+-- The latest is the run's last_valid_checkpoint; work before it is kept when the run is interrupted.
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id          VARCHAR NOT NULL,
+    name            VARCHAR NOT NULL,      -- the checkpoint's name or path, as the job gave it
+    saved_at        TIMESTAMP NOT NULL,
+    recorded_at     TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, name, saved_at)
+);
+
+-- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
+-- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
+CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
+CREATE TABLE IF NOT EXISTS interruptions (
+    interruption_id      BIGINT PRIMARY KEY DEFAULT nextval('interruption_seq'),
+    run_id               VARCHAR NOT NULL,
+    event                VARCHAR NOT NULL CHECK (event IN ('preempted', 'requeued', 'node-fail', 'budget')),
+    occurred_at          TIMESTAMP NOT NULL,
+    attempt              INTEGER NOT NULL CHECK (attempt >= 1),
+    attempt_started_at   TIMESTAMP NOT NULL,
+    attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
+    lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
+    lost_given_gpu_hours DOUBLE,
+    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
+    decision_json        VARCHAR NOT NULL,
+    source               VARCHAR NOT NULL,   -- cli | slurm | sacct
+    recorded_at          TIMESTAMP NOT NULL,
+    actor                VARCHAR,
+    UNIQUE (run_id, event, occurred_at)
+);
+
+-- Budget alerts (version 5): each crossing of a team's thresholds, once per (team, alert, month),
+-- and whether the webhook has taken it (lib/ledger/alert_log.py). sent_at NULL: not yet delivered.
+CREATE TABLE IF NOT EXISTS alerts (
+    team            VARCHAR NOT NULL,
+    alert           VARCHAR NOT NULL,     -- budget-80 | budget-100 | runout-p50 | runout-p90 | ...
+    month           VARCHAR NOT NULL,     -- YYYY-MM (UTC)
+    raised_at       TIMESTAMP NOT NULL,
+    payload_json    VARCHAR NOT NULL,     -- the JSON body sent
+    sent_at         TIMESTAMP,
+    attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    last_error      VARCHAR,
+    PRIMARY KEY (team, alert, month)
+);
+
+-- The cluster's capacity windows (version 6): the spans in which Slurm holds GPUs back from the
 -- gate's requests (its reservations: maintenance, reservations for other users or accounts), as the
--- last sync read them (lib/ledger/cluster_windows.py; a sync replaces the whole set). pool: the
--- capacity type held, NULL for every pool; accounts, users: who may still run inside, as Slurm lists
--- them ('-name': excluded). source: where the set was read (e.g. scontrol).
+-- last sync from `source` (e.g. scontrol) read them; a sync replaces that source's set
+-- (lib/ledger/cluster_windows.py). pool: the capacity type held, NULL for every pool; accounts,
+-- users: who may still run inside, as Slurm lists them ('-name': excluded). A recurring reservation
+-- is one row per occurrence (same name, another start).
 CREATE TABLE IF NOT EXISTS cluster_windows (
     name        VARCHAR NOT NULL,
-    starts_at   TIMESTAMP NOT NULL,
-    ends_at     TIMESTAMP NOT NULL CHECK (ends_at > starts_at),
+    start_at    TIMESTAMP NOT NULL,
+    end_at      TIMESTAMP NOT NULL,
     gpus        INTEGER NOT NULL CHECK (gpus >= 0),
     pool        VARCHAR CHECK (pool IN ('stable', 'preemptible')),
     accounts    VARCHAR[] NOT NULL DEFAULT [],
     users       VARCHAR[] NOT NULL DEFAULT [],
     source      VARCHAR NOT NULL,
-    synced_at   TIMESTAMP NOT NULL,
-    PRIMARY KEY (name, starts_at)
+    updated_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (source, name, start_at),
+    CHECK (end_at > start_at)
 );

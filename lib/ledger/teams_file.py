@@ -12,6 +12,8 @@ A team table may also set `colour = "#RRGGBB"`, the team's colour in the dashboa
 colour is not policy: it is not hashed into `policy_version`, so recolouring a team gives it no new
 version and no decision changes meaning.
 
+`[alerts]`: the budget alerts' webhook and thresholds (lib.ledger.alert_settings; not policy).
+
 `[prices]`: `currency` (a 3-letter code such as "USD") and a price per GPU-hour per capacity type
 (`stable`, `preemptible`), each optional, finite and >= 0; a price needs the currency. A capacity
 type with no price has none in the ledger, and the dashboard shows no money for it (never 0).
@@ -29,6 +31,7 @@ from typing import TypedDict
 
 from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
+from lib.ledger.alert_settings import AlertSettings, parse_alerts
 from lib.ledger.audit import record
 from lib.ledger.connection import transaction
 from lib.ledger.files import NotRegularFile, open_regular
@@ -67,10 +70,12 @@ class Prices(TypedDict):
 
 
 class TeamsFile(TypedDict):
-    """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices."""
+    """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices,
+    alert settings (lib.ledger.alert_settings)."""
     teams: list[dict]
     snapshots: list[dict]
     prices: Prices
+    alerts: AlertSettings
 
 
 class TeamsFileError(ValueError):
@@ -192,9 +197,9 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices"}
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "alerts"}
     for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices)")
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, alerts)")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:
@@ -290,9 +295,10 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
             problems.append(f"{where} created_at: {err}")
         snapshots.append({"snapshot": name, "team": team, "created_at": created})
     prices = _parse_prices(doc.get("prices"), problems)
+    alerts = parse_alerts(doc.get("alerts"), set(teams_doc), problems)
     if problems:
         raise TeamsFileError(path, problems)
-    return {"teams": teams, "snapshots": snapshots, "prices": prices}
+    return {"teams": teams, "snapshots": snapshots, "prices": prices, "alerts": alerts}
 
 
 def load_teams(path=None) -> tuple[list[dict], list[dict]]:

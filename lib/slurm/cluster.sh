@@ -7,7 +7,7 @@
 #   lib/slurm/cluster.sh stop      stop what `start` started, by PID
 #   lib/slurm/cluster.sh status    PIDs, liveness, sinfo
 #   lib/slurm/cluster.sh env       print `export SLURM_CONF=...` for client commands
-#   lib/slurm/cluster.sh capacity  print the [capacity] table proposed from this cluster's sinfo (8 GPUs on
+#   lib/slurm/cluster.sh capacity  print the [pools] tables proposed from this cluster's sinfo (8 GPUs on
 #                                  one node in partitions gpu and spot); writes nothing
 #
 # Settings (environment; written into $TG_SLURM_DIR/etc/job_submit_gate.conf by `start`, which the hook
@@ -299,7 +299,7 @@ cmd_status() {
   return $rc
 }
 
-# The [capacity] proposal from sinfo (python -m lib teams --from-slurm): review it, then add it to the teams file.
+# The [pools] proposal from sinfo (python -m lib teams --from-slurm): review it, then add it to the teams file.
 cmd_capacity() {
   local repo="${TG_REPO:-$REPO_DEFAULT}" file=()
   [[ -n "${TG_TEAMS_FILE:-}" ]] && file=(--file "$TG_TEAMS_FILE")

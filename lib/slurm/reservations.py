@@ -6,8 +6,8 @@
 - `parse_reservations(text, nodes, preemptible)`: each reservation as a CapacityWindow
   (lib.gate.contracts), recurring ones (HOURLY, DAILY, WEEKLY, WEEKDAY, WEEKEND) repeated over the
   next RECUR_HORIZON. What cannot be read is a problem line, never a crash; the rest is kept.
-- `capacity_by_type(nodes, preemptible)` and `capacity_toml(...)`: the accelerators per capacity
-  type, and the `[capacity]` table proposed from them for data/teams.toml.
+- `capacity_by_type(nodes, preemptible)` and `pools_toml(...)`: the accelerators per capacity
+  type, and the `[pools.<type>]` tables (`gpus = N`) proposed from them for data/teams.toml.
 - `read_nodes`, `read_reservations`: run the commands with a timeout; SlurmUnavailable when a
   command is missing, fails or does not answer in time.
 
@@ -41,6 +41,7 @@ SLURM_ENV = {"TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}   # UTC times, in on
 SINFO_NODES = ("sinfo", "--noheader", "--Node", "--format", "%N|%R|%G|%c|%Z|%T")
 SHOW_RESERVATIONS = (("scontrol", "show", "reservation", "--oneliner"),
                      ("scontrol", "-o", "show", "reservation"))   # the second for a client that wants -o first
+POOLS_TABLE = "pools"   # data/teams.toml's table of the accelerators per capacity type
 MAX_HOSTS = 100_000          # names one hostlist may expand to
 RECUR_HORIZON = timedelta(days=7)
 _REPEATS = {"HOURLY": (timedelta(hours=1), None), "DAILY": (timedelta(days=1), None),
@@ -276,15 +277,15 @@ def _listed(names: list[str], most: int = 6) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def capacity_toml(nodes: dict[str, Node], preemptible: Iterable[str], *, read_at: datetime,
+def pools_toml(nodes: dict[str, Node], preemptible: Iterable[str], *, read_at: datetime,
                   source: str = "sinfo") -> str:
-    """The `[capacity]` tables proposed for data/teams.toml (TOML text with comments saying where
+    """The `[pools.<type>]` tables proposed for data/teams.toml (TOML text with comments saying where
     each number comes from), for the planner to review like code."""
     preemptible = sorted(set(preemptible))
     by_type = capacity_by_type(nodes, preemptible)
     shared = sorted(set(by_type["stable"]["nodes"]) & set(by_type["preemptible"]["nodes"]))
     down = sorted(n["name"] for n in nodes.values() if n["gpus"] and re.match(r"(down|drain|fail)", n["state"]))
-    lines = [f"# [capacity] proposed from {source} at {read_at:%Y-%m-%d %H:%M} UTC: the accelerators the",
+    lines = [f"# [pools] proposed from {source} at {read_at:%Y-%m-%d %H:%M} UTC: the accelerators the",
              "# cluster has per capacity type, each node counted once. Review it like code, then put it",
              "# in data/teams.toml. A partition is preemptible when a team's preemptible_partitions names",
              f"# it ({_listed(preemptible) or 'none'}); every other partition is stable."]
@@ -298,7 +299,7 @@ def capacity_toml(nodes: dict[str, Node], preemptible: Iterable[str], *, read_at
         got = by_type[capacity]
         where = (f"{len(got['nodes'])} node(s); partitions {_listed(got['partitions'])}" if got["nodes"]
                  else f"no GPU node in a {capacity} partition")
-        lines += ["", f"[capacity.{capacity}]", f"gpus = {got['gpus']}  # {where}"]
+        lines += ["", f"[{POOLS_TABLE}.{capacity}]", f"gpus = {got['gpus']}  # {where}"]
     return "\n".join(lines) + "\n"
 
 

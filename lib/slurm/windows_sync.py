@@ -1,4 +1,4 @@
-"""The ledger's cluster windows kept in step with Slurm's reservations, and the `[capacity]` table
+"""The ledger's cluster windows kept in step with Slurm's reservations, and the `[pools]` tables
 proposed from sinfo.
 
 - `WindowWatch`: what the warm gate server holds (lib.slurm.live): the windows Slurm gave at the
@@ -6,7 +6,7 @@ proposed from sinfo.
   ones stay, and the failure is logged once (and once more when it recovers), never per decision.
 - `sync_windows(db)`: one read written into the ledger (`python -m lib slurm windows --sync`, a
   cron job where no gate server runs).
-- `capacity_proposal(teams_file)`: the `[capacity]` TOML proposed from sinfo, with the teams
+- `pools_proposal(teams_file)`: the `[pools]` TOML proposed from sinfo, with the teams
   file's preemptible partitions (`python -m lib teams --from-slurm`); nothing is written.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lib.ledger.cluster_windows import preemptible_partitions, replace_windows
 from lib.ledger.connection import check_ledger_file, default_timeout_s, open_ledger
 from lib.ledger.teams_file import load_teams_file
 from lib.ledger.writer import write_ledger
-from lib.slurm.reservations import DEFAULT_TIMEOUT_S, SlurmUnavailable, capacity_toml, cluster_windows, read_nodes
+from lib.slurm.reservations import DEFAULT_TIMEOUT_S, SlurmUnavailable, pools_toml, cluster_windows, read_nodes
 
 SOURCE = "scontrol"
 DEFAULT_INTERVAL_S = 30.0
@@ -97,8 +97,8 @@ def teams_file_preemptible(path) -> set[str]:
     return {p for t in load_teams_file(path)["teams"] for p in t["preemptible_partitions"]}
 
 
-def capacity_proposal(teams_file=None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, list[str]]:
-    """The `[capacity]` TOML proposed from sinfo (partitions typed by the teams file's preemptible
+def pools_proposal(teams_file=None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, list[str]]:
+    """The `[pools]` TOML proposed from sinfo (partitions typed by the teams file's preemptible
     ones), and sinfo's lines that could not be read. SlurmUnavailable when sinfo does not answer."""
     nodes, problems = read_nodes(timeout_s)
-    return capacity_toml(nodes, teams_file_preemptible(teams_file), read_at=utcnow()), problems
+    return pools_toml(nodes, teams_file_preemptible(teams_file), read_at=utcnow()), problems
