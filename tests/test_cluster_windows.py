@@ -6,6 +6,7 @@ stand-ins for scontrol and sinfo on PATH print what the test cluster printed (te
 does the same against the real cluster)."""
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -218,3 +219,26 @@ def test_a_slow_scontrol_never_holds_up_a_decision(tiny_ledger, slurm):
         syncing.join(timeout=20)
     finally:
         live.close()
+
+
+def test_closing_the_gate_server_ends_a_scontrol_under_way(tiny_ledger, slurm):
+    slurm.hangs(29.777)                                            # a controller that is down
+    live = LiveGate(tiny_ledger, flusher=False, windows_interval_s=3600)
+    time.sleep(0.5)                                                # the read at start waits on it
+    assert running("29.777")
+    t0 = time.monotonic()
+    live.close()
+    assert time.monotonic() - t0 < 3
+    wait_for(lambda: not running("29.777"), timeout_s=5)
+
+
+def running(marker: str) -> bool:
+    """Whether a process of this machine has `marker` in its command line."""
+    for proc in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False

@@ -418,6 +418,8 @@ class LiveGate:
 
     def close(self) -> None:
         self._stop.set()
+        if self.window_watch is not None:
+            self.window_watch.stop()  # a scontrol under way ends now
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._ledger_mu:  # a windows write under way ends first; none starts after (_stop)

@@ -29,6 +29,7 @@ import math
 import os
 import re
 import subprocess
+import threading
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Iterable, TypedDict
 
@@ -56,6 +57,10 @@ class SlurmUnavailable(RuntimeError):
     """A Slurm command is missing, failed or did not answer within its timeout."""
 
 
+class SlurmFailed(SlurmUnavailable):
+    """A Slurm command ran and exited non-zero."""
+
+
 class Node(TypedDict):
     """One node as sinfo lists it: `gpus` accelerators, `cores` (CPUs / threads per core), the
     partitions it is in (sorted) and its state (idle, mixed, down, drained, ...)."""
@@ -68,50 +73,88 @@ class Node(TypedDict):
 
 # ------------------------------------------------------------------------------ running Slurm
 
+class SlurmClient:
+    """Runs Slurm's client commands with SLURM_ENV (UTC times) and a timeout of `timeout_s` seconds.
+    `stop()` kills the command running now and refuses any later one: a gate server that closes
+    leaves no scontrol behind (one waits up to half a minute for a controller that is down)."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.timeout_s = timeout_s
+        self._mu = threading.Lock()
+        self._running: subprocess.Popen | None = None
+        self._stopped = False
+
+    def run(self, argv: Iterable[str]) -> str:
+        """The command's stdout; SlurmUnavailable when it is not installed, exits non-zero, runs past
+        the timeout (then it is killed) or the client was stopped."""
+        argv = list(argv)
+        command = " ".join(argv)
+        with self._mu:
+            if self._stopped:
+                raise SlurmUnavailable(f"`{command}` not run: stopping")
+            try:
+                proc = subprocess.Popen(argv, env={**os.environ, **SLURM_ENV}, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+            except FileNotFoundError:
+                raise SlurmUnavailable(f"{argv[0]} is not installed (not on PATH)") from None
+            except OSError as exc:
+                raise SlurmUnavailable(f"`{command}` cannot run: {exc.strerror or exc}") from None
+            self._running = proc
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise SlurmUnavailable(f"`{command}` gave no answer within {self.timeout_s:g} s") from None
+        finally:
+            with self._mu:
+                self._running = None
+        if proc.returncode != 0:
+            said = (err.strip().splitlines() or ["no message"])[-1]
+            raise SlurmFailed(f"`{command}` exited {proc.returncode}: {said[:200]}")
+        return out
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        with self._mu:
+            self._stopped = True
+            if self._running is not None:
+                self._running.kill()
+
+
 def run_slurm(argv: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-    """The stdout of a Slurm client command run with SLURM_ENV (UTC times); SlurmUnavailable when
-    it is not installed, exits non-zero or runs past `timeout_s` seconds (then it is killed)."""
-    argv = list(argv)
-    command = " ".join(argv)
-    try:
-        done = subprocess.run(argv, env={**os.environ, **SLURM_ENV}, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, errors="replace", timeout=timeout_s)
-    except FileNotFoundError:
-        raise SlurmUnavailable(f"{argv[0]} is not installed (not on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmUnavailable(f"`{command}` gave no answer within {timeout_s:g} s") from None
-    except OSError as exc:
-        raise SlurmUnavailable(f"`{command}` cannot run: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SlurmUnavailable(f"`{command}` exited {done.returncode}: {said[:200]}")
-    return done.stdout
+    """The stdout of one Slurm client command (`SlurmClient.run`)."""
+    return SlurmClient(timeout_s).run(argv)
 
 
-def read_nodes(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[dict[str, Node], list[str]]:
+def read_nodes(timeout_s: float = DEFAULT_TIMEOUT_S, client: SlurmClient | None = None
+               ) -> tuple[dict[str, Node], list[str]]:
     """The cluster's nodes from sinfo (`parse_nodes`) and the lines it could not read."""
-    return parse_nodes(run_slurm(SINFO_NODES, timeout_s))
+    return parse_nodes((client or SlurmClient(timeout_s)).run(SINFO_NODES))
 
 
-def read_reservations(timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+def read_reservations(timeout_s: float = DEFAULT_TIMEOUT_S, client: SlurmClient | None = None) -> str:
     """The text of `scontrol show reservation --oneliner` (else of `scontrol -o show reservation`),
     its times in UTC."""
+    client = client or SlurmClient(timeout_s)
     try:
-        return run_slurm(SHOW_RESERVATIONS[0], timeout_s)
-    except SlurmUnavailable as first:
-        if "gave no answer" in str(first) or "not installed" in str(first):
-            raise
+        return client.run(SHOW_RESERVATIONS[0])
+    except SlurmFailed as first:  # missing, silent or stopped: the other spelling would fare no better
         try:
-            return run_slurm(SHOW_RESERVATIONS[1], timeout_s)
+            return client.run(SHOW_RESERVATIONS[1])
         except SlurmUnavailable:
             raise first from None
 
 
-def cluster_windows(preemptible: Iterable[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
-                    ) -> tuple[list[CapacityWindow], list[str]]:
+def cluster_windows(preemptible: Iterable[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                    client: SlurmClient | None = None) -> tuple[list[CapacityWindow], list[str]]:
     """The cluster's reservations now, as windows (UTC), and every line that could not be read."""
-    nodes, problems = read_nodes(timeout_s)
-    windows, more = parse_reservations(read_reservations(timeout_s), nodes, preemptible, tz=timezone.utc)
+    client = client or SlurmClient(timeout_s)
+    nodes, problems = read_nodes(client=client)
+    windows, more = parse_reservations(read_reservations(client=client), nodes, preemptible, tz=timezone.utc)
     return windows, problems + more
 
 

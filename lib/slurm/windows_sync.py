@@ -21,7 +21,8 @@ from lib.ledger.cluster_windows import preemptible_partitions, replace_windows
 from lib.ledger.connection import check_ledger_file, default_timeout_s, open_ledger
 from lib.ledger.teams_file import load_teams_file
 from lib.ledger.writer import write_ledger
-from lib.slurm.reservations import DEFAULT_TIMEOUT_S, SlurmUnavailable, pools_toml, cluster_windows, read_nodes
+from lib.slurm.reservations import (DEFAULT_TIMEOUT_S, SlurmClient, SlurmUnavailable, cluster_windows, pools_toml,
+                                    read_nodes)
 
 SOURCE = "scontrol"
 DEFAULT_INTERVAL_S = 30.0
@@ -30,12 +31,13 @@ DEFAULT_INTERVAL_S = 30.0
 class WindowWatch:
     """The cluster's windows as last read from Slurm (`windows`, None before the first good read),
     re-read by `refresh` (the gate server calls it every `interval_s` seconds, off the decision
-    path). `log(text)` hears each failure once until a read succeeds again, and each problem line
-    in Slurm's output once."""
+    path; `stop` ends them). `log(text)` hears each failure once until a read succeeds again, and
+    each problem line in Slurm's output once."""
 
     def __init__(self, log: Callable[[str], None], *, interval_s: float = DEFAULT_INTERVAL_S,
                  timeout_s: float = DEFAULT_TIMEOUT_S):
         self.log, self.interval_s, self.timeout_s = log, interval_s, timeout_s
+        self.client = SlurmClient(timeout_s)
         self.windows: list[CapacityWindow] | None = None
         self.read_at: float | None = None     # time.monotonic() of the last good read
         self.failing: str | None = None
@@ -45,8 +47,10 @@ class WindowWatch:
         """Read the windows now; the new list, or None when Slurm did not answer (the last known
         ones stay in `windows`)."""
         try:
-            windows, problems = cluster_windows(preemptible, timeout_s=self.timeout_s)
+            windows, problems = cluster_windows(preemptible, client=self.client)
         except SlurmUnavailable as exc:
+            if self.client.stopped:
+                return None
             if self.failing is None:
                 kept = "none known yet" if self.windows is None else f"{len(self.windows)} known"
                 self.log(f"cannot read the cluster's reservations ({exc}); the gate keeps the last known "
@@ -62,6 +66,10 @@ class WindowWatch:
         self._told = set(problems)
         self.windows, self.read_at = windows, time.monotonic()
         return windows
+
+    def stop(self) -> None:
+        """No more reads; a command running now is killed (the gate server is closing)."""
+        self.client.stop()
 
 
 def server_who() -> Who:
