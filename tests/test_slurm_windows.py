@@ -132,7 +132,8 @@ def test_the_gate_server_syncs_a_new_reservation_within_its_interval_and_drops_a
             assert time.monotonic() < deadline, f"the server kept {name} 30 s after it was deleted"
             time.sleep(0.5)
         with open_ledger(db, read_only=True, timeout_s=30) as con:
-            origins = {r[0] for r in con.execute("SELECT origin FROM audit WHERE action = 'cluster-windows'").fetchall()}
+            rows = con.execute("SELECT origin FROM audit WHERE action = 'cluster-windows'").fetchall()
+        origins = {r[0] for r in rows}
         assert origins == {"slurm"}
     finally:
         err = server.stop()

@@ -4,9 +4,9 @@ last sync read them (lib.slurm.windows_sync: the warm gate server every 30 s, or
 `python -m lib slurm windows --sync`).
 
 `replace_windows` puts a source's new set (e.g. "scontrol") in place of its old one in one
-transaction, recorded in the audit (action "cluster-windows"): only when the set differs, so a sync that finds the same reservations
-writes nothing (and moves no change stamp that would make the gate server reload). `read_windows`
-gives the windows not yet ended at a time, as lib.gate.contracts.CapacityWindow dicts.
+transaction, recorded in the audit (action "cluster-windows"): only when the set differs, so a
+sync that finds the same reservations writes nothing (and moves no change stamp that would make the
+gate server reload). `read_windows` gives the windows not yet ended at a time, as lib.gate.contracts.CapacityWindow dicts.
 """
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ def replace_windows(con, windows: Iterable[CapacityWindow], *, source: str, who:
     """Make `windows` the ledger's cluster windows from `source` (where they were read, e.g.
     "scontrol"; those of other sources stay), in one transaction audited as `who` (default: the
     command line's OS user); True when they differed from that source's stored set (and were
-    written), False when nothing changed. InputError naming the window and field when one cannot be stored (nothing written); two
-    windows of one name and start are one."""
+    written), False when nothing changed. InputError naming the window and field when one cannot be
+    stored (nothing written); two windows of one name and start are one."""
     rows: dict[tuple, tuple] = {}
     for i, w in enumerate(windows, start=1):
         problem = window_problem(w)

@@ -24,7 +24,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.contracts import RecoverySituation
-from lib.gate.terms import InputError, json_text, naive_utc, utcnow
+from lib.gate.terms import INTERRUPTING_EVENTS, InputError, json_text, naive_utc, utcnow
 from lib.ledger import team_weeks
 from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import transaction
@@ -36,7 +36,7 @@ from lib.planning.recovery import decide_recovery
 # event -> (the recovery function's event, the run's stop reason when the decision ends it)
 EVENTS = {"preempted": ("preemption", "preempted"), "requeued": ("preemption", "requeued"),
           "node-fail": ("preemption", "node-fail"), "budget": ("budget-breach", "budget")}
-INTERRUPTING = ("preempted", "requeued", "node-fail")   # events that end an attempt by interruption
+INTERRUPTING = INTERRUPTING_EVENTS   # events that end an attempt by interruption
 FUTURE_SKEW = timedelta(minutes=5)   # an event time this far ahead of the clock is a bad time
 
 
@@ -130,6 +130,9 @@ def _recorded(con, run_id: str, event: str, at: datetime, lost) -> dict | None:
                       "WHERE run_id = ? AND event = ? AND occurred_at = ?", [run_id, event, at]).fetchone()
     if row is None:
         return None
+    if row[0] is None:   # an attempt a sacct import recorded: Slurm relaunched it without the gate
+        raise RecoverInputError(f"run {run_id!r}: {event} at {at.isoformat()} is already recorded from sacct "
+                                "(the job was requeued without a decision of the gate)")
     if lost is not None and (row[1] is None or abs(row[1] - lost) > 1e-9):
         raise RecoverInputError(f"run {run_id!r}: {event} at {at.isoformat()} is already recorded "
                                 f"with lost GPU-hours {row[1]!r}, not {lost!r}")

@@ -4,8 +4,8 @@
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables; version 6
--- the cluster_windows table.
+-- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency and the
+-- checkpoints, interruptions and alerts tables; version 6 the cluster_windows table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -29,7 +29,13 @@ CREATE TABLE IF NOT EXISTS teams (
     policy_version                  VARCHAR NOT NULL,
     -- the team's colour in the dashboard's figures, '#RRGGBB' (version 2; NULL: a colour derived
     -- from the name). Not policy: it is not part of policy_version.
-    colour                          VARCHAR
+    colour                          VARCHAR,
+    -- steps/s beyond a pilot's accelerators: each added one adds this share of one (version 5; docs/rules.md,
+    -- Pilot estimates). A ledger upgraded to version 5 has the column without NOT NULL and CHECK (DuckDB
+    -- adds neither to an existing table with IF NOT EXISTS): teams.toml's validation holds it to 0..1
+    -- there, and the gate reads NULL as 1.0.
+    scaling_efficiency              DOUBLE  NOT NULL DEFAULT 1.0
+                                    CHECK (scaling_efficiency >= 0 AND scaling_efficiency <= 1)
 );
 
 -- GPU-hour prices from data/teams.toml [prices] (version 2): one row per capacity type that has a
@@ -169,7 +175,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 
 -- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
--- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py),
+-- or an attempt of a requeued job seen only in a sacct import (source 'sacct': no decision, so
+-- action and decision_json are NULL; lib/ledger/imports/sacct.py).
 -- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
 -- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
 CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
@@ -183,8 +191,8 @@ CREATE TABLE IF NOT EXISTS interruptions (
     attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
     lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
     lost_given_gpu_hours DOUBLE,
-    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
-    decision_json        VARCHAR NOT NULL,
+    action               VARCHAR CHECK (action IN ('resume', 'restart', 'end')),   -- NULL: not decided by the gate
+    decision_json        VARCHAR,
     source               VARCHAR NOT NULL,   -- cli | slurm | sacct
     recorded_at          TIMESTAMP NOT NULL,
     actor                VARCHAR,

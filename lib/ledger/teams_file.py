@@ -6,7 +6,9 @@ Layout: a `[defaults]` table (values every team inherits), one `[teams.NAME]` ta
 team (or snapshot, or price) and the key.
 
 Each team's `policy_version` is a short hash of its normalized policy (all fields, sorted, numbers as
-floats or ints as the schema types them), so changing any number gives the team a new version.
+floats or ints as the schema types them), so changing any number gives the team a new version. A
+key added after versions were in use (`scaling_efficiency`) is hashed only when it differs from its
+default, so a policy that leaves it alone keeps the version it had before the key existed.
 
 A team table may also set `colour = "#RRGGBB"`, the team's colour in the dashboard's figures. A
 colour is not policy: it is not hashed into `policy_version`, so recolouring a team gives it no new
@@ -39,8 +41,8 @@ from lib.ledger.files import NotRegularFile, open_regular
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
 # policy key -> (kind, default). kind: "int" (whole number >= 0 that fits the ledger's INTEGER column,
-# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "basis", "partitions".
-# Default None = required.
+# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "fraction" (a float from 0 to 1),
+# "basis", "partitions". Default None = required.
 POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "reserved_gpus": ("int", None),
     "retraining_reserved_gpus": ("int", 0),
@@ -53,7 +55,12 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_exploratory": ("basis", "median"),
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
+    # steps/s beyond a pilot's accelerators: each added one adds this share of one (docs/rules.md,
+    # Pilot estimates); 1.0 = linear data-parallel scaling
+    "scaling_efficiency": ("fraction", 1.0),
 }
+# keys added after policy versions were in use: hashed into policy_version only off their default
+_LATER_KEYS = {"scaling_efficiency": 1.0}
 INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
@@ -108,10 +115,12 @@ def _number_problem(value, integral: bool = False) -> str | None:
 
 def _check_value(kind: str, value):
     """(normalized value, None) or (None, problem text)."""
-    if kind in ("int", "float"):
+    if kind in ("int", "float", "fraction"):
         problem = _number_problem(value, integral=kind == "int")
         if problem:
             return None, problem
+        if kind == "fraction" and value > 1:
+            return None, f"must be at most 1, got {_shown(value)}"
         return (int(value) if kind == "int" else float(value)), None
     if kind == "basis":
         if value not in BASES:
@@ -161,7 +170,8 @@ def _parse_prices(doc, problems: list[str]) -> Prices:
 
 def policy_version(policy: dict) -> str:
     """A short, stable hash of a team's normalized policy (policy_version itself excluded)."""
-    body = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
+    body = {k: policy[k] for k in ("team", *POLICY_FIELDS)
+            if k not in _LATER_KEYS or policy[k] != _LATER_KEYS[k]}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
