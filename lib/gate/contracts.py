@@ -114,6 +114,21 @@ class TimelineStep(TypedDict):
     gpus: int
 
 
+class CapacityWindow(TypedDict):
+    """A span in which the cluster holds `gpus` accelerators back from the gate's requests: a Slurm
+    reservation (maintenance, or one for other users or accounts), from `start` to `end` (naive UTC).
+    `pool`: the capacity type it holds them in ("stable" | "preemptible"), None for every pool.
+    `accounts`, `users`: who may still run inside it, as Slurm lists them (a name starting with "-"
+    is excluded rather than allowed; [] when it names none)."""
+    name: str
+    start: datetime
+    end: datetime
+    gpus: int
+    pool: Capacity | None
+    accounts: list[str]
+    users: list[str]
+
+
 class CalibrationRow(TypedDict):
     """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate."""
     estimated_gpu_hours: float

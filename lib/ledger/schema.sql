@@ -1,11 +1,11 @@
--- The ledger's schema, version 5 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 6 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
 -- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency and the
--- checkpoints, interruptions and alerts tables.
+-- checkpoints, interruptions and alerts tables; version 6 the cluster_windows table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -144,8 +144,8 @@ CREATE TABLE IF NOT EXISTS audit (
     audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
     written_at      TIMESTAMP NOT NULL,
     actor           VARCHAR NOT NULL,
-    origin          VARCHAR NOT NULL,   -- cli | app
-    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo
+    origin          VARCHAR NOT NULL,   -- cli | app | slurm (the gate server)
+    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo | cluster-windows
     file_name       VARCHAR,            -- the uploaded or named file, as its user named it
     format          VARCHAR,            -- csv | sacct | toml
     rows_inserted   INTEGER CHECK (rows_inserted >= 0),
@@ -211,4 +211,24 @@ CREATE TABLE IF NOT EXISTS alerts (
     attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error      VARCHAR,
     PRIMARY KEY (team, alert, month)
+);
+
+-- The cluster's capacity windows (version 6): the spans in which Slurm holds GPUs back from the
+-- gate's requests (its reservations: maintenance, reservations for other users or accounts), as the
+-- last sync from `source` (e.g. scontrol) read them; a sync replaces that source's set
+-- (lib/ledger/cluster_windows.py). pool: the capacity type held, NULL for every pool; accounts,
+-- users: who may still run inside, as Slurm lists them ('-name': excluded). A recurring reservation
+-- is one row per occurrence (same name, another start).
+CREATE TABLE IF NOT EXISTS cluster_windows (
+    name        VARCHAR NOT NULL,
+    start_at    TIMESTAMP NOT NULL,
+    end_at      TIMESTAMP NOT NULL,
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    pool        VARCHAR CHECK (pool IN ('stable', 'preemptible')),
+    accounts    VARCHAR[] NOT NULL DEFAULT [],
+    users       VARCHAR[] NOT NULL DEFAULT [],
+    source      VARCHAR NOT NULL,
+    updated_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (source, name, start_at),
+    CHECK (end_at > start_at)
 );
