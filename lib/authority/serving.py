@@ -30,10 +30,12 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from lib.authority.facts import (BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, AuthorityFacts, ScaledFacts, TeamView,
+from lib.authority.facts import (BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, AuthorityFacts, TeamView,
                                  offline_decision, stamped)
 from lib.authority.store import AuthorityUnavailable
-from lib.gate.contracts import Decision, DecisionFacts, Policy, Request
+from lib.authority.sync import sync_ledger
+from lib.gate.contracts import Decision, DecisionFacts, Request
+from lib.gate.terms import utcnow
 from lib.ledger.deciding import decide_with
 from lib.ledger.recording import booked_reservation
 
@@ -164,6 +166,18 @@ class ServedAuthority:
             r = booked_reservation(request, decision, now)
             self.offline[r["run_id"]] = r
         return decision
+
+    def sync_on_start(self, db, *, timeout_s: float, log) -> None:
+        """The authority brought in line with the ledger `db` (lib.authority.sync: holds it lacks added,
+        this cluster's holds no decision reached released); `log(text)` says what changed, or that it
+        cannot be reached yet (decisions then follow the failure policy until it can)."""
+        try:
+            counts = sync_ledger(self.authority, db, now=utcnow(), timeout_s=timeout_s)
+        except AuthorityUnavailable as exc:
+            log(f"the authority cannot be reached yet ({exc}); decisions follow the failure policy until it can")
+        else:
+            if any(counts.values()):
+                log(f"authority synced with {db}: {counts}")
 
     def release(self, run_id: str, now: datetime) -> None:
         """The answer of an admit never went out: its hold is released (or never written, if offline)."""
