@@ -4,7 +4,6 @@ never admit more than the team has together, and every answered decision is in e
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
