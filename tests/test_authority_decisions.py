@@ -184,3 +184,21 @@ def test_an_invalid_offline_share_exits_2(tmp_path):
     out = run_cli("authority", "status", env=authority_env("postgresql://gate@127.0.0.1/db", "a",
                                                            GATE_AUTHORITY_OFFLINE_SHARE="2"))
     assert out.returncode == 2 and "GATE_AUTHORITY_OFFLINE_SHARE" in out.stderr
+
+
+def test_an_authority_table_in_the_teams_file_names_the_authority(postgres_server, authority_db, tmp_path):
+    url = postgres_server.url(authority_db)
+    teams = tmp_path / "teams.toml"
+    teams.write_text(SHARED_TEAMS.format(quota=8, budget=100) + f'\n[authority]\nurl = "{url}"\ncluster = "east"\n',
+                     encoding="utf-8")
+    env = authority_env(url, "x")
+    env.pop("GATE_AUTHORITY")
+    env.pop("GATE_CLUSTER")
+    assert run_cli("--db", tmp_path / "l.duckdb", "teams", "--file", teams, env=env).returncode == 0
+    out = run_cli("authority", "init", "--teams-file", teams, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["teams_inserted"] == 1
+    teams.write_text(teams.read_text() + 'colour = "red"\n', encoding="utf-8")   # an unknown key is refused
+    out = run_cli("authority", "status", "--teams-file", teams, env=env)
+    assert out.returncode == 2 and "[authority] colour: unknown key" in out.stderr
+    assert GATE_PASSWORD not in out.stderr
