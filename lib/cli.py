@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, checkpoint, recover, alerts, demo, export, teams, forecast, replay, slurm. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, demo, export, teams, forecast, replay, slurm, authority. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -30,6 +30,8 @@ from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, E
 from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
 from lib.cli_runs import RUN_COMMANDS, add_run_parsers
 from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
+from lib.cli_authority import AUTHORITY_COMMANDS, add_authority_parser
+from lib.authority.settings import configured_authority
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
@@ -162,7 +164,8 @@ def cmd_check(args) -> int:
     request = read_request(args.request)
     decision = via_gate_server(args, "check", request)
     if decision is None:
-        decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout)
+        decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout,
+                                 authority=configured_authority())
     _report_decision(decision, "check")
     again = f", already recorded at {decision['recorded_at']}" if decision.get("replayed") else ""
     say(f"check: {decision['state']} {decision['run_id']}{again} (what-if: nothing written)")
@@ -200,7 +203,7 @@ def cmd_submit(args) -> int:
     decision = via_gate_server(args, "submit", request)
     if decision is None:
         decision = submit_request(request, db=args.db, origin=args.origin, now=args.now,
-                                  timeout_s=args.timeout, actor=os_actor())
+                                  timeout_s=args.timeout, actor=os_actor(), authority=configured_authority())
     _report_decision(decision, "submit")
     if decision.get("replayed"):
         say(f"submit: {decision['state']} {decision['run_id']}: this same request was decided at "
@@ -381,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
 
     add_run_parsers(sub, common)
+    add_authority_parser(sub, common)
     add_alert_parser(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
@@ -424,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
-            "replay": cmd_replay, **SLURM_COMMANDS}
+            "replay": cmd_replay, **SLURM_COMMANDS, **AUTHORITY_COMMANDS}
 
 
 def main(argv=None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lib.cli_args import TIME_RANGE, nonneg_float, nonneg_int, timestamp
+from lib.authority.settings import configured_authority
 from lib.cli_output import EXIT_OK, dump_json, say
 from lib.gate.terms import ARTIFACT_STATUSES, STOP_REASONS
 from lib.ledger.finishing import finish_run
@@ -21,7 +22,7 @@ def cmd_finish(args) -> int:
         full_evaluation=args.full_evaluation, holdout_reads=args.holdout_reads,
         act_checkpoint_gpu_hours=args.checkpoint_gpu_hours, act_retry_gpu_hours=args.retry_gpu_hours,
         act_eval_gpu_hours=args.eval_gpu_hours, act_lost_work_gpu_hours=args.lost_work_gpu_hours,
-        db=args.db, timeout_s=args.timeout)
+        db=args.db, timeout_s=args.timeout, authority=configured_authority())
     print(dump_json(row))
     say(f"finish: updated run {row['run_id']}: {row['actual_gpu_hours']:g} GPU-h, stopped "
         f"{row['stop_reason']}, artifact {row['artifact_status']}")
@@ -37,7 +38,7 @@ def cmd_checkpoint(args) -> int:
 
 def cmd_recover(args) -> int:
     out = recover_run(args.run_id, event=args.event, at=args.at, lost_gpu_hours=args.lost_gpu_hours,
-                      db=args.db, timeout_s=args.timeout)
+                      db=args.db, timeout_s=args.timeout, authority=configured_authority())
     print(dump_json(out))
     say(f"recover: run {out['run_id']}: {out['event']} (attempt {out['attempt']}, "
         f"{out['lost_gpu_hours']:.2f} GPU-h lost) -> {out['action']}")

@@ -51,6 +51,11 @@ st.caption(f"{budget['month']:%B %Y}. Budgets are per team: the dates, kinds and
            "here. Consumed = GPU-hours of runs that ended in the month. "
            + ("Committed = reservations admitted and not finished." if budget["current_month"]
               else "A past month shows consumed against the budget; committed applies to the current month only."))
+if budget["current_month"] and budget.data.get("source") == "authority":
+    ui.caption("This month's numbers are the shared authority's: every cluster's spend and holds (see Clusters).")
+elif budget["current_month"] and budget.data.get("authority_error"):
+    st.warning(f"The shared authority cannot be read, so these are this cluster's own numbers: "
+               f"{ui.as_text(budget.data['authority_error'])}")
 budget.chart(reservation_figures.budget_bars, "budget", month_label=f"{budget['month']:%B %Y}")
 ui.table(budget["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")

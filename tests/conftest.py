@@ -12,6 +12,8 @@
 - `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
 - `every_interface`: the app's listen address set to 0.0.0.0 (beyond loopback) for one test.
+- `postgres_server`: a real PostgreSQL 15 server for the session (tests marked `postgres`), and
+  `authority_db`: a fresh database on it for one test.
 
 Builders of plain data and files live beside this file in the fixtures_*.py modules.
 """
@@ -127,3 +129,21 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL 15 server for the session (tests/fixtures_postgres.py); skips when absent."""
+    from tests.fixtures_postgres import PostgresServer, postgres_missing
+    why = postgres_missing()
+    if why:
+        pytest.skip(why)
+    server = PostgresServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def authority_db(postgres_server) -> str:
+    """A fresh database on the session's PostgreSQL, with no schema yet: its name."""
+    return postgres_server.new_database()

@@ -35,6 +35,7 @@ PAGES = (   # in navigation order; the first is the default page (URL /)
     Page("recovery_planner", "pages/5_Recovery_planner.py", "Recovery planner", "🔁"),
     Page("upload", "pages/6_Upload.py", "Upload", "📤", "import"),
     Page("stops_promotion", "pages/7_Stops_and_promotion.py", "Stops and promotion", "⛔"),
+    Page("clusters", "pages/10_Clusters.py", "Clusters", "🗄️"),
 )
 PAGE_ACTIONS = {p.script: p.action for p in PAGES if p.action}   # a page not listed: every role may open it
 _BY_NAME = {p.name: p for p in PAGES}

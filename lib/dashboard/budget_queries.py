@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from lib.dashboard.cluster_queries import authority_board
 from lib.dashboard.filters import Filters
 from lib.dashboard.reading import frame, reader
 from lib.gate.terms import month_start as month_start_of, next_month_start, utcnow
@@ -40,7 +41,20 @@ def monthly_budget(f: Filters, db=None, now: dt.datetime | None = None, *, month
     `budget_of_month`. Only the team filter applies."""
     now = now or utcnow()
     with reader(db) as con:
-        return budget_of_month(con, f, now, month or now.date())
+        out = budget_of_month(con, f, now, month or now.date())
+    return shared_budget(out, f, now) if out["current_month"] else out
+
+
+def shared_budget(out: dict, f: Filters, now: dt.datetime) -> dict:
+    """This month's budget as the shared authority counts it, when the cluster names one (every
+    cluster's spend and holds: lib.dashboard.cluster_queries.authority_board); `out` unchanged
+    without one. "source": "authority" or "ledger"; "authority_error": why it could not be read."""
+    board, error = authority_board(now, f.teams)
+    if board is None:
+        return {**out, "source": "ledger", "authority_error": error}
+    shared = board[["team", "monthly_budget_gpu_hours", "month_spent_gpu_hours", "committed_gpu_hours",
+                    "remaining_gpu_hours"]].rename(columns={"month_spent_gpu_hours": "consumed_gpu_hours"})
+    return {**out, "budget": shared.reset_index(drop=True), "source": "authority", "authority_error": None}
 
 
 def monthly_budget_in(month: dt.date):

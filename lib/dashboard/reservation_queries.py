@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from lib.dashboard.budget_queries import budget_of_month
+from lib.dashboard.budget_queries import budget_of_month, shared_budget
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS, REQUESTED_LABEL
 from lib.dashboard.queue_and_calendar import capacity_calendar, request_queue
@@ -69,6 +69,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
         waiting, queue_count = request_queue(con, f, held, all_quotas, now)
     calendar = capacity_calendar(held, quotas, now)
+    budget = shared_budget(budget, f, now)   # the authority's numbers, when the cluster names one
     return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
             "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
             "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Protocol
 
 from lib.gate.admission import decide, reject, unknown_team
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
@@ -92,6 +92,22 @@ class LedgerFacts:
         return team_state(self.con, team, now, kind=kind)
 
 
+class SharedAuthority(Protocol):
+    """A decider shared by several clusters' ledgers (lib.authority.facts.Authority, a layer above
+    this one, hands itself in). `decide` takes the decision inside one transaction of its own over
+    the team's shared facts and `local` (this ledger's), and with `write` commits the admit's hold
+    there before returning: the caller records the decision in the ledger after that. `finished`
+    releases a run's hold and adds its spend when the run ends."""
+
+    def decide(self, request: Request, now: datetime, local: DecisionFacts, *, write: bool = True,
+               prepare: Callable[[Request, Policy | None], Request] | None = None) -> tuple[Request, Decision]:
+        """(the request as prepared, the decision)."""
+
+    def finished(self, run_id: str, team: str, ended_at: datetime, gpu_hours: float, why: str,
+                 now: datetime) -> None:
+        """The run ended (`why`: finish, recover-end): its hold released, its spend recorded."""
+
+
 def policy_for(request: Request, facts: DecisionFacts) -> Policy | None:
     """The policy of the team the request names; None for an unknown team, and without a look-up for
     a value that is no team name (DuckDB refuses e.g. a lone surrogate; the decision rejects it by name)."""
@@ -127,20 +143,25 @@ def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Po
     return decide_with(request, now, LedgerFacts(con))
 
 
-def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0) -> Decision:
+def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0,
+                  authority: SharedAuthority | None = None) -> Decision:
     """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
 
     For a request already admitted and still waiting for its run, that is the recorded admit.
+    With an `authority`, the team's policy, holds and month spend are the authority's.
     """
     now = naive_utc(now) or utcnow()
     with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
+        if authority is not None:
+            return authority.decide(request, now, LedgerFacts(con), write=False)[1]
         decision, _ = decide_in_ledger(con, request, now)
     return decision
 
 
 def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0,
                    actor: str | None = None,
-                   prepare: Callable[[Request, Policy | None], Request] | None = None) -> Decision:
+                   prepare: Callable[[Request, Policy | None], Request] | None = None,
+                   authority: SharedAuthority | None = None) -> Decision:
     """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
     the run becomes a reservation. The one write path of every in-process decider (see the module
     docstring for its locks).
@@ -154,6 +175,9 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
     (lib.slurm.live.drain_left_over_journal: the journal belongs to the Slurm layer), so that this
     decision sees every decision that server answered; the command line and the Slurm hook do.
 
+    With an `authority` (lib.authority.facts.Authority) the decision is taken against it instead:
+    its hold is committed there before the decision is recorded here (see SharedAuthority).
+
     Resubmitting the very request that was admitted (the caller lost the answer) records nothing
     new: the answer is the recorded admit, marked "replayed" (see `recorded_admit`). Waits at most
     `timeout_s` seconds for the ledger, then raises LedgerLocked; raises ServerBusy at once when a
@@ -166,8 +190,11 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
     with deciding_in_process(ledger_path(db).resolve()), write_ledger(db, timeout_s) as con:
         with transaction(con):
             facts = LedgerFacts(con)
-            if prepare is not None:
-                request = prepare(request, policy_for(request, facts))
-            decision, _ = decide_with(request, now, facts)
+            if authority is not None:
+                request, decision = authority.decide(request, now, facts, prepare=prepare)
+            else:
+                if prepare is not None:
+                    request = prepare(request, policy_for(request, facts))
+                decision, _ = decide_with(request, now, facts)
             record_decision(con, request, decision, origin, now, actor=actor)
     return decision

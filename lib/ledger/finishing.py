@@ -46,7 +46,7 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
                last_valid_checkpoint=None, interruptions=None, restarts=None, artifact_status=None,
                full_evaluation=None, holdout_reads=None, act_checkpoint_gpu_hours=None,
                act_retry_gpu_hours=None, act_eval_gpu_hours=None, act_lost_work_gpu_hours=None,
-               db=None, timeout_s: float = 10.0, who=None) -> dict:
+               db=None, timeout_s: float = 10.0, who=None, authority=None) -> dict:
     """Record a run's actuals and how it stopped against its run ID; returns the updated run row.
     The write is recorded in the audit in the same transaction (action "finish": the run ID and stop
     reason) as `who` (a lib.ledger.audit.Who; default: the OS user on the command line).
@@ -56,6 +56,8 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
     completed / early-stop -> complete, anything else -> none. The act_* items are parts of
     actual_gpu_hours (the rest is useful compute), so they may not sum to more than it.
     Raises UnknownRun for a run ID not in the ledger, FinishInputError (an InputError) for bad values.
+    With an `authority` (lib.ledger.deciding.SharedAuthority) the run's hold there is released and its
+    spend added, committed before the ledger's transaction: a failure there leaves the ledger unchanged.
     """
     actual = _check_hours("actual_gpu_hours", actual_gpu_hours, required=True)
     if stop_reason not in STOP_REASONS:
@@ -118,4 +120,6 @@ def finish_run(run_id, *, actual_gpu_hours, stop_reason, ended_at=None, started_
             names = [d[0] for d in cur.description]
             out = dict(zip(names, cur.fetchone()))
             record(con, who, "finish", updated=1, detail=f"run {run_id}: stopped {stop_reason}")
+            if authority is not None:
+                authority.finished(run_id, out["team"], ended, actual, "finish", now)
     return out

@@ -146,12 +146,14 @@ def _recorded(con, run_id: str, event: str, at: datetime, lost) -> dict | None:
 
 
 def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | None = None, db=None,
-                timeout_s: float = 10.0, who: Who | None = None, source: str = "cli") -> dict:
+                timeout_s: float = 10.0, who: Who | None = None, source: str = "cli", authority=None) -> dict:
     """Record an interruption (`event` in EVENTS) of a started, unfinished run at `at` (default now)
     and the recovery decision for it; returns that decision with the attempt's numbers. The same
     run, event and time again returns what was recorded and writes nothing. An **end** decision
     finishes the run: stopped for the event (or for budget), artifact incomplete, last valid
-    checkpoint kept. Raises UnknownRun, or RecoverInputError for input that does not apply."""
+    checkpoint kept (with an `authority`, lib.ledger.deciding.SharedAuthority, its hold there is
+    released and its spend added before the ledger commits). Raises UnknownRun, or RecoverInputError
+    for input that does not apply."""
     if event not in EVENTS:
         raise RecoverInputError(f"event must be one of {', '.join(EVENTS)}; got {event!r}")
     if lost_gpu_hours is not None and not (0 <= lost_gpu_hours < float("inf")):
@@ -206,6 +208,8 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
         _apply(con, run, out, event, spent, lost, at, now)
         record(con, who, "recover", updated=1,
                detail=f"run {run_id}: {event} at {at.isoformat(timespec='seconds')} -> {decision['action']}")
+        if authority is not None and out["action"] == "end":
+            authority.finished(run_id, run["team"], at, spent, "recover-end", now)
     return out
 
 

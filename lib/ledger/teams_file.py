@@ -207,9 +207,10 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "alerts"}
+    # [authority] names the shared authority; lib.authority.settings reads and checks it
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "alerts", "authority"}
     for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, alerts)")
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, alerts, authority)")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:

@@ -134,6 +134,7 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     transaction. The capacity is set from the team's preemptible_partitions inside that transaction
     (`prepare`), so the hook opens the ledger once."""
     # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
+    from lib.authority.settings import configured_authority
     from lib.gate.terms import utcnow
     from lib.ledger.deciding import submit_request
     from lib.slurm.comment import capacity_for
@@ -148,7 +149,8 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
     # as sacct reports it (a job admitted and started within one second)
     return submit_request(request, db=db, origin="slurm", now=utcnow().replace(microsecond=0),
-                          timeout_s=timeout_s, actor=actor, prepare=with_capacity)
+                          timeout_s=timeout_s, actor=actor, prepare=with_capacity,
+                          authority=configured_authority())
 
 
 def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcome:

@@ -12,6 +12,13 @@ The server's flusher moves entries into the ledger in `seq` order (lib.ledger.ba
 as decisions, unanswered ones only as a moved mark, and stops at the first entry still `decided`.
 Entries the ledger has are deleted from the journal.
 
+Group commit: with sync FULL a decision is answered only once its entry is on disk, and decisions that
+arrive together share one fsync. `append(..., durable=False)` writes the entry (a SQLite commit in WAL
+mode without its fsync: the entry is in the operating system's hands, so a killed server loses
+nothing), and `make_durable(seq)` returns once an fsync of the WAL file has covered it: the first caller
+to arrive runs the fsync for every entry written so far, the others wait for it, or for the next. A
+WAL file reused after a checkpoint had its header synced by SQLite first (synchronous=NORMAL does).
+
 On start a server takes every `decided` entry left by a crashed server as `answered`: the server
 may have died after its answer went out and before it noted that, and an answered admit missing
 from the ledger could let the gate book the same GPUs twice. The price: a job whose answer was
@@ -22,6 +29,7 @@ an answer. The gate errs towards refusing, never towards double-booking.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import uuid
@@ -90,27 +98,72 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None
         self.journal_id: str = row[0]
+        self._durable = threading.Condition()   # group commit (see the module docstring)
+        self._written = self._synced = 0        # the highest seq written, and made durable by an fsync
+        self._syncing = False
+        self._wal_fd: int | None = None
 
     def close(self) -> None:
         with self._mu:
             self._con.close()
+        with self._durable:
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
     def append(self, *, decided_at: datetime, origin: str, request_json: str, decision_json: str,
-               state: str, caller_uid: int | None, caller_pid: int | None, actor: str | None = None) -> int:
-        """Write one decision durably (status decided); its seq. Raises JournalError. Any text can be
-        written: a lone surrogate (which SQLite's UTF-8 cannot hold) goes in as its \\udXXX escape, in
-        the JSON columns as the JSON escape that reads back as the same text."""
+               state: str, caller_uid: int | None, caller_pid: int | None, actor: str | None = None,
+               durable: bool = True) -> int:
+        """Write one decision (status decided); its seq. `durable`: on disk before this returns (else
+        call `make_durable(seq)` before answering). Raises JournalError. Any text can be written: a
+        lone surrogate (which SQLite's UTF-8 cannot hold) goes in as its \\udXXX escape, in the JSON
+        columns as the JSON escape that reads back as the same text."""
         try:
             with self._mu:
-                cur = self._con.execute(
-                    "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
-                    "caller_pid, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [decided_at.isoformat(), escape_surrogates(origin), escape_surrogates(request_json),
-                     escape_surrogates(decision_json), escape_surrogates(state), caller_uid, caller_pid,
-                     None if actor is None else escape_surrogates(actor)])
-                return int(cur.lastrowid)
+                if not durable:
+                    self._con.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    cur = self._con.execute(
+                        "INSERT INTO entries (decided_at, origin, request_json, decision_json, state, caller_uid, "
+                        "caller_pid, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [decided_at.isoformat(), escape_surrogates(origin), escape_surrogates(request_json),
+                         escape_surrogates(decision_json), escape_surrogates(state), caller_uid, caller_pid,
+                         None if actor is None else escape_surrogates(actor)])
+                finally:
+                    if not durable:
+                        self._con.execute(f"PRAGMA synchronous={self.sync}")
+                seq = int(cur.lastrowid)
         except sqlite3.Error as exc:
             raise JournalError(f"gate journal {self.path}: {exc}") from None
+        with self._durable:
+            self._written = max(self._written, seq)
+            if durable or self.sync != "FULL":
+                self._synced = max(self._synced, seq)
+        return seq
+
+    def make_durable(self, seq: int) -> None:
+        """Return once entry `seq` is on disk (group commit: see the module docstring). Raises JournalError."""
+        with self._durable:
+            while self._synced < seq:
+                if self._syncing:
+                    self._durable.wait()
+                    continue
+                self._syncing, target = True, self._written
+                self._durable.release()
+                try:
+                    self._fsync_wal()
+                except OSError as exc:
+                    raise JournalError(f"gate journal {self.path}: fsync: {exc}") from None
+                finally:
+                    self._durable.acquire()
+                    self._syncing = False
+                    self._durable.notify_all()
+                self._synced = max(self._synced, target)
+
+    def _fsync_wal(self) -> None:
+        if self._wal_fd is None:
+            self._wal_fd = os.open(self.path.with_name(self.path.name + "-wal"), os.O_RDONLY)
+        os.fsync(self._wal_fd)
 
     def settle(self, seq: int, status: int) -> None:
         """Mark entry `seq` answered or unanswered. Not fsync'ed (synchronous=NORMAL in WAL mode): the

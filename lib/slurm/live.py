@@ -6,7 +6,8 @@ IDs that are booked or have run) and, per team and kind on first use, what `lib.
 reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
-fsync'ed) before anyone hears it; a flusher thread moves answered decisions into the ledger every
+fsync'ed, one fsync for decisions that arrive together) before anyone hears it; a flusher thread
+moves answered decisions into the ledger every
 `flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
 only for the batch.
 
@@ -43,6 +44,8 @@ import threading
 import time
 from datetime import datetime
 
+from lib.authority.facts import Authority
+from lib.authority.serving import ServedAuthority
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
@@ -69,8 +72,10 @@ class LiveGate:
 
     def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
                  journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True,
-                 windows_interval_s: float | None = None):
+                 windows_interval_s: float | None = None, authority: Authority | None = None):
         self.db = ledger_path(db).resolve()
+        # the shared authority, when the cluster names one (lib.authority.serving: one round trip a decision)
+        self.shared = ServedAuthority(authority.fresh()) if authority is not None else None
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
@@ -117,6 +122,8 @@ class LiveGate:
             self._trouble("batch", exc)
         with self._mu:
             self._reload(all_facts=True)
+        if self.shared is not None:  # once the journal is in the ledger
+            self.shared.sync_on_start(self.db, timeout_s=self.timeout_s, log=_log)
         self._thread = None
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
@@ -260,16 +267,30 @@ class LiveGate:
         the caller must `settle(seq, answered)` once it knows whether the answer went out."""
         with self._mu:
             self._refresh(now)
-            decision, _ = decide_with(request, now, self)
+            if self.shared is None:
+                decision, _ = decide_with(request, now, self)
+            else:  # the authority's hold is written first (see lib.authority.serving)
+                decision = self.shared.decide(request, now, self, write=write)
             if not write or decision.get("replayed") is True:
                 return decision, None
-            seq = self.journal.append(
-                decided_at=now, origin=origin, request_json=canonical_json(request),
-                decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
-                caller_pid=caller[1], actor=actor)
+            try:
+                seq = self.journal.append(
+                    decided_at=now, origin=origin, request_json=canonical_json(request),
+                    decision_json=canonical_json(decision), state=decision["state"], caller_uid=caller[0],
+                    caller_pid=caller[1], actor=actor, durable=False)
+            except Exception:
+                if self.shared is not None and decision["state"] == "admit":
+                    self.shared.release(decision["run_id"], now)  # not decided after all
+                raise
             self._remember(request, decision, now, seq)
             self._unsettled.add(seq)
-            return decision, seq
+        # group commit: the fsync outside the decision lock, shared with the decisions taken meanwhile
+        try:
+            self.journal.make_durable(seq)
+        except Exception:
+            self.settle(seq, answered=False)   # never answered: undone here and in the authority
+            raise
+        return decision, seq
 
     def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
         if decision.get("state") != "admit":
@@ -294,6 +315,8 @@ class LiveGate:
             self._unsettled.discard(seq)
             run_id = self._inflight.pop(seq, None)
             if not answered and run_id is not None:
+                if self.shared is not None:
+                    self.shared.release(run_id, utcnow())
                 self.held.pop(run_id, None)
                 self.booked_ids.discard(run_id)
                 self.admits.pop(run_id, None)
@@ -429,6 +452,8 @@ class LiveGate:
         except Exception as exc:
             _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
         self.journal.close()
+        if self.shared is not None:
+            self.shared.authority.close()
         self._lock.release()
 
 

@@ -48,6 +48,9 @@ import threading
 import time
 from pathlib import Path
 
+from lib.authority.settings import configured_authority
+from lib.authority.store import AuthoritySchemaError, AuthorityUnavailable, connect
+from lib.authority.url import AuthoritySettingError
 from lib.gate.admission import reject
 from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
@@ -75,8 +78,9 @@ class GateServer:
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
                  flush_interval_s: float = 0.25, flag_log: str | None = None,
-                 windows_interval_s: float | None = None):
+                 windows_interval_s: float | None = None, authority=None):
         self.gates: dict[Path, LiveGate] = {}
+        self.authority = authority  # lib.authority.facts.Authority: each ledger's LiveGate gets its own connection
         self._loading: dict[Path, threading.Lock] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
@@ -101,7 +105,7 @@ class GateServer:
                 live = LiveGate(path, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
                                 journal_sync=self.journal_sync,
                                 flush_interval_s=self.flush_interval_s,
-                                windows_interval_s=self.windows_interval_s)
+                                windows_interval_s=self.windows_interval_s, authority=self.authority)
                 with self._mu:
                     self.gates[key] = live
             return live
@@ -249,7 +253,7 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
     reservations (None or 0: none)."""
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
                         flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None,
-                        windows_interval_s=windows_interval_s)
+                        windows_interval_s=windows_interval_s, authority=_authority())
     named = db or os.environ.get("GATE_DB")
     if named:
         try:
@@ -307,6 +311,25 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
         except FileNotFoundError:
             pass
         server.close()
+
+
+def _authority():
+    """The authority $GATE_AUTHORITY / $GATE_CLUSTER name (lib.authority.settings), checked before the
+    server starts: a malformed setting, or a database without the schema or with a newer one, exits 2
+    (it will not pass by waiting); one that cannot be reached yet is logged, and decisions follow the
+    failure policy until it can."""
+    try:
+        authority = configured_authority()
+        if authority is not None:
+            connect(authority.url, cluster=authority.cluster).close()
+    except (AuthoritySettingError, AuthoritySchemaError) as exc:
+        print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INVALID) from None
+    except AuthorityUnavailable as exc:
+        print(f"lib.slurm.server: {exc}; starting anyway", file=sys.stderr, flush=True)
+    if authority is not None:
+        print(f"lib.slurm.server: deciding against the authority {authority!r}", file=sys.stderr, flush=True)
+    return authority
 
 
 def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
