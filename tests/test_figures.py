@@ -69,12 +69,18 @@ def test_team_colours_are_stable_and_the_same_for_every_page():
     assert fig1.data[0].line.color == fig2.data[0].line.color == a["vision"]
 
 
-def test_adding_a_team_repaints_no_other_team():
-    before = figure_kit.team_colours(["nlp-research", "safety", "speech", "vision"])
-    for new in ("aardvark", "mmm", "zzz-last", "ads"):
-        after = figure_kit.team_colours([*before, new])
-        assert {t: after[t] for t in before} == before, new
-    assert figure_kit.team_colours(["speech"]) == {"speech": before["speech"]}  # filtering repaints none
+def test_adding_a_team_repaints_no_set_colour_and_a_hashed_one_only_to_keep_them_apart():
+    teams = ["nlp-research", "safety", "speech", "vision"]
+    pinned = figure_kit.team_colours(teams, {t: SET_COLOURS[t] for t in teams})
+    hashed = figure_kit.team_colours(teams)
+    for new in ("aardvark", "mmm", "zzz-last", "ads", "team-7"):
+        after = figure_kit.team_colours([*teams, new], {t: SET_COLOURS[t] for t in teams})
+        assert {t: after[t] for t in teams} == pinned, new
+        after = figure_kit.team_colours([*teams, new])
+        for t in teams:   # a repainted team's old colour was too near one given before it in name order
+            if after[t] != hashed[t]:
+                before_it = [after[u] for u in sorted(after) if u < t]
+                assert min(figure_kit.colour_distance(hashed[t], c) for c in before_it) < figure_kit.MIN_DISTANCE
 
 
 def test_an_explicit_colour_wins_and_the_rest_keep_theirs():

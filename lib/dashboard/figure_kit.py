@@ -18,6 +18,7 @@ import functools
 import hashlib
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -43,61 +44,67 @@ CANDIDATES = 96              # tried per team; none far enough: the farthest of 
 REFERENCE_COLOURS = ("#000000", "#7f7f7f")   # totals and reference lines in the charts
 
 
-def _linear(channel: float) -> float:
-    return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
+_WHITE = np.array([0.95047, 1.0, 1.08883])   # D65
+_RGB_TO_XYZ = np.array([[0.4124564, 0.3575761, 0.1804375], [0.2126729, 0.7151522, 0.0721750],
+                        [0.0193339, 0.1191920, 0.9503041]])
+_XYZ_TO_RGB = np.array([[3.2404542, -1.5371385, -0.4985314], [-0.9692660, 1.8760108, 0.0415560],
+                        [0.0556434, -0.2040259, 1.0572252]])
+_EPSILON, _KAPPA = 216 / 24389, 24389 / 27
 
 
+def _labs(srgb: np.ndarray) -> np.ndarray:
+    """CIE L*a*b* (D65) of sRGB colours (rows of r, g, b in 0..1)."""
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    t = linear @ _RGB_TO_XYZ.T / _WHITE
+    f = np.where(t > _EPSILON, np.cbrt(t), (_KAPPA * t + 16) / 116)
+    return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+
+
+@functools.lru_cache(maxsize=4096)
 def lab(colour: str) -> tuple[float, float, float]:
     """CIE L*a*b* (D65) of an sRGB "#rrggbb"."""
-    r, g, b = (_linear(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
-    xyz = (0.4124564 * r + 0.3575761 * g + 0.1804375 * b) / 0.95047, \
-        0.2126729 * r + 0.7151522 * g + 0.0721750 * b, (0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883
-    fx, fy, fz = (t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz)
-    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+    return tuple(float(v) for v in _labs(np.array([[int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]]))[0])
 
 
-def _hex_of_lch(lightness: float, chroma: float, hue_deg: float) -> str | None:
-    """sRGB "#rrggbb" of a CIE LCh(ab) colour, None when it lies outside sRGB."""
-    a, b = chroma * math.cos(math.radians(hue_deg)), chroma * math.sin(math.radians(hue_deg))
+def _srgb_of_lch(lch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sRGB rows in 0..1, which lie inside sRGB) of CIE LCh(ab) colours (rows of L*, C*, hue in degrees)."""
+    lightness, chroma, hue = lch.T
     fy = (lightness + 16) / 116
-    fx, fz = fy + a / 500, fy - b / 200
-    x, y, z = (f ** 3 if f ** 3 > 216 / 24389 else (116 * f - 16) * 27 / 24389 for f in (fx, fy, fz))
-    x, z = x * 0.95047, z * 1.08883
-    rgb = (3.2404542 * x - 1.5371385 * y - 0.4985314 * z, -0.9692660 * x + 1.8760108 * y + 0.0415560 * z,
-           0.0556434 * x - 0.2040259 * y + 1.0572252 * z)
-    if any(v < -1e-9 or v > 1 + 1e-9 for v in rgb):
-        return None
-    srgb = (12.92 * v if v <= 0.0031308 else 1.055 * v ** (1 / 2.4) - 0.055 for v in rgb)
-    return "#" + "".join(f"{min(255, max(0, round(v * 255))):02x}" for v in srgb)
+    f = np.stack([fy + chroma * np.cos(np.radians(hue)) / 500, fy, fy - chroma * np.sin(np.radians(hue)) / 200], axis=1)
+    xyz = np.where(f ** 3 > _EPSILON, f ** 3, (116 * f - 16) / _KAPPA) * _WHITE
+    linear = xyz @ _XYZ_TO_RGB.T
+    inside = np.all((linear >= -1e-9) & (linear <= 1 + 1e-9), axis=1)
+    linear = np.clip(linear, 0.0, 1.0)
+    return np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * linear ** (1 / 2.4) - 0.055), inside
 
 
-def ciede2000(lab1, lab2) -> float:
-    """The CIEDE2000 colour difference of two CIE L*a*b* colours (Sharma, Wu and Dalal, 2005)."""
-    (l1, a1, b1), (l2, a2, b2) = lab1, lab2
-    c_mean = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
-    g = 0.5 * (1 - math.sqrt(c_mean ** 7 / (c_mean ** 7 + 25 ** 7)))
+def ciede2000(lab1, lab2):
+    """The CIEDE2000 colour difference of CIE L*a*b* colours (Sharma, Wu and Dalal, 2005): two
+    triples give a float; arrays of triples (last axis L*, a*, b*) broadcast to an array."""
+    lab1, lab2 = np.asarray(lab1, dtype=float), np.asarray(lab2, dtype=float)
+    (l1, a1, b1), (l2, a2, b2) = np.moveaxis(lab1, -1, 0), np.moveaxis(lab2, -1, 0)
+    c_mean = (np.hypot(a1, b1) + np.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - np.sqrt(c_mean ** 7 / (c_mean ** 7 + 25.0 ** 7)))
     a1p, a2p = a1 * (1 + g), a2 * (1 + g)
-    c1p, c2p = math.hypot(a1p, b1), math.hypot(a2p, b2)
-    h1p = math.degrees(math.atan2(b1, a1p)) % 360 if c1p else 0.0
-    h2p = math.degrees(math.atan2(b2, a2p)) % 360 if c2p else 0.0
-    dl, dc = l2 - l1, c2p - c1p
-    dh = 0.0 if not c1p * c2p else (h2p - h1p if abs(h2p - h1p) <= 180 else
-                                    h2p - h1p - 360 if h2p > h1p else h2p - h1p + 360)
-    dh_big = 2 * math.sqrt(c1p * c2p) * math.sin(math.radians(dh / 2))
-    l_mean, cp_mean = (l1 + l2) / 2, (c1p + c2p) / 2
-    if not c1p * c2p:
-        h_mean = h1p + h2p
-    elif abs(h1p - h2p) <= 180:
-        h_mean = (h1p + h2p) / 2
-    else:
-        h_mean = (h1p + h2p + 360) / 2 if h1p + h2p < 360 else (h1p + h2p - 360) / 2
-    t = (1 - 0.17 * math.cos(math.radians(h_mean - 30)) + 0.24 * math.cos(math.radians(2 * h_mean))
-         + 0.32 * math.cos(math.radians(3 * h_mean + 6)) - 0.20 * math.cos(math.radians(4 * h_mean - 63)))
-    sl = 1 + 0.015 * (l_mean - 50) ** 2 / math.sqrt(20 + (l_mean - 50) ** 2)
+    c1p, c2p = np.hypot(a1p, b1), np.hypot(a2p, b2)
+    h1p, h2p = np.degrees(np.arctan2(b1, a1p)) % 360, np.degrees(np.arctan2(b2, a2p)) % 360
+    chromatic = c1p * c2p != 0
+    diff = h2p - h1p
+    dh = np.where(~chromatic, 0.0, np.where(np.abs(diff) <= 180, diff, np.where(diff > 180, diff - 360, diff + 360)))
+    dh_big = 2 * np.sqrt(c1p * c2p) * np.sin(np.radians(dh / 2))
+    l_mean, cp_mean, h_sum = (l1 + l2) / 2, (c1p + c2p) / 2, h1p + h2p
+    h_mean = np.where(~chromatic, h_sum, np.where(np.abs(h1p - h2p) <= 180, h_sum / 2,
+                                                  np.where(h_sum < 360, (h_sum + 360) / 2, (h_sum - 360) / 2)))
+    t = (1 - 0.17 * np.cos(np.radians(h_mean - 30)) + 0.24 * np.cos(np.radians(2 * h_mean))
+         + 0.32 * np.cos(np.radians(3 * h_mean + 6)) - 0.20 * np.cos(np.radians(4 * h_mean - 63)))
+    sl = 1 + 0.015 * (l_mean - 50) ** 2 / np.sqrt(20 + (l_mean - 50) ** 2)
     sc, sh = 1 + 0.045 * cp_mean, 1 + 0.015 * cp_mean * t
-    rt = (-2 * math.sqrt(cp_mean ** 7 / (cp_mean ** 7 + 25 ** 7))
-          * math.sin(math.radians(60 * math.exp(-(((h_mean - 275) / 25) ** 2)))))
-    return math.sqrt((dl / sl) ** 2 + (dc / sc) ** 2 + (dh_big / sh) ** 2 + rt * (dc / sc) * (dh_big / sh))
+    rt = (-2 * np.sqrt(cp_mean ** 7 / (cp_mean ** 7 + 25.0 ** 7))
+          * np.sin(np.radians(60 * np.exp(-(((h_mean - 275) / 25) ** 2)))))
+    dl, dc = (l2 - l1) / sl, (c2p - c1p) / sc
+    dh_big = dh_big / sh
+    out = np.sqrt(dl ** 2 + dc ** 2 + dh_big ** 2 + rt * dc * dh_big)
+    return float(out) if out.ndim == 0 else out
 
 
 def colour_distance(one: str, other: str) -> float:
@@ -106,19 +113,16 @@ def colour_distance(one: str, other: str) -> float:
 
 
 @functools.lru_cache(maxsize=1024)
-def _candidates(team: str) -> tuple[tuple[str, tuple], ...]:
-    """The CANDIDATES colours a team's name proposes, in its own order, with their L*a*b*:
+def _candidates(team: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """The CANDIDATES colours a team's name proposes, in its own order, and their L*a*b*:
     SHA-256(name, i) read as LCh, those outside sRGB skipped."""
-    found = []
-    for i in range(CANDIDATES * 8):   # about half fall outside sRGB
-        d = hashlib.sha256(f"{team}\x00{i}".encode("utf-8")).digest()
-        hue, light, chroma = (int.from_bytes(d[k:k + 4], "big") / 2 ** 32 for k in (0, 4, 8))
-        colour = _hex_of_lch(40 + 32 * light, 35 + 40 * chroma, 360 * hue)
-        if colour is not None:
-            found.append((colour, lab(colour)))
-            if len(found) == CANDIDATES:
-                break
-    return tuple(found)
+    digests = b"".join(hashlib.sha256(f"{team}\x00{i}".encode("utf-8")).digest() for i in range(CANDIDATES * 2))
+    # each digest: 8 big-endian 32-bit words, two candidates of (hue, lightness, chroma) and 2 spare
+    u = np.frombuffer(digests, dtype=">u4").reshape(-1, 8)[:, :6].reshape(-1, 3) / 2 ** 32
+    srgb, inside = _srgb_of_lch(np.stack([40 + 32 * u[:, 1], 35 + 40 * u[:, 2], 360 * u[:, 0]], axis=1))
+    levels = np.round(srgb[inside][:CANDIDATES] * 255).astype(int)   # about half fall outside sRGB
+    colours = tuple("#" + "".join(f"{v:02x}" for v in row) for row in levels)
+    return colours, _labs(levels / 255)
 
 
 def _is_colour(value) -> bool:
@@ -130,15 +134,15 @@ def hashed_colour(team: str, avoid=()) -> str:
     """The colour a team name proposes that stands apart (MIN_DISTANCE, CIEDE2000) from every colour
     in `avoid` and from black and grey: the first of its candidates that does, else the one farthest
     from them. It depends only on the name and `avoid` (SHA-256: the same in every process)."""
-    away = [lab(c) for c in (*REFERENCE_COLOURS, *avoid) if _is_colour(c)]
-    best, best_gap = None, -1.0
-    for colour, here in _candidates(str(team)):
-        gap = min(ciede2000(here, a) for a in away)
-        if gap >= MIN_DISTANCE:
-            return colour
-        if gap > best_gap:
-            best, best_gap = colour, gap
-    return best
+    away = np.array([lab(c) for c in (*REFERENCE_COLOURS, *avoid) if _is_colour(c)])
+    colours, labs = _candidates(str(team))
+    gaps = np.empty(0)
+    for start in range(0, len(colours), 16):   # most names find one among their first few
+        gaps = np.concatenate([gaps, ciede2000(labs[start:start + 16, None, :], away[None, :, :]).min(axis=1)])
+        far = np.flatnonzero(gaps >= MIN_DISTANCE)
+        if len(far):
+            return colours[far[0]]
+    return colours[int(np.argmax(gaps))]
 
 
 def team_colours(teams, explicit: dict | None = None) -> dict[str, str]:
