@@ -46,7 +46,7 @@ def metric(col, label, value, key, fmt="{:+,.0f}", colour="normal", periods=(cur
         col.metric(label, value, change, delta_color=colour, **options)
 
 
-c = st.columns(4)
+c = ui.row(4)
 metric(c[0], "Reserved GPU-hours", show(cur["reserved_gpu_hours"], "{:,.0f}"), "reserved_gpu_hours",
        colour="off", help="GPU-hours held by reservations starting in the period")
 metric(c[1], "Used GPU-hours", show(cur["used_gpu_hours"], "{:,.0f}"), "used_gpu_hours",
@@ -55,18 +55,19 @@ metric(c[2], "Idle reserved share", show(cur["idle_share"], "{:.1%}"), "idle_sha
        help="late starts + early ends + never-used reservations, over closed reservation windows")
 metric(c[3], "Deferred requests", show(cur["deferred"], "{:,}"), "deferred", colour="inverse")
 if money["per_gpu_hour"]:
-    c = st.columns(4)
+    c = ui.row(4)
     for col, spend, label, explained in (
             (c[0], "reserved", "Reserved cost", "reserved GPU-hours × price"),
             (c[1], "used", "Used cost", "used GPU-hours × price"),
             (c[2], "idle", "Idle reserved cost", "idle reserved GPU-hours (closed windows) × price, charged "
                                                  "to the team that held the reservation")):
-        metric(col, label, costs.money_text(money["current"][f"{spend}_cost"], money["currency"]),
+        amount = money["current"][f"{spend}_cost"]
+        metric(col, label, costs.money_text(amount, money["currency"]),
                f"{spend}_cost", colour="off" if spend != "idle" else "inverse",
                periods=(money["current"], money["previous"]),
-               help=f"{explained}, per capacity type; in {money['currency']}")
+               help=f"{explained}, per capacity type: {costs.money_text(amount, money['currency'], whole=True)}")
 ui.caption(costs.pricing_note(money))
-c = st.columns(4)
+c = ui.row(4)
 metric(c[0], "Median actual ÷ estimated", show(cur["median_ratio"], "{:.2f}"), "median_ratio", "{:+.2f}",
        "off", help="finished runs with a measured or stated estimate; 1.00 = exact")
 metric(c[1], "P90 actual ÷ estimated", show(cur["p90_ratio"], "{:.2f}"), "p90_ratio", "{:+.2f}", "inverse")

@@ -19,13 +19,14 @@ if data["weekly"].empty:
 else:
     total = data["by_team"]["idle_gpu_hours"].sum()
     reserved = data["by_team"]["reserved_gpu_hours"].sum()
-    c = st.columns(3)
+    c = ui.row(3)
     c[0].metric("Idle reserved GPU-hours", f"{total:,.0f}")
     c[1].metric("Share of reserved capacity", f"{total / reserved:.1%}" if reserved else "—")
     if money["total_idle_cost"] is not None:
         c[2].metric("Idle reserved cost", costs.money_text(money["total_idle_cost"], money["currency"]),
                     help="idle reserved GPU-hours × the price of their capacity type, charged to the team "
-                         f"that held the reservation; in {money['currency']}")
+                         "that held the reservation: "
+                         f"{costs.money_text(money['total_idle_cost'], money['currency'], whole=True)}")
 ui.caption(costs.pricing_note(money))
 
 data.chart(idle_figures.idle_by_cause, "weekly")

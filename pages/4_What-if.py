@@ -26,21 +26,22 @@ if not teams:
             if grant["role"] == "planner" else "None of your teams is in the ledger yet.")
     st.stop()
 
+FIELD_PX, PILOT_FIELD_PX = 200, 165   # rows of fields that wrap on a narrow screen (ui.row): 4 and 5 a row at 1400 px
 estimate_from = st.radio("Estimate from", ["pilot", "estimate"], key="wi_estimate_from", horizontal=True,
                          format_func={"pilot": "pilot measurements", "estimate": "a stated estimate"}.get)
 
 with st.form("what_if"):
-    c = st.columns(4)
+    c = ui.row(4, width=FIELD_PX)
     c[0].text_input("Run ID", value="whatif-1", key="wi_run_id")
     c[1].selectbox("Team", teams, key="wi_team")
     c[2].selectbox("Kind", KINDS, key="wi_kind")
     c[3].radio("Capacity type", CAPACITIES, key="wi_capacity", horizontal=True)
-    c = st.columns(4)
+    c = ui.row(4, width=FIELD_PX)
     c[0].number_input("Accelerators (GPUs)", min_value=1, value=8, step=1, key="wi_gpus")
     c[1].number_input("Memory per accelerator (GB)", min_value=0.0, value=80.0, key="wi_gpu_mem_gb")
     c[2].number_input("Max runtime (hours)", min_value=0.0, value=24.0, key="wi_max_runtime_hours")
     c[3].number_input("Budget (GPU-hours)", min_value=0.0, value=200.0, key="wi_budget_gpu_hours")
-    c = st.columns(4)
+    c = ui.row(4, width=FIELD_PX)
     c[0].checkbox("Can checkpoint", value=True, key="wi_checkpoint_supported")
     c[1].number_input("Expected interruptions", min_value=0.0, value=0.0, key="wi_expected_interruptions")
     c[2].text_input("Data snapshot", value="common-crawl-2025-04", key="wi_data_snapshot")
@@ -48,7 +49,7 @@ with st.form("what_if"):
 
     if estimate_from == "pilot":
         st.markdown("**Pilot measurements**")
-        c = st.columns(5)
+        c = ui.row(5, width=PILOT_FIELD_PX)
         c[0].number_input("Steps per second", min_value=0.0, value=2.0, key="wi_steps_per_second")
         c[1].number_input("Worst-case steps/s (0: none)", min_value=0.0, value=0.0,
                           key="wi_worst_case_steps_per_second")
@@ -56,7 +57,7 @@ with st.form("what_if"):
                           key="wi_worst_case_share")
         c[3].number_input("Peak memory (GB)", min_value=0.0, value=60.0, key="wi_peak_mem_gb")
         c[4].number_input("Planned steps", min_value=1, value=50_000, step=1000, key="wi_planned_steps")
-        c = st.columns(5)
+        c = ui.row(5, width=PILOT_FIELD_PX)
         c[0].number_input("Checkpoint write (s)", min_value=0.0, value=30.0, key="wi_checkpoint_write_s")
         c[1].number_input("Checkpoint every (steps; 0: none)", min_value=0, value=2000, step=100,
                           key="wi_checkpoint_interval_steps")
@@ -64,18 +65,18 @@ with st.form("what_if"):
         c[3].number_input("Data-loading stall (0–1)", min_value=0.0, max_value=0.99, value=0.05,
                           key="wi_data_loading_fraction")
         c[4].number_input("Restart (minutes)", min_value=0.0, value=5.0, key="wi_restart_minutes")
-        st.columns(5)[0].number_input("Pilot ran on (GPUs; 0: as requested)", min_value=0, value=0, step=1,
-                                      key="wi_pilot_gpus")
+        ui.row(1, width=PILOT_FIELD_PX)[0].number_input("Pilot ran on (GPUs; 0: as requested)", min_value=0, value=0,
+                                                        step=1, key="wi_pilot_gpus")
     else:
         st.number_input("Estimated GPU-hours", min_value=0.0, value=40.0, key="wi_estimated_gpu_hours")
 
     st.markdown("**Stop rules** (fixed before the run starts; 0 or empty: none)")
-    c = st.columns(4)
+    c = ui.row(4, width=FIELD_PX)
     c[0].number_input("Max wall clock (hours)", min_value=0.0, value=0.0, key="wi_max_wall_clock_hours")
     c[1].number_input("Spend limit (GPU-hours)", min_value=0.0, value=0.0, key="wi_spend_limit_gpu_hours")
     c[2].number_input("Max failed steps", min_value=0, value=0, step=1, key="wi_max_failed_steps")
     c[3].checkbox("Skip full evaluation", value=False, key="wi_skip_full_evaluation")
-    c = st.columns(4)
+    c = ui.row(4, width=FIELD_PX)
     c[0].text_input("Early stop: dev metric", value="", key="wi_early_stop_metric")
     c[1].selectbox("Mode", EARLY_STOP_MODES, key="wi_early_stop_mode")
     c[2].number_input("Patience (evaluations)", min_value=0, value=3, step=1, key="wi_early_stop_patience")
@@ -122,8 +123,7 @@ if est:
              empty="No estimate.")
     cal = est.get("calibration") or {}
     if cal:
-        ui.caption(f"Calibrated by {cal.get('method')} on the team's {cal.get('scope')} history: {cal.get('n')} "
-                   f"past runs, {cal.get('n_censored')} of them censored. {cal.get('note', '')}")
+        ui.caption(whatif.calibration_caption(cal))
     ui.glossary("calibrated estimate", "conformal bound", "Tobit", "censored run")
 else:
     st.caption("The request is invalid, so no estimate was made.")

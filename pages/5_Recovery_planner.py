@@ -206,11 +206,11 @@ ui.chart(figure(recovery_figures.checkpoint_interval_curve, curve, optima, inter
                  now_e["failure_free_hours"] if now_e else None))
 st.caption("Young and Daly are approximations; exact is the Lambert-W minimiser of the per-hour cost. With a "
            "finite amount of work the best whole number of equal segments (W / n) can do slightly better.")
-c = st.columns(4)
+c = ui.row(4)
 for col, o in zip(c, optima.iloc[:3].itertuples(index=False)):
     col.metric(f"{o.method.capitalize()} interval", f"{o.interval_h * 60:,.1f} min",
                help=f"expected completion {o.expected_hours:.4g} h")
-c[3].metric("Chosen interval: expected completion", _hours(now_e["expected_hours"]) if now_e else "—",
+c[3].metric("Expected completion", _hours(now_e["expected_hours"]) if now_e else "—",
             help="the expected completion time, interruptions and restarts included, at the interval chosen above")
 
 # ----------------------------------------------------------------------------- distribution
@@ -222,7 +222,7 @@ except (ValueError, OverflowError) as exc:
     st.error(f"Cannot simulate these inputs: {exc}")
     sim = None
 if sim:
-    c = st.columns(4)
+    c = ui.row(4)
     c[0].metric("P(budget breach)", f"{sim['p_budget_breach']:.1%}",
                 help="share of simulated runs whose billed GPU-hours exceed the budget")
     c[1].metric("Completion P50 / P90 (h)",
@@ -245,7 +245,7 @@ except (ValueError, OverflowError) as exc:
     cmp = None
 if cmp:
     table = recovery_view.capacity_table(cmp)
-    c = st.columns(4)
+    c = ui.row(4)
     c[0].metric("Recommendation", cmp["recommendation"])
     c[1].metric("Break-even price ratio", f"{cmp['break_even_ratio']:.3f}")
     c[2].metric("Saving (stable-price GPU-h)", f"{cmp['saving_gpu_hours']:,.1f}")

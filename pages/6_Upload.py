@@ -86,7 +86,7 @@ report = check["report"]
 
 errors = pd.DataFrame(report.errors, columns=["line", "column", "value", "message"])
 st.subheader("Check")
-c = st.columns(4)
+c = ui.row(4)
 c[0].metric("Rows read", f"{report.rows_read:,}")
 c[1].metric("Would insert", f"{report.inserted:,}")
 c[2].metric("Would update", f"{report.updated:,}")
@@ -113,7 +113,17 @@ if done:
     st.success(f"Imported: {done['inserted']:,} inserted, {done['updated']:,} updated, "
                f"{done['unchanged']:,} unchanged. Every page now shows the new data.")
 
-if st.button("Import", type="primary", key="upload_import", disabled=bool(len(errors)) or bool(done)):
+# the Import button only when the check says it would change something (after an import, the check runs again)
+if len(errors):
+    why = "Fix the file first: nothing can be imported while it has errors."
+elif not (report.inserted or report.updated or report.teams_created):
+    why = ("Nothing to import: " + (f"the ledger already holds every run of this file as it is ({report.unchanged:,} "
+                                    "unchanged), so importing it again would change nothing." if report.unchanged
+                                    else "the file holds no run to add or change."))
+    st.info(why)
+else:
+    why = None
+if st.button("Import", type="primary", key="upload_import", disabled=why is not None, help=why):
     with st.status("Importing…", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         result = import_or_stop("import", status, progress=ui.import_progress(bar))

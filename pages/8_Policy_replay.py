@@ -91,12 +91,12 @@ if result is None:
     st.info("Edit the policy above and press Replay. The default window is the last 4 weeks.")
     st.stop()
 
-c = st.columns(4)
+c = ui.row(4)
 c[0].metric("Requests in the window", f"{result['requests']:,}")
 c[1].metric("Replayed", f"{result['replayable']:,}")
 c[2].metric("Same decision as recorded", "—" if result["agreement"] is None else f"{result['agreement']:.1%}")
 c[3].metric("Excluded", f"{result['excluded']['count']:,}")
-c = st.columns(2)
+c = ui.row(2, width=300)
 c[0].metric("Admitted: recorded → proposed", f"{result['recorded']['admit']:,} → {result['proposed']['admit']:,}")
 c[1].metric("Deferred: recorded → proposed", f"{result['recorded']['defer']:,} → {result['proposed']['defer']:,}")
 

@@ -69,12 +69,18 @@ def test_team_colours_are_stable_and_the_same_for_every_page():
     assert fig1.data[0].line.color == fig2.data[0].line.color == a["vision"]
 
 
-def test_adding_a_team_repaints_no_other_team():
-    before = figure_kit.team_colours(["nlp-research", "safety", "speech", "vision"])
-    for new in ("aardvark", "mmm", "zzz-last", "ads"):
-        after = figure_kit.team_colours([*before, new])
-        assert {t: after[t] for t in before} == before, new
-    assert figure_kit.team_colours(["speech"]) == {"speech": before["speech"]}  # filtering repaints none
+def test_adding_a_team_repaints_no_set_colour_and_a_hashed_one_only_to_keep_them_apart():
+    teams = ["nlp-research", "safety", "speech", "vision"]
+    pinned = figure_kit.team_colours(teams, {t: SET_COLOURS[t] for t in teams})
+    hashed = figure_kit.team_colours(teams)
+    for new in ("aardvark", "mmm", "zzz-last", "ads", "team-7"):
+        after = figure_kit.team_colours([*teams, new], {t: SET_COLOURS[t] for t in teams})
+        assert {t: after[t] for t in teams} == pinned, new
+        after = figure_kit.team_colours([*teams, new])
+        for t in teams:   # a repainted team's old colour was too near one given before it in name order
+            if after[t] != hashed[t]:
+                before_it = [after[u] for u in sorted(after) if u < t]
+                assert min(figure_kit.colour_distance(hashed[t], c) for c in before_it) < figure_kit.MIN_DISTANCE
 
 
 def test_an_explicit_colour_wins_and_the_rest_keep_theirs():
@@ -160,3 +166,73 @@ def test_log_axes_label_fractions_as_numbers_not_bare_digits():
     assert "0.2" in axis.ticktext and "0.5" in axis.ticktext
     assert all(float(text) == pytest.approx(v) for text, v in zip(axis.ticktext, axis.tickvals))
     assert figure_kit.log_ticks(1e-3, 1e4) == pytest.approx([10.0 ** e for e in range(-3, 5)])
+
+
+# ---------------------------------------------------------------------------- colours that stand apart
+# data/teams.toml's set colours (Paul Tol's "muted"), as a planner ships them
+SET_COLOURS = {"nlp-research": "#332288", "vision": "#CC6677", "speech": "#44AA99", "safety": "#999933",
+               "ads": "#882255", "search": "#88CCEE", "ranking": "#117733", "robotics": "#AA4499"}
+
+
+@pytest.mark.parametrize("lab1, lab2, expected", [   # Sharma, Wu and Dalal (2005), Table 1
+    ((50, 2.6772, -79.7751), (50, 0, -82.7485), 2.0425),
+    ((50, 2.5, 0), (50, 0, -2.5), 4.3065),
+    ((50, 2.5, 0), (73, 25, -18), 27.1492),
+    ((60.2574, -34.0099, 36.2677), (60.4626, -34.1751, 39.4387), 1.2644),
+    ((90.8027, -2.0831, 1.4410), (91.1528, -1.6435, 0.0447), 1.4441),
+    ((2.0776, 0.0795, -1.1350), (0.9033, -0.0636, -0.5514), 0.9082),
+])
+def test_colour_distance_is_ciede2000(lab1, lab2, expected):
+    assert figure_kit.ciede2000(lab1, lab2) == pytest.approx(expected, abs=1e-4)
+    assert figure_kit.ciede2000(lab2, lab1) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_new_teams_colour_stands_apart_from_every_set_colour():
+    for i in range(60):
+        name = f"team-{i}"
+        colour = figure_kit.team_colours([*SET_COLOURS, name], SET_COLOURS)[name]
+        nearest = min(figure_kit.colour_distance(colour, c) for c in [*SET_COLOURS.values(), "#000000"])
+        assert nearest >= figure_kit.MIN_DISTANCE, (name, colour, nearest)
+        assert figure_kit.team_colours([*SET_COLOURS, name], SET_COLOURS)[name] == colour   # the same each time
+
+
+def test_teams_without_a_set_colour_stand_apart_from_each_other_too():
+    names = [f"new-{i}" for i in range(10)]
+    colours = figure_kit.team_colours(names)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert figure_kit.colour_distance(colours[a], colours[b]) >= figure_kit.MIN_DISTANCE, (a, b)
+
+
+def test_a_set_colour_of_a_team_not_shown_still_keeps_new_teams_away_from_it():
+    shown = figure_kit.team_colours(["new-team"], SET_COLOURS)   # filtered to one team
+    assert shown == {"new-team": figure_kit.team_colours([*SET_COLOURS, "new-team"], SET_COLOURS)["new-team"]}
+
+
+# ---------------------------------------------------------------------------- narrow charts
+def test_titles_and_axis_titles_come_in_lines_a_narrow_chart_shows_whole(pages):
+    from lib.dashboard import figure_text
+    for name, fig in builds(pages).items():
+        texts = [(fig.layout.title.text, figure_text.TITLE_LINE_CHARS)]
+        texts += [(axis.title.text, figure_text.AXIS_TITLE_LINE_CHARS)
+                  for axis in [*fig.select_xaxes(), *fig.select_yaxes()] if axis.title.text]
+        for text, width in texts:
+            lines = text.split(figure_text.LINE_BREAK)
+            assert all(len(html_unescape(line)) <= width for line in lines), (name, text)
+        assert fig.layout.legend.orientation == "h", name   # rows under the chart, not a column beside it
+
+
+def html_unescape(text: str) -> str:
+    import html
+    return html.unescape(text)
+
+
+def test_a_long_title_breaks_between_words_and_keeps_user_text_as_typed():
+    from lib.dashboard import figure_text
+    team = "<b>R&D</b> with a rather long team name"
+    fig = figure_kit.empty_figure(f"Weekly GPU-hours of {team}: recent weeks and the forecast (GPU-h)")
+    lines = fig.layout.title.text.split(figure_text.LINE_BREAK)
+    assert len(lines) > 1
+    assert " ".join(html_unescape(line) for line in lines) == (
+        f"Weekly GPU-hours of {team}: recent weeks and the forecast (GPU-h)")
+    assert all("<" not in line for line in lines)

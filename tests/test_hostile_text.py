@@ -127,7 +127,7 @@ def test_every_builder_is_driven_with_hostile_text_and_escapes_it(pages):
                 if key in TEMPLATE_KEYS:
                     assert not any(h in text for h in ("example.invalid", "alert(", "bold")), (name, key, text)
                     continue
-                assert "<" not in text, (name, key, text[:200])
+                assert "<" not in text.replace(figure_text.LINE_BREAK, ""), (name, key, text[:200])   # ours only
 
 
 def test_hostile_team_names_reach_the_charts_escaped_not_dropped(pages):

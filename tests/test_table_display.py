@@ -43,6 +43,37 @@ def test_long_text_is_wrapped_whole_and_short_text_keeps_one_line_rows():
     assert not shown(20).proto.row_height       # default row height: nothing to wrap
 
 
+def test_text_of_two_lines_gets_rows_tall_enough_for_the_grid_to_wrap_them():
+    # Streamlit's grid wraps text only in rows taller than 4rem (64 px); two lines fit in less, so a
+    # row sized to its lines alone showed the first line and cut the rest (a fix lost its time)
+    two_lines = ui_wrap_chars() + 20
+    assert labels_lines(two_lines) == 2
+    assert shown(two_lines).proto.row_height > 64
+
+
+def ui_wrap_chars() -> int:
+    import ui
+    return ui.WRAP_CHARS
+
+
+def _mixed():
+    import pandas as pd
+
+    import ui
+    ui.show_table(pd.DataFrame({"code": ["gpu-cap", "capacity"], "field": ["gpus", None],
+                                "requested": [33.0, None], "value": [3353.25, 0.29]}))
+
+
+def test_a_missing_value_shows_as_an_empty_cell_and_numbers_under_a_text_header_stay_numbers():
+    at = AppTest.from_function(_mixed, default_timeout=30).run()
+    assert not at.exception
+    grid = at.dataframe[0]
+    assert grid.proto.HasField("placeholder") and grid.proto.placeholder == ""   # not the grid's "None"
+    cols = json.loads(grid.proto.columns)
+    assert cols["value"]["type_config"]["format"] == "localized"   # as rounded, not in a wide text column
+    assert cols["value"].get("width") != "large"
+
+
 def labels_lines(chars: int) -> int:
     import ui
     return -(-chars // ui.WRAP_CHARS)

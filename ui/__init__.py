@@ -8,6 +8,7 @@
 - ui.data: cached page data and figures; a locked or unreadable ledger as a message
 - ui.access: who is asking and what they may do (sign-in, roles, write refusal)
 - ui.tables: the app's one data grid and tables with CSV downloads
+- ui.layout: rows of fixed-width cells that wrap on a narrow screen (metrics, form fields)
 - ui.text: user text shown as typed, messages, the glossary, progress
 
 It is, with app.py and pages/, the only code that imports Streamlit; lib/ never does, and no module
@@ -16,6 +17,7 @@ of lib/ imports ui (tests/test_layers.py checks both).
 from ui.access import may_open, require, sign_in_screen, signed_out, who, who_writes, write_refusal
 from ui.data import (CACHE_TTL_S, PageData, all_teams, chart, clear_caches, data_version, db_path, ledger_errors,
                      ledger_is_empty, now_minute, qualified_name, sidebar_options)
+from ui.layout import row
 from ui.page_frame import frame
 from ui.pages import PAGES, page_script, url_path
 from ui.tables import WRAP_CHARS, download, show_table, table

@@ -95,7 +95,8 @@ def _set_colours(path: str, version: tuple) -> dict:
 
 def set_colours() -> tuple:
     """The team colours data/teams.toml sets, as the ledger holds them: sorted (team, "#rrggbb")
-    pairs (a cache key for figures); teams without one get figure_kit.hashed_colour."""
+    pairs (a cache key for figures); teams without one get a colour apart from them
+    (figure_kit.team_colours)."""
     path = db_path()
     with ledger_errors("Reload the page in a moment."):
         return tuple(sorted(_set_colours(path, data_version(path)).items()))
@@ -143,8 +144,9 @@ class PageData:
         """Draw `builder(data[key], ..., **options)` (a figure builder of lib.dashboard; team colours
         added when it takes them), cached as an object."""
         with ledger_errors("Reload the page in a moment."):
+            # colours over every team of the ledger, not only this session's: the same for everyone
             fig = _figure(qualified_name(builder), builder, self.name, self.query, keys, self.path,
-                          self.version, self.filters, self.now, tuple(all_teams()), set_colours(),
+                          self.version, self.filters, self.now, tuple(sidebar_options()["teams"]), set_colours(),
                           tuple(sorted(options.items())))
         st.plotly_chart(fig, width="stretch")
 

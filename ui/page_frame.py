@@ -19,7 +19,7 @@ from lib.gate.terms import CAPACITIES, KINDS
 from ui.access import who, who_box
 from ui.data import db_path, ledger_errors, now_minute, sidebar_options
 from ui.demo import ensure_demo, ensure_ledger
-from ui.pages import PAGE_ICON, PAGE_TITLE
+from ui.pages import PAGE_ICON, tab_title
 from ui.text import as_text
 
 _FRAME_RUN = "_frame_run"
@@ -29,6 +29,17 @@ def _this_run():
     """An object that lives exactly as long as the current script run (None outside Streamlit)."""
     ctx = get_script_run_ctx()
     return None if ctx is None else ctx.cursors  # a fresh dict at every run's start
+
+
+def _page_script() -> str | None:
+    """The script of the page this run shows (None outside Streamlit). st.navigation registers the
+    pages and the one it runs before the frame draws, whether app.py called it or Streamlit's classic
+    multipage mode did for a page run on its own."""
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return None
+    page = ctx.pages_manager.get_pages().get(ctx.page_script_hash) or {}
+    return page.get("script_path")
 
 
 def frame() -> Filters:
@@ -41,7 +52,7 @@ def frame() -> Filters:
     if run is not None and st.session_state.get(_FRAME_RUN) is run:
         return filters()
     st.session_state[_FRAME_RUN] = run
-    st.set_page_config(page_title=PAGE_TITLE, page_icon=PAGE_ICON, layout="wide")
+    st.set_page_config(page_title=tab_title(_page_script()), page_icon=PAGE_ICON, layout="wide")
     grant = who()   # a signed-out session, or one without a role, stops here: before any write
     who_box(grant)
     with ledger_errors("Reload the page in a moment."):

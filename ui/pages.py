@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-PAGE_TITLE = "Training Gate"   # the browser tab's title, and the sign-in screen's
+PAGE_TITLE = "Training Gate"   # the app's name: the sign-in screen's tab title, and each page's after its own
 PAGE_ICON = "🚦"
 
 
@@ -49,3 +49,14 @@ def url_path(script: str) -> str:
 def page_script(name: str) -> str:
     """The script of a page by short name: 'pages/<n>_<Title>.py' (as AppTest.switch_page takes it)."""
     return _BY_NAME[name].script
+
+
+def tab_title(script_path: str | None) -> str:
+    """The browser tab's title for the page whose script is at `script_path` (absolute, or as in
+    PAGES): "<page title> · Training Gate", so that tabs and history tell the pages apart; the app's
+    name alone for anything else (the sign-in screen)."""
+    path = str(script_path or "").replace("\\", "/")
+    for p in PAGES:
+        if path == p.script or path.endswith("/" + p.script):
+            return f"{p.title} · {PAGE_TITLE}"
+    return PAGE_TITLE

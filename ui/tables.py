@@ -31,15 +31,25 @@ def table(df: pd.DataFrame, name: str, key: str, *, empty: str, caption: str | N
 
 WRAP_CHARS = 55            # characters a wide text column shows per line
 LINE_PX, MAX_LINES = 21, 6
+WRAPS_ABOVE_PX = 64        # Streamlit's grid wraps text only in rows taller than 4rem (64 px)
+HEADER_PX, ROWS_WHOLE = 36, 10   # a grid of up to ROWS_WHOLE wrapped rows is drawn whole, no inner scroll
+
+
+def row_height(longest: int) -> int | None:
+    """The grid's row height (px) for a longest long-text cell of `longest` characters: None (the
+    default, one line) when it fits one line, else its lines (at most MAX_LINES) of LINE_PX and
+    above WRAPS_ABOVE_PX, so that the grid wraps even a text of two lines."""
+    lines = min(MAX_LINES, -(-longest // WRAP_CHARS))
+    return max(12 + LINE_PX * lines, WRAPS_ABOVE_PX + 1) if lines > 1 else None
 
 
 def show_table(df: pd.DataFrame) -> None:
     """`df` on screen: headers, units, rounding and help from lib.dashboard.labels; long text (reason
-    fixes, notes, missing lists) wrapped over up to MAX_LINES lines rather than cut off (Streamlit's
-    grid wraps text when rows are taller than 4rem). The app's one data grid (tests/test_grid_export.py
-    checks that no page draws another): formula-like text cells are shown neutralised, as the CSV
-    download has them, because the grid's toolbar download and a copy to the clipboard take the
-    cells as shown."""
+    fixes, notes, missing lists) wrapped over up to MAX_LINES lines rather than cut off (`row_height`),
+    and a missing value as an empty cell, never "None". The app's one data grid
+    (tests/test_grid_export.py checks that no page draws another): formula-like text cells are shown
+    neutralised, as the CSV download has them, because the grid's toolbar download and a copy to the
+    clipboard take the cells as shown."""
     shown = safe_cells(df)
     config, longest = {}, 0
     for col in df.columns:
@@ -47,13 +57,13 @@ def show_table(df: pd.DataFrame) -> None:
         config[col], values = _column_config(spec, df[col])
         if values is not None:
             shown[col] = values
-        if spec["long"] and len(df):
+        if spec["long"] and len(df) and not pd.api.types.is_numeric_dtype(df[col]):
             longest = max(longest, int(df[col].map(lambda v: len(str(v)) if v is not None else 0).max()))
-    lines = min(MAX_LINES, -(-longest // WRAP_CHARS))
-    row_height = 12 + LINE_PX * lines if lines > 1 else None
+    height = row_height(longest)
+    whole = HEADER_PX + height * len(df) + 2 if height and len(df) <= ROWS_WHOLE else "auto"
     names = {col: neutralise(str(col)) for col in df.columns}   # a team name can be a column name
-    st.dataframe(shown.rename(columns=names), hide_index=True, width="stretch", row_height=row_height,
-                 column_config={names[col]: c for col, c in config.items()})
+    st.dataframe(shown.rename(columns=names), hide_index=True, width="stretch", row_height=height, height=whole,
+                 placeholder="", column_config={names[col]: c for col, c in config.items()})
 
 
 def _column_config(spec: labels.ColumnSpec, values: pd.Series):
@@ -72,4 +82,6 @@ def _column_config(spec: labels.ColumnSpec, values: pd.Series):
         return st.column_config.DateColumn(format="YYYY-MM-DD", **common), None
     if kind == "bool" and pd.api.types.is_bool_dtype(values):
         return st.column_config.CheckboxColumn(**common), None
+    if numeric:   # numbers under a header written for text (a value of any unit): as rounded, never a wide text column
+        return st.column_config.NumberColumn(format="localized", **common), None
     return st.column_config.Column(width="large" if spec["long"] else None, **common), None

@@ -110,9 +110,20 @@ def idle_costs(f: Filters, db=None, now: dt.datetime | None = None) -> IdleCosts
     return idle_money(pricing(f, db), idle_queries.idle_capacity(f, db, now or utcnow()))
 
 
-def money_text(amount: float, currency: str) -> str:
-    """An amount for a page, whole units: "USD 12,345"."""
-    return f"{currency} {amount:,.0f}"
+_SCALES = ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+COMPACT_FROM = 10_000      # amounts from here on are shown in thousands (k), millions (M), billions (B)
+
+
+def money_text(amount: float, currency: str, *, whole: bool = False) -> str:
+    """An amount for a page: whole units below COMPACT_FROM ("USD 9,876"), else to one decimal of
+    thousands, millions or billions ("USD 12.3k", "USD 1.5M"), so that a headline metric fits its
+    place on a narrow screen; `whole`: always whole units ("USD 12,345"), for a tooltip or a table."""
+    if whole or not abs(amount) >= COMPACT_FROM:   # (a NaN is shown as it is, whole)
+        return f"{currency} {amount:,.0f}"
+    for scale, suffix in _SCALES:
+        if round(abs(amount) / scale, 1) >= 1:
+            return f"{currency} {amount / scale:,.1f}{suffix}"
+    return f"{currency} {amount:,.0f}"   # not reached: COMPACT_FROM is at least a thousand
 
 
 def pricing_note(price: Pricing) -> str:

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from lib.dashboard.figure_kit import day_axis, empty_figure, log_axis, titled_figure, team_colour
 from lib.dashboard.figure_text import shows_text_as_typed
-from lib.dashboard.labels import REQUESTED_LABEL
+from lib.dashboard.labels import REQUESTED_LABEL, estimate_item
 from lib.gate.terms import finite_number
 
 SOURCE_COLOURS = {"runtime": "#4c78a8", "checkpoint overhead": "#f58518", "retries and lost work": "#e45756",
@@ -100,8 +100,8 @@ def estimate_items(estimate: dict) -> go.Figure:
     if not items:
         return empty_figure(title, "the decision carries no itemised estimate")
     fig = titled_figure(title, xaxis_title="GPU-hours", yaxis_title="item", showlegend=True)
-    names = list(items)
-    fig.add_bar(y=names, x=[items[k] for k in names], orientation="h", name="raw items", marker_color="#4c78a8")
+    names = [estimate_item(k) for k in items]   # in words, as the table beside it names them
+    fig.add_bar(y=names, x=list(items.values()), orientation="h", name="raw items", marker_color="#4c78a8")
     for key, label, colour in (("raw_gpu_hours", "raw total", "black"),
                                ("median_gpu_hours", "calibrated median", "#f58518"),
                                ("upper_gpu_hours", "calibrated upper bound", "#e45756")):

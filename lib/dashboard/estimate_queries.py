@@ -169,7 +169,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
                          "level": cal["level"], "backtest_checked": back.get("checked", 0),
                          "backtest_coverage": back.get("coverage"),
                          "adapted_since": pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else pd.NaT,
-                         "note": cal["note"]})
+                         "note": calibration_remark(cal)})
             alarm = alarmed.get((team, kind))
             if alarm and alarm["alarm"]:
                 # since when: where the gate's bound found the change, else the first run that went over
@@ -185,3 +185,14 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     alarms = pd.DataFrame(alarms, columns=["team", "kind", "recent_exceeded", "drift_since", "what_to_do"])
     alarms["drift_since"] = pd.to_datetime(alarms["drift_since"])
     return {"table": table, "alarms": alarms}
+
+
+def calibration_remark(cal: dict) -> str:
+    """What a calibration table row's other columns (method, scope, runs, censored runs, bound adapted
+    since) do not say already: why its upper bound is unknown, or how many runs a change set aside;
+    "" otherwise."""
+    if cal["upper_factor"] is None:
+        return f"upper bound unknown: it needs {cal['runs_needed']} runs with few enough of them censored"
+    if cal["adapted_since"]:
+        return f"adapted to a change in the cost ratio: {cal['runs_before_change']} earlier runs set aside"
+    return ""

@@ -5,7 +5,9 @@ of HTML in trace names, legends, category labels, hover text, annotations and ti
 `<a href>` as a live link, …). Every public builder is wrapped in `@shows_text_as_typed`, which
 HTML-escapes every string the finished figure will display, in one pass (plotly.js turns the
 entities back into the characters typed). Builders therefore put raw text in and must not embed user
-text in a hovertemplate (use `%{text}`, `%{x}`, `%{fullData.name}` instead).
+text in a hovertemplate (use `%{text}`, `%{x}`, `%{fullData.name}` instead). After the escape, a long
+title or axis title is broken into lines with our own `<br>` between words (plotly.js never wraps),
+the one piece of markup a figure carries.
 """
 from __future__ import annotations
 
@@ -76,16 +78,47 @@ def escape_figure_text(fig: go.Figure) -> go.Figure:
         _escape_props(trace, _TRACE_TEXT)
     layout = fig.layout
     _escape_props(layout.title, ("text",))
+    _break_lines(layout.title, TITLE_LINE_CHARS)
     _escape_props(layout.legend.title, ("text",))
     for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
         _escape_props(axis, ("categoryarray", "ticktext"))
         _escape_props(axis.title, ("text",))
+        _break_lines(axis.title, AXIS_TITLE_LINE_CHARS)
     for ann in layout.annotations:
         _escape_props(ann, ("text", "hovertext"))
     for shape in layout.shapes:
         _escape_props(shape, ("name",))
     setattr(fig, _ESCAPED, True)
     return fig
+
+
+# A chart beside the sidebar on an 800 px screen is about 450 px wide: plotly.js never wraps a title,
+# so a longer one is cut. Titles and axis titles are broken into lines of at most these many characters.
+TITLE_LINE_CHARS, AXIS_TITLE_LINE_CHARS = 48, 40
+LINE_BREAK = "<br>"   # the only markup a figure carries: ours, between words of escaped text
+
+
+def lines_of(text: str, width: int) -> list[str]:
+    """`text` (already escaped) in lines of at most `width` characters as read (an entity counts as
+    the one character it shows), broken at spaces only, so never inside an entity; a longer word
+    keeps a line of its own."""
+    lines, line, seen = [], [], 0
+    for word in text.split(" "):
+        n = len(html.unescape(word))
+        if line and seen + 1 + n > width:
+            lines.append(" ".join(line))
+            line, seen = [], 0
+        seen += n + (1 if line else 0)
+        line.append(word)
+    return [*lines, " ".join(line)]
+
+
+def _break_lines(title, width: int) -> None:
+    """Put a (layout or axis) title's escaped text on lines of at most `width` characters: our own
+    `<br>` between words, after the escape, so user text in it still shows as typed."""
+    text = title.text
+    if isinstance(text, str) and len(text) > width and LINE_BREAK not in text:
+        title.text = LINE_BREAK.join(lines_of(text, width))
 
 
 def shows_text_as_typed(builder):

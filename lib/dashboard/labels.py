@@ -56,6 +56,20 @@ GLOSSARY: dict[str, str] = {
                                "Slurm); shown, but left out of estimate-error statistics",
 }
 
+# the items of a pilot estimate (lib.gate.estimate.ITEMS, and "stated" for a stated estimate), as a
+# planner reads them in the What-if's table and chart
+ESTIMATE_ITEMS: dict[str, str] = {
+    "compute_typical": "compute at the typical rate", "compute_worst_case": "compute at the worst-case rate",
+    "data_loading": "data-loading stalls", "checkpoint": "checkpoint writes", "evaluation": "evaluation",
+    "restarts_and_lost_work": "restarts and lost work", "stated": "stated estimate",
+}
+
+
+def estimate_item(key: str) -> str:
+    """An estimate item's name in words (ESTIMATE_ITEMS; an unlisted one with spaces for underscores)."""
+    return ESTIMATE_ITEMS.get(key) or str(key).replace("_", " ")
+
+
 _H = "hours"
 COLUMNS: dict[str, ColumnSpec] = {
     # who and what

@@ -9,7 +9,9 @@ so lib.gate.request validates it exactly as it would a JSON file. The fields, an
 from __future__ import annotations
 
 import json
+import math
 
+from lib.dashboard.labels import estimate_item
 from lib.gate.reasons import WARNING_NOTES, notes_of
 from lib.gate.request import (BOOLEAN_FIELDS, EARLY_STOP_FIELDS, EARLY_STOP_MODES, NUMBER_FIELDS, PILOT_FIELDS,
                               REQUIRED_FIELDS, STOP_FIELDS, WHOLE_NUMBER_FIELDS)
@@ -97,11 +99,20 @@ UPPER_UNKNOWN = ("unknown: too few past runs, or too many stopped at their budge
 _BASIS = {"upper": "calibrated upper bound", "median": "calibrated median", "raw": "raw estimate"}
 
 
+def shown_number(value):
+    """A number as the What-if's tables show it: 1 decimal from 10 up, 2 below (GPU-hours, hours,
+    interruptions alike); None or a non-number stays as it is."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return value
+    return round(float(value), 1 if abs(value) >= 10 else 2)
+
+
 def estimate_rows(decision: dict) -> list[dict]:
-    """The itemised raw estimate and the raw / calibrated totals as (item, value, unit, note) rows:
-    GPU-hours except the wall clock (hours). An unknown upper bound is said in words, never 'None'."""
+    """The itemised raw estimate and the raw / calibrated totals as (item, value, unit, note) rows,
+    items named in words and values rounded (`shown_number`): GPU-hours except the wall clock (hours)
+    and the interruptions. An unknown upper bound is said in words, never 'None'."""
     est = decision.get("estimate") or {}
-    rows = [{"item": f"raw item: {k}", "value": val, "unit": "GPU-h", "note": ""}
+    rows = [{"item": f"raw item: {estimate_item(k)}", "value": val, "unit": "GPU-h", "note": ""}
             for k, val in (est.get("items_gpu_hours") or {}).items()]
     expect = est.get("interruptions")
     if expect:   # preemptible: the stated number, the ledger's, and the larger that the items price
@@ -114,7 +125,7 @@ def estimate_rows(decision: dict) -> list[dict]:
                            f"({'this team' if rate['scope'] == 'team' else 'all teams'}, {rate['runs']} runs)"
                            if rate else "no preemptible run in the ledger yet")},
                  {"item": "expected interruptions: used", "value": expect["used"], "unit": "interruptions",
-                  "note": "the larger of the two" + (" (priced in restarts_and_lost_work)"
+                  "note": "the larger of the two" + (f" (priced in {estimate_item('restarts_and_lost_work')})"
                                                       if est.get("source") == "pilot" else
                                                       "; a stated estimate is taken whole")}]
     judged = _BASIS.get(est.get("judged_at"), est.get("judged_at"))
@@ -127,4 +138,30 @@ def estimate_rows(decision: dict) -> list[dict]:
             value = est.get(key)
             note = UPPER_UNKNOWN if key == "upper_gpu_hours" and value is None else ""
             rows.append({"item": label, "value": value, "unit": unit, "note": note})
-    return rows
+    return [{**r, "value": shown_number(r["value"])} for r in rows]
+
+
+_METHODS = {"conformal": "split-conformal prediction", "tobit": "a Tobit fit (censored runs included)",
+            "shifted": "the spread before the change, shifted to the runs since"}
+_SCOPES = {"team×kind": "this team's runs of this kind", "team": "this team's runs of every kind",
+           "all": "every team's runs"}
+
+
+def calibration_caption(cal: dict) -> str:
+    """One sentence on the calibration a decision used (lib.gate.calibration's result): what it rests
+    on, its bound's method, and — only when they apply — a change it adapted to or why its upper
+    bound is unknown. Each fact once (the calibration's own `note` repeats the counts)."""
+    if not cal.get("scope"):
+        return ("No comparable past runs to calibrate on: the raw estimate is used as the median, and the "
+                f"upper bound is unknown until {cal.get('runs_needed')} runs have finished.")
+    text = (f"Calibrated on {_SCOPES.get(cal['scope'], cal['scope'])}: {cal.get('n')} past runs, "
+            f"{cal.get('n_censored')} of them censored")
+    if cal.get("upper_factor") is None:
+        text += (f"; upper bound unknown: it needs {cal.get('runs_needed')} runs with few enough of them "
+                 "censored")
+    else:
+        text += f"; upper bound from {_METHODS.get(cal.get('method'), cal.get('method'))}"
+    if cal.get("adapted_since"):
+        text += (f", adapted to a change in the cost ratio since {str(cal['adapted_since'])[:16].replace('T', ' ')}"
+                 f" UTC ({cal.get('runs_before_change')} earlier runs set aside)")
+    return text + "."
