@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB, UI = ROOT / "lib", ROOT / "ui"
-RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "cli_args": 4, "cli_output": 4, "cli_runs": 4, "cli_alerts": 4,
+RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "cli_args": 4, "cli_output": 4, "cli_runs": 4, "cli_alerts": 4, "cli_slurm": 4,
         "__main__": 4}
 # the top-level names this project's own code can be imported by (pages/ is not importable)
 PROJECT = {"lib", "ui", "app", "tests", "bench"}

@@ -18,6 +18,7 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
+    6: ("DROP TABLE cluster_windows",),
     5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "ALTER TABLE teams DROP COLUMN enforce_spend_limit",
         "ALTER TABLE teams DROP COLUMN set_time_limit", "DROP TABLE interruptions",
         "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints", "DROP TABLE alerts"),

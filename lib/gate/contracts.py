@@ -117,6 +117,21 @@ class TimelineStep(TypedDict):
     gpus: int
 
 
+class CapacityWindow(TypedDict):
+    """A span in which the cluster holds `gpus` accelerators back from the gate's requests: a Slurm
+    reservation (maintenance, or one for other users or accounts), from `start` to `end` (naive UTC).
+    `pool`: the capacity type it holds them in ("stable" | "preemptible"), None for every pool.
+    `accounts`, `users`: who may still run inside it, as Slurm lists them (a name starting with "-"
+    is excluded rather than allowed; [] when it names none)."""
+    name: str
+    start: datetime
+    end: datetime
+    gpus: int
+    pool: Capacity | None
+    accounts: list[str]
+    users: list[str]
+
+
 class CalibrationRow(TypedDict):
     """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate."""
     estimated_gpu_hours: float
@@ -146,12 +161,15 @@ class Calibration(TypedDict):
 
 class InterruptionRate(TypedDict):
     """Interruptions observed on preemptible capacity (lib.ledger.state.interruption_rate): per
-    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
+    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all");
+    source: whether the runs' interruptions were counted from recorded events ("measured"), from
+    their bare counts ("counts"), or both ("mixed")."""
     per_gpu_hour: float
     scope: Literal["team", "all"]
     runs: int
     gpu_hours: float
     interruptions: int
+    source: NotRequired[Literal["measured", "counts", "mixed"]]
 
 
 class ExpectedInterruptions(TypedDict):

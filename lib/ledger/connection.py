@@ -28,7 +28,7 @@ import duckdb
 from lib.gate.terms import number_problem
 from lib.ledger import team_weeks
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",

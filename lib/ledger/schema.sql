@@ -1,11 +1,12 @@
--- The ledger's schema, version 5 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 6 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
 -- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency,
--- teams.enforce_spend_limit and teams.set_time_limit and the checkpoints, interruptions and alerts tables.
+-- teams.enforce_spend_limit and teams.set_time_limit and the checkpoints, interruptions and alerts
+-- tables; version 6 the cluster_windows table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -149,8 +150,8 @@ CREATE TABLE IF NOT EXISTS audit (
     audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
     written_at      TIMESTAMP NOT NULL,
     actor           VARCHAR NOT NULL,
-    origin          VARCHAR NOT NULL,   -- cli | app
-    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo
+    origin          VARCHAR NOT NULL,   -- cli | app | slurm (the gate server)
+    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo | cluster-windows
     file_name       VARCHAR,            -- the uploaded or named file, as its user named it
     format          VARCHAR,            -- csv | sacct | toml
     rows_inserted   INTEGER CHECK (rows_inserted >= 0),
@@ -180,7 +181,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 
 -- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
--- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py),
+-- or an attempt of a requeued job seen only in a sacct import (source 'sacct': no decision, so
+-- action and decision_json are NULL; lib/ledger/imports/sacct.py).
 -- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
 -- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
 CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
@@ -194,8 +197,8 @@ CREATE TABLE IF NOT EXISTS interruptions (
     attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
     lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
     lost_given_gpu_hours DOUBLE,
-    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
-    decision_json        VARCHAR NOT NULL,
+    action               VARCHAR CHECK (action IN ('resume', 'restart', 'end')),   -- NULL: not decided by the gate
+    decision_json        VARCHAR,
     source               VARCHAR NOT NULL,   -- cli | slurm | sacct
     recorded_at          TIMESTAMP NOT NULL,
     actor                VARCHAR,
@@ -214,4 +217,24 @@ CREATE TABLE IF NOT EXISTS alerts (
     attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error      VARCHAR,
     PRIMARY KEY (team, alert, month)
+);
+
+-- The cluster's capacity windows (version 6): the spans in which Slurm holds GPUs back from the
+-- gate's requests (its reservations: maintenance, reservations for other users or accounts), as the
+-- last sync from `source` (e.g. scontrol) read them; a sync replaces that source's set
+-- (lib/ledger/cluster_windows.py). pool: the capacity type held, NULL for every pool; accounts,
+-- users: who may still run inside, as Slurm lists them ('-name': excluded). A recurring reservation
+-- is one row per occurrence (same name, another start).
+CREATE TABLE IF NOT EXISTS cluster_windows (
+    name        VARCHAR NOT NULL,
+    start_at    TIMESTAMP NOT NULL,
+    end_at      TIMESTAMP NOT NULL,
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    pool        VARCHAR CHECK (pool IN ('stable', 'preemptible')),
+    accounts    VARCHAR[] NOT NULL DEFAULT [],
+    users       VARCHAR[] NOT NULL DEFAULT [],
+    source      VARCHAR NOT NULL,
+    updated_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (source, name, start_at),
+    CHECK (end_at > start_at)
 );
