@@ -2,7 +2,7 @@
 
 A requeued job keeps its JobID; `sacct --duplicates --allocations` lists each attempt on its own
 line. ATTEMPT_FIELDS is the field list read here (`--parsable2 --noheader`, run with TZ=UTC so times
-are UTC). Pure functions: what runs the commands is lib.slurm.epilog.
+are UTC: lib.slurm.reservations.SLURM_ENV). Pure functions: what runs the commands is lib.slurm.slurm_jobs.
 
 - `parse_attempts(text)`: {job ID: [Attempt, ...]} in attempt order (by Start, else End; an
   attempt not started yet is the latest), each with its state, Start, End, Elapsed, time limit and
@@ -16,9 +16,10 @@ are UTC). Pure functions: what runs the commands is lib.slurm.epilog.
 """
 from __future__ import annotations
 
-import re
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TypedDict
+
+from lib.slurm.reservations import slurm_time, tres_gpus
 
 # JobName last: a name may hold the delimiter '|' (a run ID is any text), so a line splits into the
 # fields before it and the rest
@@ -27,11 +28,6 @@ INTERRUPTED = {"PREEMPTED": "preempted", "REQUEUED": "requeued", "NODE_FAIL": "n
 # states an attempt has ended in (the job is not running, pending or on its way out)
 ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
          "OUT_OF_MEMORY", "REQUEUED", "REVOKED"}
-_GPU_TOTAL = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-_GPU_TYPED = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)")
-_NEVER = {"", "unknown", "none", "n/a"}
-
-
 class Attempt(TypedDict):
     """One sacct line of a job: times naive UTC (None when Slurm has none), elapsed seconds, the time
     limit in minutes (None: unlimited), GPUs (0 when none are listed)."""
@@ -60,20 +56,6 @@ class Event(TypedDict):
     spent_before_gpu_hours: float
 
 
-def slurm_utc(text: str) -> datetime | None:
-    """A sacct time printed in UTC ("2026-03-01T12:00:05"); None for Unknown / None / empty."""
-    text = (text or "").strip()
-    if text.lower() in _NEVER:
-        return None
-    return datetime.fromisoformat(text)
-
-
-def tres_gpus(tres: str) -> int:
-    """GPUs in a TRES string: gres/gpu=N, else the sum of gres/gpu:TYPE=N; 0 when none."""
-    total = _GPU_TOTAL.findall(tres or "")
-    return int(total[0]) if total else sum(int(n) for n in _GPU_TYPED.findall(tres or ""))
-
-
 def _attempt(cells: list[str]) -> Attempt:
     job_id, account, state, start, end, elapsed, limit, alloc, req, name = cells
     if not job_id.isdigit():
@@ -81,9 +63,9 @@ def _attempt(cells: list[str]) -> Attempt:
     limit = limit.strip()
     return {"job_id": job_id, "name": name, "account": account,
             "state": state.split()[0] if state.strip() else "",   # "CANCELLED by 0" -> CANCELLED
-            "start": slurm_utc(start), "end": slurm_utc(end), "elapsed_s": int(elapsed or 0),
-            "limit_min": int(limit) if limit.isdigit() else None,
-            "gpus": tres_gpus(alloc) or tres_gpus(req)}
+            "start": slurm_time(start, timezone.utc), "end": slurm_time(end, timezone.utc),
+            "elapsed_s": int(elapsed or 0), "limit_min": int(limit) if limit.isdigit() else None,
+            "gpus": tres_gpus(alloc) or tres_gpus(req) or 0}
 
 
 def _order(a: Attempt) -> tuple:

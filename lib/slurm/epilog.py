@@ -36,7 +36,7 @@ from lib.ledger.connection import LedgerError, ledger_path
 from lib.slurm import slurm_jobs
 from lib.slurm.aftermath import LIVE, dump, gated_run, reconcile
 from lib.slurm.attempts import ended_count, job_events
-from lib.slurm.slurm_jobs import SlurmUnavailable
+from lib.slurm.reservations import SlurmUnavailable
 from lib.slurm.wire import flush
 
 DEFAULT_TIMEOUT_S = 120.0
