@@ -16,12 +16,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from lib.gate.promotion import promotion_status
 from lib.gate.terms import utcnow
 from lib.ledger.deciding import submit_request
+from lib.ledger.imports import import_runs
 from lib.ledger.recovering import checkpoint_run
 from lib.slurm.aftermath import reconcile
 from lib.slurm.attempts import ATTEMPT_FIELDS, ended_count, job_events, parse_attempts
 from lib.slurm.epilog import _entry_name
 from tests.fixtures_ledger import query
 from tests.fixtures_slurm import COMMENT_REQUEST, REPO, make_slurm_ledger, run_row
+from tests.test_import_sacct import line, sacct
 
 H = 3600.0
 
@@ -142,6 +144,28 @@ def test_a_timeout_at_the_spend_limit_is_a_budget_stop_incomplete_and_never_prom
     assert run["actual_gpu_hours"] == pytest.approx(75 * 2 / H) and run["actual_gpu_hours"] <= 0.07
     status = promotion_status(run)
     assert not status["promotable"] and any("stopped for budget" in m for m in status["missing"])
+
+
+def test_sacct_imported_after_the_gate_ended_a_run_keeps_the_gates_end(ledger):
+    t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
+    admit(ledger, "spent-2", t0, estimated_gpu_hours=0.05, stop_policy={"spend_limit_gpu_hours": 0.07})
+    start, end = t0 + timedelta(seconds=2), t0 + timedelta(seconds=77)
+    reconcile("42", [attempt("spent-2", "TIMEOUT", start, end, limit=1)], db=ledger)
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    timed_out = sacct(line(jobid="42", partition="gpu", jobname="spent-2", submit=t0.strftime(fmt),
+                           eligible=t0.strftime(fmt), start=start.strftime(fmt), end=end.strftime(fmt),
+                           elapsed="00:01:15", state="TIMEOUT", timelimit="00:01:00"))
+    report = import_runs(timed_out, fmt="sacct", db=ledger)
+    assert report.errors == []
+    run = run_row(ledger, "spent-2")
+    assert (run["stop_reason"], run["ended_at"], run["artifact_status"]) == ("budget", end, "incomplete")
+    # a run the gate did not end takes sacct's stop reason as before
+    admit(ledger, "own-2", t0, stop_policy={"spend_limit_gpu_hours": 1.0})
+    report = import_runs(sacct(line(jobid="43", partition="gpu", jobname="own-2", submit=t0.strftime(fmt),
+                                    eligible=t0.strftime(fmt), start=start.strftime(fmt), end=end.strftime(fmt),
+                                    elapsed="00:01:15", state="TIMEOUT", timelimit="00:01:00")),
+                         fmt="sacct", db=ledger)
+    assert report.errors == [] and run_row(ledger, "own-2")["stop_reason"] == "wall-clock"
 
 
 def test_a_timeout_at_the_jobs_own_lower_limit_is_no_budget_stop(ledger):

@@ -20,6 +20,7 @@ import pytest
 
 from lib.gate.promotion import promotion_status
 from lib.ledger.connection import open_ledger
+from lib.ledger.imports import XDMOD_FIELDS
 from lib.slurm.attempts import ATTEMPT_FIELDS, parse_attempts
 from tests.fixtures_slurm import REPO, cluster_session, comment, flush_gate_server, run_row
 
@@ -105,11 +106,22 @@ def stamps(path) -> list[datetime]:
 
 
 def held(shown: str) -> str:
-    return shown if "Reason=JobHeldAdmin" in shown else ""
+    return shown if "Reason=JobHeldAdmin" in shown and "Comment=training-gate: ended:" in shown else ""
 
 
 def stopped(run: dict | None) -> dict | None:
     return run if run and run["stop_reason"] else None
+
+
+def import_sacct(cluster, tmp_path, jobid: str) -> None:
+    """The job's attempts (sacct --duplicates) imported into the ledger, as an operator would."""
+    out = cluster.slurm("sacct", "--allusers", "--parsable2", "--noheader", "--allocations", "--duplicates",
+                        "-j", jobid, "-o", ",".join(XDMOD_FIELDS))
+    f = tmp_path / f"sacct-{jobid}.txt"
+    f.write_text(out.stdout)
+    imp = subprocess.run([PY, "-m", "lib", "--db", str(cluster.db), "import", str(f), "--format", "sacct"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert imp.returncode == 0, imp.stdout + imp.stderr
 
 
 def cancel(cluster, *jobids) -> None:
@@ -118,10 +130,12 @@ def cancel(cluster, *jobids) -> None:
 
 def test_a_preempted_job_is_requeued_and_resumes_with_its_interruption_and_lost_work_recorded(cluster, tmp_path):
     run_id, stamp = f"{TAG}-resume", tmp_path / "ckpt-times"
+    # a spend limit of 1.2 GPU-h on 8 GPUs: 9 min, less the margin: 8 min (below the 10 asked)
     job = submit(cluster, tmp_path, run_id, script=job_script(cluster.db, run_id, stamp), estimated_gpu_hours=0.5,
-                 stop_policy={"spend_limit_gpu_hours": 4})
+                 stop_policy={"spend_limit_gpu_hours": 1.2})
     hi = None
     try:
+        assert "TimeLimit=00:08:00" in show_job(cluster, job)
         wait_for("the job's checkpoint", lambda: stamps(stamp), 90)
         time.sleep(4)   # work after the checkpoint: lost at the preemption
         hi = preempt(cluster, tmp_path, f"{TAG}-resume-hi")
@@ -134,6 +148,10 @@ def test_a_preempted_job_is_requeued_and_resumes_with_its_interruption_and_lost_
         assert abs(lost - (at - saved).total_seconds() / 3600 * 8) <= ONE_GPU_MINUTE
         assert lost > 0 and abs(billed - first["elapsed_s"] / 3600 * 8) <= ONE_GPU_MINUTE
         # resume: Slurm runs the job again (after its requeue delay), the decision recorded
+        # the next attempt may spend what is left: 1.2 GPU-h less the first attempt's, in whole minutes less one
+        left_min = int((1.2 - first["elapsed_s"] / 3600 * 8) * 60 / 8) - 1
+        assert left_min == 7
+        wait_for("the lowered time limit", lambda: f"TimeLimit=00:0{left_min}:00" in show_job(cluster, job), 20)
         wait_for("the requeued job running again", lambda: squeue_state(cluster, job) == "RUNNING", 150)
         assert "Restarts=1" in show_job(cluster, job)
         run = run_row(cluster.db, run_id)
@@ -188,6 +206,9 @@ def test_a_job_reaching_its_spend_limit_is_signalled_ended_and_recorded_as_a_bud
         assert not promotion_status(run)["promotable"]
         [(event, *_, action, source)] = interruptions(cluster.db, run_id)
         assert (event, action, source) == ("budget", "end", "slurm")
+        import_sacct(cluster, tmp_path, job)   # sacct says TIMEOUT: still the gate's budget stop
+        after = run_row(cluster.db, run_id)
+        assert (after["stop_reason"], after["artifact_status"]) == ("budget", "incomplete")
     finally:
         cancel(cluster, job)
 
@@ -230,7 +251,12 @@ def test_with_the_gate_down_the_interruption_is_recorded_when_it_comes_back_once
     try:
         wait_for("the job's checkpoint", lambda: stamps(stamp), 90)
         down()
-        hi = preempt(cluster, tmp_path, f"{TAG}-down-hi")   # decided from the gate server's memory
+        # a job of the higher partition that needs both of the node's CPUs and no GPU (the gate, down,
+        # could not judge a GPU job): the spot job must make way
+        r = cluster.sbatch("--partition=gpu", "--cpus-per-task=2", "--time=2", f"--output={tmp_path}/slurm-%j.out",
+                           script="sleep 5")
+        assert r.returncode == 0 and "training-gate" not in r.stderr, r.stderr
+        hi = r.stdout.strip().split(";")[0]
         wait_for("the preemption", lambda: any(a["state"] == "PREEMPTED" for a in attempts(cluster, job)), 60)
         log = cluster.conf.parent.parent / "log" / "gate-epilog.log"
         wait_for("the epilog's worker giving up",
@@ -253,6 +279,9 @@ def test_with_the_gate_down_the_interruption_is_recorded_when_it_comes_back_once
             again = subprocess.run([PY, "-m", "lib.slurm.epilog", "catch-up", "--since", since], cwd=REPO, env=env,
                                    capture_output=True, text=True, timeout=180)
             assert again.returncode == 0, again.stdout + again.stderr
+        assert len(interruptions(cluster.db, run_id)) == 1
+        assert run_row(cluster.db, run_id)["interruptions"] == 1
+        import_sacct(cluster, tmp_path, job)   # sacct's attempts: the same interruption, counted once
         assert len(interruptions(cluster.db, run_id)) == 1
         assert run_row(cluster.db, run_id)["interruptions"] == 1
     finally:

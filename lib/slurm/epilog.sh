@@ -41,5 +41,9 @@ for key in GATE_DB TG_GATE_SOCKET TG_EPILOG_TIMEOUT_S; do
 done
 value="$(setting TG_SLURM_CONF)"; [ -n "$value" ] && set -- "$@" "SLURM_CONF=$value"
 value="$(setting TG_PYCACHE)"; [ -n "$value" ] && set -- "$@" "PYTHONPYCACHEPREFIX=$value"
-env -i "$@" setsid "$py" -m lib.slurm.epilog job "$SLURM_JOB_ID" --restarts "$restarts" </dev/null >>"$log" 2>&1 &
+# slurmctld kills this script's process group once it exits: the worker starts in a session of its
+# own (setsid runs in the foreground, so it has left the group before this script goes on), from a
+# shell that leaves it running in the background and returns at once
+setsid sh -c 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 &' epilog-worker "$log" \
+  env -i "$@" "$py" -m lib.slurm.epilog job "$SLURM_JOB_ID" --restarts "$restarts" </dev/null >/dev/null 2>&1
 exit 0

@@ -48,10 +48,11 @@ def attempts_of(job_id: str | None = None, *, since: str | None = None,
 
 
 def hold(job_id: str, running: bool, why: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Keep the job from running again, and say why in its Comment: a pending job is held, a running
-    one requeued and held (`scontrol requeuehold`)."""
-    run_slurm(["scontrol", "requeuehold" if running else "hold", job_id], timeout_s)
+    """Say why in the job's Comment, then keep it from running again: a pending job is held, a
+    running one requeued and held (`scontrol requeuehold`). The Comment first: whoever sees the job
+    held sees why."""
     set_comment(job_id, why, timeout_s)
+    run_slurm(["scontrol", "requeuehold" if running else "hold", job_id], timeout_s)
 
 
 def set_comment(job_id: str, text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
