@@ -67,6 +67,7 @@ def handle_job(job_id: str, restarts: int, *, db=None, wait_s: float = DEFAULT_T
     `wait_s`. `name`: the job's name when known (a job of no admitted run is done at once)."""
     deadline = time.monotonic() + wait_s
     _flush_gate(db)
+    said = False
     while True:
         try:
             if name is not None and gated_run(name, db=db, timeout_s=_left(deadline, 10)) is None:
@@ -88,7 +89,10 @@ def handle_job(job_id: str, restarts: int, *, db=None, wait_s: float = DEFAULT_T
         except (LedgerError, SlurmUnavailable) as exc:
             if time.monotonic() >= deadline:
                 raise NotYet(f"{type(exc).__name__}: {exc}") from None
-            _log(f"job {job_id}: {type(exc).__name__}: {exc}; trying again")
+            if not said:   # once: it tries every 2 s until its deadline
+                _log(f"job {job_id}: {type(exc).__name__}: {exc}; trying again until "
+                     f"{wait_s:g} s have passed")
+                said = True
             time.sleep(min(2.0, _left(deadline, 2.0)))
 
 
@@ -128,8 +132,8 @@ def _entry_name(entry: Path) -> str | None:
 def catch_up(*, db=None, since: datetime | None = None, older_than_s: float = 0.0,
              wait_s: float = 30.0) -> tuple[list[dict], int]:
     """The spool's entries at least `older_than_s` old, then (with `since`) every gated job sacct
-    lists since then: reconciled. Returns (results, entries left in the spool). One catch-up at a
-    time: another running one makes this return at once."""
+    lists since then: reconciled. Returns (results, how many are left: spool entries and jobs that
+    could not be reconciled). One catch-up at a time: another running one makes this return at once."""
     spool, results, left = _spool(), [], 0
     lock = None
     if spool is not None:
@@ -149,25 +153,33 @@ def catch_up(*, db=None, since: datetime | None = None, older_than_s: float = 0.
                 left += 1
                 _log(f"job {job}: still in the spool: {exc}")
         if since is not None:
-            results += _since(since, db)
+            done, failed = _since(since, db)
+            results += done
+            left += failed
     finally:
         if lock is not None:
             lock.close()
     return results, left
 
 
-def _since(since: datetime, db) -> list[dict]:
-    """Every job sacct lists since `since` with an event (lib.slurm.attempts.job_events), reconciled."""
-    jobs = slurm_jobs.attempts_of(since=since.strftime("%Y-%m-%dT%H:%M:%S"))
-    out = []
+def _since(since: datetime, db) -> tuple[list[dict], int]:
+    """Every job sacct lists since `since` with an event (lib.slurm.attempts.job_events), reconciled:
+    (results, how many could not be)."""
+    try:
+        jobs = slurm_jobs.attempts_of(since=since.strftime("%Y-%m-%dT%H:%M:%S"))
+    except SlurmUnavailable as exc:
+        _log(f"sacct since {since.isoformat()}: {exc}")
+        return [], 1
+    out, failed = [], 0
     for job_id, attempts in sorted(jobs.items(), key=lambda kv: int(kv[0])):
         if not job_events(attempts):
             continue
         try:
             out.append(reconcile(job_id, attempts, db=db, now=slurm_jobs.job_now(job_id), log=_log))
         except (LedgerError, SlurmUnavailable) as exc:
+            failed += 1
             _log(f"job {job_id}: not reconciled: {type(exc).__name__}: {exc}")
-    return out
+    return out, failed
 
 
 # ---------------------------------------------------------------------------------------------- main

@@ -11,7 +11,9 @@ It turns the job description into a gate request (lib.slurm.comment.build_reques
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
-    TIME <minutes: becomes the job's time limit>   FLAG <admin comment for a flagged job>
+    TIME <minutes: becomes the job's time limit: the comment's runtime for a job without --time, or a
+          lower one from the spend limit or the calibrated wall clock, lib.slurm.limits>
+    FLAG <admin comment for a flagged job>
     exit 0 admitted | 1 refused by the gate | 3 gate failed, refused | 4 gate failed, accepted and flagged
 
 The --comment convention (what Slurm's job description cannot say):
