@@ -19,7 +19,8 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
     6: ("DROP TABLE cluster_windows",),
-    5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "DROP TABLE interruptions",
+    5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "ALTER TABLE teams DROP COLUMN enforce_spend_limit",
+        "ALTER TABLE teams DROP COLUMN set_time_limit", "DROP TABLE interruptions",
         "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints", "DROP TABLE alerts"),
     4: ("DROP TABLE team_weeks",),
     3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
@@ -43,8 +44,10 @@ def contents(path) -> dict:
 
 
 # the values an upgrade gives old rows in the columns it adds (teams.colour, teams.scaling_efficiency,
-# decisions.actor): NULL, but linear scaling for every team that had a policy before it
-NO_COLOUR, LINEAR, NO_ACTOR = None, 1.0, None
+# teams.enforce_spend_limit and set_time_limit, decisions.actor): NULL, but linear scaling, the spend
+# limit enforced and the time limit left alone for every team that had a policy before them
+NO_COLOUR, NO_ACTOR = None, None
+LINEAR = (1.0, True, False)
 
 
 def assert_kept(before: dict, after: dict, new_columns: dict[str, tuple]) -> None:
@@ -74,7 +77,7 @@ def test_a_read_only_open_refuses_a_version_1_ledger_until_it_is_upgraded(v1_led
         assert con.execute("SELECT count(*) FROM teams WHERE colour IS NULL").fetchall() == \
             con.execute("SELECT count(*) FROM teams").fetchall()
         assert con.execute("SELECT count(*) FROM prices").fetchall() == [(0,)]
-    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, LINEAR), "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR), "decisions": (NO_ACTOR,)})
 
 
 def test_upgrade_leaves_a_missing_file_alone(tmp_path):
@@ -111,7 +114,7 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
         if page == "overview":   # the kept history is shown
             assert next(m.value for m in at.metric if m.label == "Runs in period") not in ("0", "—")
     assert query(v1_ledger, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, LINEAR), "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR), "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
@@ -124,7 +127,7 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(path, "SELECT count(*) FROM audit") == [(0,)]
-    assert_kept(before, contents(path), new_columns={"teams": (LINEAR,), "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(path), new_columns={"teams": LINEAR, "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
@@ -133,7 +136,7 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns={"teams": (LINEAR,)})
+    assert_kept(before, contents(path), new_columns={"teams": LINEAR})
     weeks = query(path, "SELECT team, week, gpu_hours FROM team_weeks ORDER BY ALL")
     assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
         IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
@@ -157,7 +160,7 @@ def test_a_version_4_ledger_gains_linear_scaling_and_an_unchanged_policy_keeps_i
         con.execute("UPDATE teams SET policy_version = ? WHERE team = 'vision'", [VISION_VERSION_BEFORE])
     before = contents(path)
     assert upgrade_ledger(path) is True
-    assert_kept(before, contents(path), new_columns={"teams": (LINEAR,)})
+    assert_kept(before, contents(path), new_columns={"teams": LINEAR})
     for table in ("interruptions", "checkpoints", "alerts"):   # the tables version 5 added, empty
         assert query(path, f"SELECT count(*) FROM {table}") == [(0,)]
     teams_file = tmp_path / "teams.toml"

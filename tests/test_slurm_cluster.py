@@ -4,20 +4,15 @@ with a visible reason when Slurm is not installed. One temp ledger per session (
 of data/teams.toml); the hook config points at it while the tests run and is restored afterwards."""
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.fixtures_slurm import CLUSTER_SH, REPO, comment, decisions, make_slurm_ledger, run_row
+from tests.fixtures_slurm import REPO, cluster_session, comment, decisions, make_slurm_ledger, run_row
 
 pytestmark = pytest.mark.slurm
 
@@ -27,82 +22,9 @@ XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid
 TAG = f"t{int(time.time())}"  # run IDs unique to this session (the accounting DB outlives sessions)
 
 
-@dataclass
-class Cluster:
-    db: Path
-    conf: Path
-    flag_log: Path
-    env: dict
-
-    def sbatch(self, *args, script="sleep 2"):
-        return subprocess.run(["sbatch", "--parsable", *args, "--wrap", script], env=self.env,
-                              capture_output=True, text=True, timeout=90)
-
-    def slurm(self, *cmd, timeout=30):
-        return subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def wait_state(self, jobid: str, states=("COMPLETED",), timeout_s=90) -> str:
-        deadline = time.monotonic() + timeout_s
-        state = ""
-        while time.monotonic() < deadline:
-            out = self.slurm("sacct", "-n", "-P", "-X", "-j", jobid, "-o", "state").stdout.split()
-            state = out[0] if out else ""
-            if state in states:
-                return state
-            time.sleep(0.5)
-        raise AssertionError(f"job {jobid} still {state or 'unknown'} after {timeout_s} s")
-
-    def accounting(self, jobid: str, fields: str, expect_prefix: str, timeout_s=30) -> str:
-        """sacct's line for the job once it starts with `expect_prefix` (slurmdbd may lag behind)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            line = self.slurm("sacct", "-n", "-P", "-X", "-j", jobid, "-o", fields).stdout.strip()
-            if line.startswith(expect_prefix) or time.monotonic() > deadline:
-                return line
-            time.sleep(0.5)
-
-    @contextlib.contextmanager
-    def hook_settings(self, **settings):
-        """Change KEY=VALUE lines of the hook config (re-read at every sbatch), restore afterwards."""
-        saved = self.conf.read_text()
-        lines = [ln for ln in saved.splitlines() if ln.split("=", 1)[0] not in settings]
-        self.conf.write_text("\n".join(lines + [f"{k}={v}" for k, v in settings.items()]) + "\n")
-        try:
-            yield
-        finally:
-            self.conf.write_text(saved)
-
-
-def _alive(pid_file: Path) -> bool:
-    try:
-        os.kill(int(pid_file.read_text()), 0)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    if not shutil.which("slurmctld") or not shutil.which("sbatch"):
-        pytest.skip("slurmctld not installed: run lib/slurm/cluster.sh install")
-    state = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
-    conf = state / "etc" / "job_submit_gate.conf"
-    was_running = _alive(state / "run" / "slurmctld.pid")
-    saved_conf = conf.read_text() if conf.exists() else None
-    db = make_slurm_ledger(tmp_path_factory.mktemp("slurm") / "gate.duckdb")
-    env = {**os.environ, "GATE_DB": str(db), "TG_ON_GATE_FAILURE": "refuse", "TG_GATE_TIMEOUT_S": "5",
-           "TG_PYTHON": sys.executable, "TG_REPO": str(REPO)}
-    started = subprocess.run(["bash", str(CLUSTER_SH), "start"], env=env, capture_output=True,
-                             text=True, timeout=300)
-    if started.returncode != 0:
-        pytest.fail(f"lib/slurm/cluster.sh start failed:\n{started.stderr[-4000:]}")
-    client_env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf"), "TZ": "UTC"}
-    yield Cluster(db=db, conf=conf, flag_log=state / "log" / "gate-flags.jsonl", env=client_env)
-    if was_running:
-        if saved_conf is not None:
-            conf.write_text(saved_conf)  # give the hook back its earlier ledger
-    else:
-        subprocess.run(["bash", str(CLUSTER_SH), "stop"], env=env, capture_output=True, timeout=120)
+    yield from cluster_session(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -78,7 +78,8 @@ class Request(TypedDict):
 
 class Policy(TypedDict):
     """A team's policy row (data/teams.toml, synced into the ledger's teams table); a policy without
-    scaling_efficiency scales linearly (1.0)."""
+    scaling_efficiency scales linearly (1.0); without the Slurm keys, enforce_spend_limit is true and
+    set_time_limit false."""
     team: str
     reserved_gpus: int
     retraining_reserved_gpus: int
@@ -93,6 +94,8 @@ class Policy(TypedDict):
     preemptible_partitions: list[str]
     policy_version: str
     scaling_efficiency: NotRequired[float]
+    enforce_spend_limit: NotRequired[bool]
+    set_time_limit: NotRequired[bool]
 
 
 class Reservation(TypedDict):

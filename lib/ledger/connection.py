@@ -242,8 +242,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS colour VARCHAR",),   # 2: team colours (+ prices table)
     2: ("ALTER TABLE decisions ADD COLUMN IF NOT EXISTS actor VARCHAR",),  # 3: who asked (+ audit table)
     3: team_weeks.REBUILD,                                                # 4: weekly usage, from runs
-    # 5: pilot scaling; every team so far scaled linearly
-    4: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS scaling_efficiency DOUBLE DEFAULT 1.0",),
+    # 5: pilot scaling (every team so far scaled linearly) and the Slurm time limits (the defaults)
+    4: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS scaling_efficiency DOUBLE DEFAULT 1.0",
+        "ALTER TABLE teams ADD COLUMN IF NOT EXISTS enforce_spend_limit BOOLEAN DEFAULT true",
+        "ALTER TABLE teams ADD COLUMN IF NOT EXISTS set_time_limit BOOLEAN DEFAULT false"),
 }
 
 

@@ -8,7 +8,8 @@ GPU-hours (`_gpu_hours`), hours (`_h`).
 
 - **attempt_gpu_hours** = (event time − attempt start) × the run's GPUs: what the attempt billed.
   Time spent waiting to be started again counts as billed (the ledger has no start time per attempt
-  unless an import gives one), so spend is never under-counted.
+  unless the caller gives one: `attempt_started_at`, e.g. sacct's Start for the Slurm epilog), so
+  spend is never under-counted.
 - **lost_gpu_hours**: the work of the attempt not kept at a checkpoint. Given by the caller
   (`lost_gpu_hours`), else from the run's checkpoint record (`checkpoints`): (event time − the last
   checkpoint saved during the attempt) × GPUs; without one, the whole attempt.
@@ -71,7 +72,7 @@ def _run(con, run_id: str) -> dict:
     return dict(zip([d[0] for d in cur.description], row))
 
 
-def _admitted_request(con, run_id: str) -> dict:
+def admitted_request(con, run_id: str) -> dict:
     """The request the gate admitted for the run ({} for an imported run): its stop policy and pilot."""
     row = con.execute("SELECT request_json FROM decisions WHERE run_id = ? AND state = 'admit' "
                       "ORDER BY decided_at DESC, decision_id DESC LIMIT 1", [run_id]).fetchone()
@@ -146,14 +147,16 @@ def _recorded(con, run_id: str, event: str, at: datetime, lost) -> dict | None:
 
 
 def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | None = None, db=None,
-                timeout_s: float = 10.0, who: Who | None = None, source: str = "cli", authority=None) -> dict:
+                timeout_s: float = 10.0, who: Who | None = None, source: str = "cli", authority=None,
+                attempt_started_at=None) -> dict:
     """Record an interruption (`event` in EVENTS) of a started, unfinished run at `at` (default now)
     and the recovery decision for it; returns that decision with the attempt's numbers. The same
     run, event and time again returns what was recorded and writes nothing. An **end** decision
     finishes the run: stopped for the event (or for budget), artifact incomplete, last valid
     checkpoint kept (with an `authority`, lib.ledger.deciding.SharedAuthority, its hold there is
-    released and its spend added before the ledger commits). Raises UnknownRun, or RecoverInputError
-    for input that does not apply."""
+    released and its spend added before the ledger commits). `attempt_started_at`: when the attempt
+    began, where the caller knows it (no earlier than the run's start or its last interruption, no
+    later than `at`). Raises UnknownRun, or RecoverInputError for input that does not apply."""
     if event not in EVENTS:
         raise RecoverInputError(f"event must be one of {', '.join(EVENTS)}; got {event!r}")
     if lost_gpu_hours is not None and not (0 <= lost_gpu_hours < float("inf")):
@@ -175,6 +178,11 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
             raise RecoverInputError(f"--at {at.isoformat()} is not after the run's last recorded "
                                     f"interruption ({last_at.isoformat(timespec='seconds')})")
         attempt_start = max(started, last_at) if last_at else started
+        if attempt_started_at is not None:
+            begun = _time("attempt start", attempt_started_at, now)
+            if begun > at:
+                raise RecoverInputError(f"the attempt start {begun.isoformat()} is after --at {at.isoformat()}")
+            attempt_start = max(attempt_start, begun)
         gpus = run["gpus"]
         attempt = (at - attempt_start).total_seconds() / 3600.0 * gpus
         if lost_gpu_hours is not None:
@@ -191,7 +199,7 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
                 lost, lost_source = attempt, "whole-attempt"
         spent = spent_before + attempt
         kept = max(0.0, spent - lost_before - lost)
-        situation = _situation(con, run, _admitted_request(con, run_id), event, spent, kept, relaunches, at)
+        situation = _situation(con, run, admitted_request(con, run_id), event, spent, kept, relaunches, at)
         decision = decide_recovery(situation)
         out = {"run_id": run_id, "team": run["team"], "event": event, "at": at.isoformat(), "attempt": n + 1,
                "attempt_started_at": attempt_start.isoformat(), "attempt_gpu_hours": attempt,

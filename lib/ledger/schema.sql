@@ -4,8 +4,9 @@
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency and the
--- checkpoints, interruptions and alerts tables; version 6 the cluster_windows table.
+-- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency,
+-- teams.enforce_spend_limit and teams.set_time_limit and the checkpoints, interruptions and alerts
+-- tables; version 6 the cluster_windows table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -35,7 +36,12 @@ CREATE TABLE IF NOT EXISTS teams (
     -- adds neither to an existing table with IF NOT EXISTS): teams.toml's validation holds it to 0..1
     -- there, and the gate reads NULL as 1.0.
     scaling_efficiency              DOUBLE  NOT NULL DEFAULT 1.0
-                                    CHECK (scaling_efficiency >= 0 AND scaling_efficiency <= 1)
+                                    CHECK (scaling_efficiency >= 0 AND scaling_efficiency <= 1),
+    -- Slurm (version 5; lib/slurm/limits.py): a gated job's time limit stops it at its stop policy's
+    -- spend limit; and lowered to the calibrated upper wall clock plus a margin. An upgraded ledger
+    -- has them without NOT NULL (as scaling_efficiency); the gate reads NULL as the default.
+    enforce_spend_limit             BOOLEAN NOT NULL DEFAULT true,
+    set_time_limit                  BOOLEAN NOT NULL DEFAULT false
 );
 
 -- GPU-hour prices from data/teams.toml [prices] (version 2): one row per capacity type that has a

@@ -7,8 +7,9 @@ team (or snapshot, or price) and the key.
 
 Each team's `policy_version` is a short hash of its normalized policy (all fields, sorted, numbers as
 floats or ints as the schema types them), so changing any number gives the team a new version. A
-key added after versions were in use (`scaling_efficiency`) is hashed only when it differs from its
-default, so a policy that leaves it alone keeps the version it had before the key existed.
+key added after versions were in use (`scaling_efficiency`, `enforce_spend_limit`, `set_time_limit`)
+is hashed only when it differs from its default, so a policy that leaves it alone keeps the version it
+had before the key existed.
 
 A team table may also set `colour = "#RRGGBB"`, the team's colour in the dashboard's figures. A
 colour is not policy: it is not hashed into `policy_version`, so recolouring a team gives it no new
@@ -42,7 +43,7 @@ DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
 # policy key -> (kind, default). kind: "int" (whole number >= 0 that fits the ledger's INTEGER column,
 # at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "fraction" (a float from 0 to 1),
-# "basis", "partitions". Default None = required.
+# "bool" (true or false), "basis", "partitions". Default None = required.
 POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "reserved_gpus": ("int", None),
     "retraining_reserved_gpus": ("int", 0),
@@ -58,9 +59,13 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     # steps/s beyond a pilot's accelerators: each added one adds this share of one (docs/rules.md,
     # Pilot estimates); 1.0 = linear data-parallel scaling
     "scaling_efficiency": ("fraction", 1.0),
+    # Slurm: a gated job's time limit stops it at its stop policy's spend limit (lib/slurm/limits.py)
+    "enforce_spend_limit": ("bool", True),
+    # Slurm: a gated job's time limit lowered to the calibrated upper wall clock plus a margin
+    "set_time_limit": ("bool", False),
 }
 # keys added after policy versions were in use: hashed into policy_version only off their default
-_LATER_KEYS = {"scaling_efficiency": 1.0}
+_LATER_KEYS = {"scaling_efficiency": 1.0, "enforce_spend_limit": True, "set_time_limit": False}
 INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
@@ -122,6 +127,10 @@ def _check_value(kind: str, value):
         if kind == "fraction" and value > 1:
             return None, f"must be at most 1, got {_shown(value)}"
         return (int(value) if kind == "int" else float(value)), None
+    if kind == "bool":
+        if type(value) is not bool:
+            return None, f"must be true or false, got {value!r}"
+        return value, None
     if kind == "basis":
         if value not in BASES:
             return None, f"must be one of {', '.join(BASES)}; got {value!r}"

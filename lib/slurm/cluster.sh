@@ -21,6 +21,15 @@
 #   TG_GATE_SERVER      1: start a warm gate server (fast path), 0: cold Python per sbatch   default 1
 #   TG_WINDOWS_INTERVAL_S  seconds between the gate server's reads of the reservations (0: never)  default 30
 #   TG_TEAMS_FILE       the teams file (accounts; `capacity`'s preemptible partitions)  default <repo>/data/teams.toml
+#   TG_EPILOG_TIMEOUT_S how long the gate's epilog waits for Slurm and the ledger   default 120
+#   TG_CRED_EXPIRE_S    seconds a requeued job waits before it may start again    default 30 (Slurm: 120)
+#
+# Preemption: partition `spot` (PriorityTier=1, PreemptMode=REQUEUE) is preempted by jobs of `gpu`
+# (PriorityTier=2, the default partition): PreemptType=preempt/partition_prio, and JobRequeue=1 so
+# every batch job may be requeued. EpilogSlurmctld is lib/slurm/epilog.sh (as epilog_slurmctld.sh
+# next to slurm.conf): after every job's end, preemption and requeue included, it hands the job to
+# `python -m lib.slurm.epilog`, which records the interruption and the recovery decision and holds a
+# job the decision ends. A changed slurm.conf restarts slurmctld and slurmd at the next `start`.
 #
 # This is a TEST cluster: SlurmUser=root and SlurmdUser=root, so the hook (which runs inside slurmctld as
 # SlurmUser) can read the repo and write the ledger. On a real cluster run slurmctld as `slurm` and give
@@ -100,13 +109,21 @@ python_abs() {
   "$py" -c 'import sys; print(sys.executable)'
 }
 
+# install_copy SRC DEST MODE SED: SRC edited by SED (pointing it at this cluster's hook config), written
+# to DEST only when it changed (slurmctld reloads job_submit.lua by its mtime)
+install_copy() {
+  sed "$4" "$1" >"$2.new"
+  chmod "$3" "$2.new"
+  if cmp -s "$2.new" "$2"; then rm -f "$2.new"; else mv "$2.new" "$2"; fi
+}
+
 write_configs() {
-  mkdir -p "$ETC" "$RUN" "$LOG" "$SPOOL/ctld" "$SPOOL/d" "$DEV"
+  mkdir -p "$ETC" "$RUN" "$LOG" "$SPOOL/ctld" "$SPOOL/d" "$SPOOL/epilog" "$DEV"
   local i
   for i in 0 1 2 3 4 5 6 7; do [[ -e "$DEV/nvidia$i" ]] || mknod "$DEV/nvidia$i" c 1 3; done
   local node_line
   node_line="$(slurmd -C | head -n 1 | sed -E 's/^NodeName=[^ ]+/NodeName=localhost NodeAddr=127.0.0.1/')"
-  cat >"$ETC/slurm.conf" <<CONF
+  cat >"$ETC/slurm.conf.new" <<CONF
 # written by lib/slurm/cluster.sh start — a single-node TEST cluster (SlurmUser=root, see cluster.sh)
 ClusterName=$CLUSTER_NAME
 SlurmctldHost=localhost
@@ -130,6 +147,16 @@ GresTypes=gpu
 JobSubmitPlugins=lua
 # the gate's hook may wait for a locked ledger: give sbatch's RPC room so it never times out first
 MessageTimeout=30
+# preemption: jobs in gpu (the higher PriorityTier) requeue jobs in spot; every batch job requeueable
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+JobRequeue=1
+# a requeued job may start again after this many seconds (Slurm's default 120)
+AuthInfo=cred_expire=${TG_CRED_EXPIRE_S:-30}
+# SIGTERM at the time limit, SIGKILL this many seconds later (Slurm's default)
+KillWait=30
+# the gate's epilog: every job's end, preemption and requeue included (lib/slurm/epilog.sh)
+EpilogSlurmctld=$ETC/epilog_slurmctld.sh
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu
@@ -137,9 +164,14 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MinJobAge=300
 $node_line Gres=gpu:8 State=UNKNOWN
-PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-PartitionName=spot Nodes=localhost Default=NO MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+PartitionName=spot Nodes=localhost Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
 CONF
+  if cmp -s "$ETC/slurm.conf.new" "$ETC/slurm.conf"; then rm -f "$ETC/slurm.conf.new"
+  else
+    mv "$ETC/slurm.conf.new" "$ETC/slurm.conf"
+    if pid_alive slurmctld; then log "slurm.conf changed: restarting slurmctld and slurmd"; stop_one slurmd; stop_one slurmctld; fi
+  fi
   cat >"$ETC/gres.conf" <<CONF
 AutoDetect=off
 Name=gpu File=$DEV/nvidia[0-7]
@@ -159,12 +191,10 @@ StoragePass=$DB_PASS
 StorageLoc=$DB_NAME
 CONF
   chown root:root "$ETC/slurmdbd.conf"; chmod 600 "$ETC/slurmdbd.conf"
-  # the hook: copied next to slurm.conf (Slurm looks for it there); only rewritten when it changed, so
-  # slurmctld's mtime-based reload sees real edits only
-  local conf_line="local HOOK_CONF = \"$ETC/job_submit_gate.conf\""
-  sed "s|^local HOOK_CONF = .*|$conf_line|" "$HERE/job_submit.lua" >"$ETC/job_submit.lua.new"
-  if cmp -s "$ETC/job_submit.lua.new" "$ETC/job_submit.lua"; then rm -f "$ETC/job_submit.lua.new"
-  else mv "$ETC/job_submit.lua.new" "$ETC/job_submit.lua"; fi
+  # the hook and the epilog: copied next to slurm.conf (Slurm looks for the hook there)
+  install_copy "$HERE/job_submit.lua" "$ETC/job_submit.lua" 644 \
+    "s|^local HOOK_CONF = .*|local HOOK_CONF = \"$ETC/job_submit_gate.conf\"|"
+  install_copy "$HERE/epilog.sh" "$ETC/epilog_slurmctld.sh" 755 "s|^HOOK_CONF=.*|HOOK_CONF='$ETC/job_submit_gate.conf'|"
   local repo="${TG_REPO:-$REPO_DEFAULT}"
   cat >"$ETC/job_submit_gate.conf" <<CONF
 # read by job_submit.lua on every submission (KEY=VALUE, no quotes); written by cluster.sh start
@@ -178,6 +208,11 @@ TG_HOOK_LOG=$LOG/gate-hook.log
 TG_FLAG_LOG=$LOG/gate-flags.jsonl
 TG_DEFAULT_PARTITION=gpu
 TG_PYCACHE=$DIR/pycache
+# the gate's epilog (lib/slurm/epilog.sh, lib/slurm/epilog.py)
+TG_EPILOG_SPOOL=$SPOOL/epilog
+TG_EPILOG_LOG=$LOG/gate-epilog.log
+TG_EPILOG_TIMEOUT_S=${TG_EPILOG_TIMEOUT_S:-120}
+TG_SLURM_CONF=$ETC/slurm.conf
 CONF
   # client commands find the cluster without SLURM_CONF when /etc/slurm has no config of its own
   mkdir -p /etc/slurm
@@ -234,6 +269,20 @@ start_gate_server() {
   wait_for gate-server 30 test -S "$RUN/gate.sock"
 }
 
+# What the gate's epilog could not record while the gate was down (its spool): recorded now.
+epilog_catch_up() {
+  compgen -G "$SPOOL/epilog/*.*" >/dev/null || return 0
+  local conf="$ETC/job_submit_gate.conf" py repo
+  py="$(sed -n 's/^TG_PYTHON=//p' "$conf")"; repo="$(sed -n 's/^TG_REPO=//p' "$conf")"
+  if (cd "$repo" && env PYTHONPATH="$repo" GATE_DB="$(sed -n 's/^GATE_DB=//p' "$conf")" \
+        TG_GATE_SOCKET="$RUN/gate.sock" TG_EPILOG_SPOOL="$SPOOL/epilog" TG_EPILOG_TIMEOUT_S=30 \
+        timeout 300 "$py" -m lib.slurm.epilog catch-up >>"$LOG/gate-epilog.log" 2>&1); then
+    log "epilog catch-up: the spool is empty"
+  else
+    log "epilog catch-up left jobs in $SPOOL/epilog (see $LOG/gate-epilog.log)"
+  fi
+}
+
 # One Slurm account per team of data/teams.toml (user root in each): without an association slurmctld
 # replaces --account=TEAM by the user's default account, and sacct would name the wrong team.
 sync_accounts() {
@@ -265,6 +314,7 @@ cmd_start() {
   spawn slurmd slurmd -D -N localhost
   wait_for slurmd 30 bash -c "timeout 5 sinfo -h -N -o '%t' | grep -Eq '^(idle|mix|alloc)'"
   start_gate_server
+  epilog_catch_up
   log "ready: $(timeout 5 sinfo -h -o '%P %a %D %t %G' | tr '\n' ';')"
   echo "export SLURM_CONF=$SLURM_CONF"
 }

@@ -11,7 +11,9 @@ It turns the job description into a gate request (lib.slurm.comment.build_reques
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
-    TIME <minutes: becomes the job's time limit>   FLAG <admin comment for a flagged job>
+    TIME <minutes: becomes the job's time limit: the comment's runtime for a job without --time, or a
+          lower one from the spend limit or the calibrated wall clock, lib.slurm.limits>
+    FLAG <admin comment for a flagged job>
     exit 0 admitted | 1 refused by the gate | 3 gate failed, refused | 4 gate failed, accepted and flagged
 
 The --comment convention (what Slurm's job description cannot say):
@@ -127,12 +129,13 @@ def _float(text, default):
 
 
 def submit_in_ledger(request: dict, *, partition=None, default_partition=None, db=None,
-                     timeout_s: float = 5.0, actor: str | None = None) -> dict:
+                     timeout_s: float = 5.0, actor: str | None = None, policy_out: dict | None = None) -> dict:
     """Decide and record the request in-process, through the write path `python -m lib submit`
     takes (lib.ledger.deciding.submit_request, origin "slurm"): what a stopped gate server
     journaled goes into the ledger first, then the decider lock, the writer turn and one write
     transaction. The capacity is set from the team's preemptible_partitions inside that transaction
-    (`prepare`), so the hook opens the ledger once."""
+    (`prepare`), so the hook opens the ledger once; `policy_out`, when given, receives the team's
+    policy read there (for the time limit, lib.slurm.limits)."""
     # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.authority.settings import configured_authority
     from lib.gate.terms import utcnow
@@ -144,6 +147,8 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
 
     def with_capacity(req: dict, policy) -> dict:
         req["capacity"] = capacity_for(partition, (policy or {}).get("preemptible_partitions"), default_partition)
+        if policy_out is not None and policy:
+            policy_out.update(policy)
         return req
 
     # whole seconds, like Slurm's own times: the reservation then never starts after the job's Start
@@ -153,16 +158,19 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
                           authority=configured_authority())
 
 
-def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcome:
+def gate(fields: dict, config: dict, *, submit=None, preemptible=None, policy_of=None) -> Outcome:
     """Judge one job. Never raises: gate failures go through the failure policy.
 
     By default the request goes to the ledger (`submit_in_ledger`, which also reads the team's
-    preemptible partitions); tests may pass `submit(request) -> decision` and `preemptible` (a list,
-    or team -> list) instead. Which job comments are judged, rejected or a gate failure: lib.slurm.comment.
+    policy: its preemptible partitions and time-limit keys); the gate server and tests pass
+    `submit(request) -> decision`, `preemptible` (a list, or team -> list) and `policy_of` (team ->
+    policy or None: the defaults) instead. Which job comments are judged, rejected or a gate failure:
+    lib.slurm.comment. An admitted job's time limit: lib.slurm.limits.
     """
     # here, not at the top: the socket client (`python -S`) imports this module and needs none of it
     from lib.gate.request import run_id_problem
-    from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request, job_actor
+    from lib.slurm.comment import IncompleteRequest, Refusal, Rejected, build_request, job_actor, runtime_hours
+    from lib.slurm.limits import admitted_time_limit
     run_id = None
     try:
         if config["on_failure"] not in FAILURE_POLICIES:
@@ -174,12 +182,21 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
             default_partition=config["default_partition"])
         # a run ID only when it is one (a failure may rename the job after it)
         run_id = request["run_id"] if run_id_problem(request.get("run_id")) is None else None
+        policy: dict = {}
         if submit is None:
             decision = submit_in_ledger(request, partition=fields.get("partition"),
                                         default_partition=config["default_partition"],
-                                        db=config["db"], timeout_s=config["timeout_s"], actor=job_actor(fields))
+                                        db=config["db"], timeout_s=config["timeout_s"], actor=job_actor(fields),
+                                        policy_out=policy)
         else:
             decision = submit(request)
+            team = request.get("team")
+            policy = (policy_of(team) if policy_of is not None and isinstance(team, str) else None) or {}
+        limit = None
+        if decision.get("state") == "admit":
+            asked = runtime_hours(fields.get("time_limit"))
+            limit = admitted_time_limit(request, decision, policy,
+                                        round(asked * 60) if asked is not None else time_to_set)
     except Refusal as exc:
         return Outcome(EXIT_REFUSED, f"training-gate: refused: {exc}")
     except Rejected as exc:  # invalid before any decision: a reject (nothing recorded), never a failure
@@ -190,18 +207,23 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
         return failure(fields, config, f"incomplete request: {exc}", run_id=run_id)
     except Exception as exc:  # locked ledger, unreadable ledger, a bug: the gate failed
         return failure(fields, config, f"{type(exc).__name__}: {exc}", run_id=run_id)
-    return outcome_for(decision, time_to_set=time_to_set, notes=notes)
+    return outcome_for(decision, time_to_set=time_to_set, notes=notes, limit=limit)
 
 
-def outcome_for(decision: dict, *, time_to_set=None, notes=()) -> Outcome:
+def outcome_for(decision: dict, *, time_to_set=None, notes=(), limit: dict | None = None) -> Outcome:
     """The hook's answer to a decision: admit -> accept; defer / reject -> one line, every reason + fix.
     Either way the line ends with the job description's `notes` and then the decision's own notes
-    (each with its code and fix; a wall clock above the time limit as a WARNING)."""
+    (each with its code and fix; a wall clock above the time limit as a WARNING). An admitted job's
+    time limit: `limit` (lib.slurm.limits.admitted_time_limit) when it sets one, else `time_to_set`
+    (the comment's runtime for a job without --time); its text ends the admit line."""
     # not at the top: the socket client needs none of it
     from lib.gate.reasons import WARNING_NOTES, note_text, notes_of
     from lib.slurm.comment import _is_number
     said = [*notes, *(("WARNING " if n.get("code") in WARNING_NOTES else "note ") + note_text(n)
                       for n in notes_of(decision))]
+    if limit and limit.get("minutes") is not None:
+        said.append(limit["text"])
+        time_to_set = limit["minutes"]
     extra = (" (" + "; ".join(said) + ")") if said else ""
     if decision.get("state") == "admit":
         est = decision.get("estimate") or {}

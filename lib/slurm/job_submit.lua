@@ -5,7 +5,9 @@ the hook runs `lib.slurm.hook.main()` (absolute interpreter, repo as working dir
 turns the job description into a gate request, calls lib.ledger.deciding.submit_request(origin="slurm") and
 answers with an exit code:
   0 admitted        -> accept (job name set to the run ID so the sacct import lands on the same run;
-                       a comment's runtime becomes the time limit when the job set none)
+                       a TIME line becomes the time limit: the comment's runtime when the job set
+                       none, or a lower one from the spend limit or the calibrated wall clock,
+                       lib/slurm/limits.py)
   1 refused         -> slurm.log_user(one line: every reason code and its fix), return slurm.ERROR
   3 gate failure, policy refuse           -> message, slurm.ERROR
   4 gate failure, policy accept-and-flag  -> message, admin_comment flag, accept
@@ -191,11 +193,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 -- Changing a gated job's GPUs, time limit or partition after submission would bypass the gate: only
--- root may. Adding GPUs to a job that had none is refused the same way. Other changes pass.
+-- root may. Adding GPUs to a job that had none is refused the same way. Lowering a time limit takes
+-- nothing the gate did not grant (the gate's epilog lowers a requeued job's to the spend it has left,
+-- as SlurmUser): anyone may. Other changes pass.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then return slurm.SUCCESS end
   local gated = has_gpu(job_rec and job_rec.tres_fmt_req_str)
-  local touches = (job_desc.time_limit ~= nil and job_desc.time_limit ~= slurm.NO_VAL) or job_desc.partition ~= nil
+  local limit = job_desc.time_limit
+  local sets_limit = limit ~= nil and limit ~= slurm.NO_VAL
+  local lowers = sets_limit and job_rec ~= nil and tonumber(job_rec.time_limit) ~= nil and
+                 limit < tonumber(job_rec.time_limit)
+  local touches = (sets_limit and not lowers) or job_desc.partition ~= nil
   if wants_gpus(job_desc) or (gated and touches) then
     slurm.log_user("%s", "training-gate: refused: the GPUs, time limit and partition of a GPU job " ..
                    "cannot be changed after submission; cancel it and submit again so the gate can judge it")

@@ -176,7 +176,8 @@ class GateServer:
                                             write=True, caller=caller, actor=job_actor(fields))
                 ticket.append(seq)
                 return decision
-            outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions)
+            outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions,
+                           policy_of=live.policy)
         sent = _send(conn, _hook_answer(outcome))
         return (live, ticket[0], sent) if ticket and ticket[0] is not None else None
 

@@ -22,8 +22,10 @@ Steps (123.batch, 123.extern, 123.0) fold into their job line (a step without it
 error); array tasks (123_4) and het components (123+0) are runs of their own.
 Attempts (`sacct --duplicates`): the lines of one JobID are the attempts of a requeued job, folded
 into one run, its earlier interrupted attempts recorded as interruptions (sacct_attempts).
-A reservation the gate recorded (source other than sacct) is kept; kind, too; other fields sacct
-knows (times, GPUs, actuals, stop reason, partition) take sacct's value, empty ones keep the ledger's.
+A reservation the gate recorded (source other than sacct) is kept; kind, too; so are the stop reason
+and end of a run the gate ended (recover's `end`: a TIMEOUT at the spend limit stays a budget stop);
+other fields sacct knows (times, GPUs, actuals, stop reason, partition) take sacct's value, empty ones
+keep the ledger's.
 """
 from __future__ import annotations
 
@@ -69,8 +71,13 @@ _SUPPLIED = ["run_id", "team", "kind", "capacity", "gpus", "job_name", "estimate
              "interruptions", "act_lost_work_gpu_hours"]
 _KEEP_MEASURED = "(r.estimated_gpu_hours IS NOT NULL AND r.estimate_source IS DISTINCT FROM 'requested')"
 _KEEP_RESERVATION = "(r.reserved_gpu_hours IS NOT NULL AND r.source <> 'sacct')"
+# a run the gate ended after an interruption or at its spend limit (an `end` recorded by
+# lib/ledger/recovering.py) keeps that end: Slurm's TIMEOUT of a job stopped at its spend limit is the
+# gate's budget stop, and a job held after an end decision and cancelled later ended with the decision
+_GATE_ENDED = "EXISTS (SELECT 1 FROM interruptions i WHERE i.run_id = r.run_id AND i.action = 'end')"
 _MERGE_RULES = {
     "kind": "COALESCE(r.kind, t.kind)",
+    **{c: f"CASE WHEN {_GATE_ENDED} THEN r.{c} ELSE COALESCE(t.{c}, r.{c}) END" for c in ("stop_reason", "ended_at")},
     **{c: f"CASE WHEN {_KEEP_MEASURED} THEN r.{c} ELSE COALESCE(t.{c}, r.{c}) END"
        for c in ("estimated_gpu_hours", "estimate_source")},
     **{c: f"CASE WHEN {_KEEP_RESERVATION} THEN r.{c} ELSE COALESCE(t.{c}, r.{c}) END"
