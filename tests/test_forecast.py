@@ -48,8 +48,8 @@ def test_the_burn_down_follows_the_weeks_it_crosses():
     demand = steady_demand(70.0)
     demand["weeks"][1] = {**demand["weeks"][1], "p50_gpu_hours": 140.0}       # the week of 21 December doubles
     b = burn_down(1e9, 0.0, dt.date(2026, 12, 19), dt.date(2026, 12, 31), demand, [])
-    per_day = [b["path"][0]["p50_gpu_hours"]] + [round(b["path"][i]["p50_gpu_hours"] - b["path"][i - 1]["p50_gpu_hours"], 1)
-                                                for i in range(1, len(b["path"]))]
+    totals = [0.0] + [p["p50_gpu_hours"] for p in b["path"]]
+    per_day = [round(after - before, 1) for before, after in zip(totals, totals[1:])]
     assert per_day == [10.0, 10.0] + [20.0] * 7 + [10.0] * 4
 
 

@@ -4,9 +4,11 @@ missed least chosen, and its backtest misses per horizon (the bands' raw materia
 Candidates (Hyndman & Athanasopoulos, "Forecasting: Principles and Practice", 3rd ed., §8.1 and §8.2):
 - "level": ETS(A,N,N), simple exponential smoothing with its smoothing weight fitted;
 - "damped-trend": ETS(A,Ad,N), a damped additive trend (the trend fades by φ a week, 0.8 ≤ φ ≤ 0.98);
-- either with "+year-end": the weeks around the new year (YEAR_END_WEEKS, by the week's Thursday as ISO
-  weeks are) are fitted at the level of the four weeks before them and forecast at that level times
-  the mean ratio (geometric) those weeks had to it in the past years the history holds.
+- either with "+year-end": the weeks around the new year (YEAR_END_WEEKS, placed by the week's Thursday
+  as ISO weeks are) forecast at the model's level times the mean ratio (geometric) each had in past years
+  to its base, the median of the four weeks a month before the new year — where that ratio is beyond what
+  weekly noise makes. Every candidate is fitted with the history's year-end weeks at their base, so a dip
+  does not drag the level of the weeks after it down.
 statsmodels fits each candidate (maximum likelihood) on the whole history; its filtered states give the
 forecast from every past week t, ŷ[t+h|t] = ℓ[t] + (φ + … + φ^h)·b[t] (the model's own forecast
 function, the same statsmodels' forecast gives from the last week), so the backtest needs no refit.
@@ -71,7 +73,8 @@ def _year_ends(y: np.ndarray, mondays: Sequence[dt.date]) -> list[dict]:
             continue
         base = float(np.median(y[[weeks[b] for b in BASE_WEEKS]]))
         if base > 0:
-            out.append({p: (weeks[p], base, max(MIN_RATIO, y[weeks[p]] / base)) for p in YEAR_END_WEEKS if p in weeks})
+            out.append({p: (weeks[p], base, max(MIN_RATIO, y[weeks[p]] / base))
+                        for p in YEAR_END_WEEKS if p in weeks})
     return out
 
 
@@ -99,8 +102,9 @@ def _year_end_factors(y: np.ndarray, mondays: Sequence[dt.date], ends: list[dict
                       noise: float) -> np.ndarray:
     """The factor on the forecast from origin t (rows) of the week h ahead (columns): for a week at a
     year-end place p, the mean (geometric) m of the ratios of the k year ends whose week p had been seen
-    by t, where |log m| ≥ 3·noise/√k (a place that differs from its base by more than the weekly noise could
-    make it, four places tested: a steady team's noise is not taken for an event); 1 elsewhere."""
+    by t, where |log m| ≥ 3·noise/√k (a place that differs from its base by more than weekly noise of
+    log-sd `noise` would make it, four places tested: a steady team's noise is not taken for an event);
+    1 elsewhere."""
     n = y.size
     future = [mondays[-1] + dt.timedelta(weeks=k) for k in range(1, horizons + 1)]
     places = _places([*mondays, *future])
@@ -115,7 +119,8 @@ def _year_end_factors(y: np.ndarray, mondays: Sequence[dt.date], ends: list[dict
         count = known.sum(axis=1)
         logs = (known * np.array([v for _, v in seen])[None, :]).sum(axis=1)
         mean = logs / np.maximum(count, 1)
-        mean = np.where((count > 0) & (np.abs(mean) >= 3 * noise / np.sqrt(np.maximum(count, 1))), np.exp(mean), 1.0)
+        event = (count > 0) & (np.abs(mean) >= 3 * noise / np.sqrt(np.maximum(count, 1)))
+        mean = np.where(event, np.exp(mean), 1.0)
         factor = np.where(target == p, mean[:, None], factor)
     return factor
 
@@ -130,13 +135,17 @@ def _candidates(y: np.ndarray, mondays: Sequence[dt.date], horizons: int) -> dic
     for end in ends:
         for i, base, _ in end.values():
             z[i] = base
-    out = {name: _forecasts(*_ets_states(z, trend), horizons) for name, trend in (("level", False), ("damped-trend", True))}
-    out = {name: f for name, f in out.items() if np.isfinite(f).all()}   # a fit that diverged is no candidate
+    out = {}
+    for name, trend in (("level", False), ("damped-trend", True)):
+        f = _forecasts(*_ets_states(z, trend), horizons)
+        if np.isfinite(f).all():              # a fit that diverged is no candidate
+            out[name] = f
     if ends and "level" in out:
-        ok = (out["level"][WARM_UP_WEEKS - 1:-1, 0] > 0) & (z[WARM_UP_WEEKS:] > 0)
-        noise = float(np.std(np.log(z[WARM_UP_WEEKS:][ok] / out["level"][WARM_UP_WEEKS - 1:-1, 0][ok]))) if ok.sum() > 1 else 0.0
+        ahead, seen = out["level"][WARM_UP_WEEKS - 1:-1, 0], z[WARM_UP_WEEKS:]   # one week ahead, and what came
+        ok = (ahead > 0) & (seen > 0)
+        noise = float(np.std(np.log(seen[ok] / ahead[ok]))) if ok.sum() > 1 else 0.0
         factor = _year_end_factors(y, mondays, ends, horizons, noise)
-        for name in ("level", "damped-trend"):
+        for name in list(out):
             out[f"{name}+year-end"] = out[name] * factor
     return out
 
