@@ -5,7 +5,8 @@ Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Mo
 started. Each team's model is the candidate (a level, a damped trend, either with the year-end weeks)
 whose own backtest missed least (lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the
 week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
-ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last ERROR_ORIGINS origins;
+ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last ERROR_ORIGINS origins
+(sample quantiles that cover as they say: `_quantiles`);
 a team with fewer than MIN_RATIOS ratios at a horizon borrows the pooled ratios of every team. The band
 is therefore as wide as the model's own past misses, whatever their shape (Hyndman & Athanasopoulos,
 "Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals). The quota that
@@ -74,6 +75,14 @@ def pooled_ratios(models: Iterable[TeamModel]) -> tuple[list[np.ndarray], list[n
     return pool("ratios"), pool("sums")
 
 
+def _quantiles(ratios: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """Sample quantiles with plotting position k / (n + 1) (Hyndman & Fan, "Sample quantiles in
+    statistical packages", The American Statistician 50(4), 1996, type 6): the k-th smallest of n
+    ratios is exceeded by a new one with probability 1 − k / (n + 1), so a P90 of 52 ratios covers 90 %,
+    where numpy's default (type 7) would cover about 88.5 %."""
+    return np.quantile(ratios, qs, method="weibull")
+
+
 def _own_or_pooled(own: np.ndarray, pooled: np.ndarray | None) -> np.ndarray:
     return pooled if own.size < MIN_RATIOS and pooled is not None and pooled.size > own.size else own
 
@@ -88,13 +97,13 @@ def team_forecast(model: TeamModel, first_week: dt.date,
     for h in range(1, MAX_WEEKS + 1):
         level = float(model["point"][h - 1])
         ratios = _own_or_pooled(model["ratios"][h - 1], pooled and pooled[0][h - 1])
-        p50, p90 = (level * np.quantile(ratios, [0.5, 0.9])) if ratios.size else (level, level)
+        p50, p90 = (level * _quantiles(ratios, (0.5, 0.9))) if ratios.size else (level, level)
         p90 = max(p90, p50)
         rows.append({"week_start": first_week + dt.timedelta(weeks=h - 1), "horizon": h,
                      "p50_gpu_hours": round(float(p50), 1), "p90_gpu_hours": round(float(p90), 1),
                      "quota_for_p90_gpus": int(math.ceil(round(float(p90) / HOURS_PER_WEEK, 9)))})
         sums = _own_or_pooled(model["sums"][h - 1], pooled and pooled[1][h - 1])
-        sum_p90.append(float(np.quantile(sums, 0.9)) if sums.size else 1.0)
+        sum_p90.append(float(_quantiles(sums, (0.9,))[0]) if sums.size else 1.0)
     return {"model": model["name"], "weeks": rows, "point": [float(v) for v in model["point"]],
             "sum_p90": sum_p90}
 

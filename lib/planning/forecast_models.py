@@ -13,7 +13,10 @@ statsmodels fits each candidate (maximum likelihood) on the whole history; its f
 forecast from every past week t, ŷ[t+h|t] = ℓ[t] + (φ + … + φ^h)·b[t] (the model's own forecast
 function, the same statsmodels' forecast gives from the last week), so the backtest needs no refit.
 The candidate with the least weighted absolute error Σ|y − ŷ| ÷ Σy over the last ERROR_ORIGINS origins
-and every horizon up to MAX_WEEKS wins; a tie goes to the simpler. Its ratios y[t+h] / ŷ[t+h|t] are the
+and every horizon up to MAX_WEEKS wins, a more complex one (in the order level, damped trend, either with
+the year end) only if it misses at least MARGIN less than the simpler: errors over 52 overlapping origins
+differ by a few per cent between candidates that forecast alike, and a steady team's noise would otherwise
+often pick a trend. Its ratios y[t+h] / ŷ[t+h|t] are the
 bands' raw material (lib.planning.forecast). The fit is deterministic: same history, same forecast.
 """
 from __future__ import annotations
@@ -34,7 +37,7 @@ YEAR_END_WEEKS = (-2, -1, 0, 1)   # weeks around the new year: 0 holds 1 January
 BASE_WEEKS = (-6, -5, -4, -3)     # the weeks a year end is measured against (the month before it)
 MIN_RATIO = 0.01            # a year-end week at under 1 % of its base counts as 1 %
 NO_PLACE = -99
-TIE = 1e-9                  # backtest errors closer than this are a tie: the simpler candidate stays
+MARGIN = 0.05               # a candidate replaces a simpler one only if it misses at least 5 % less
 
 
 class TeamModel(TypedDict):
@@ -216,7 +219,7 @@ def _fit(y: np.ndarray, last_monday: dt.date, horizons: int, origins: int) -> Te
     for name, f in _candidates(y, mondays, horizons).items():
         ratios, sums, score = _backtest(y, f, horizons, origins)
         scores[name] = score
-        if best is None or score < best[0] - TIE:
+        if best is None or score < best[0] * (1 - MARGIN) - 1e-9:      # (and a flat history's rounding is a tie)
             best = (score, name, f[-1], ratios, sums)
     if best is None:
         return _mean_model(y, horizons)
