@@ -5,9 +5,9 @@ Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Mo
 started. Each team's model is the candidate (a level, a damped trend, either with the year-end weeks)
 whose own backtest missed least (lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the
 week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
-ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last ERROR_ORIGINS origins
-(sample quantiles that cover as they say: `_quantiles`);
-a team with fewer than MIN_RATIOS ratios at a horizon borrows the pooled ratios of every team. The band
+ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last 52 origins (sample
+quantiles that cover what they say: `_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon
+borrows the pooled ratios of every team. The band
 is therefore as wide as the model's own past misses, whatever their shape (Hyndman & Athanasopoulos,
 "Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals). The quota that
 would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
@@ -31,14 +31,14 @@ from typing import Iterable, Sequence, TypedDict
 
 import numpy as np
 
-from lib.planning.forecast_models import ERROR_ORIGINS, MAX_WEEKS, TeamModel, fit_team
+from lib.planning.forecast_models import MAX_WEEKS, TeamModel, fit_team
 
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
 HOURS_PER_WEEK = 168.0
 NAIVE_WEEKS = 4             # the baseline: the mean of the last four weeks
 
-__all__ = ["ERROR_ORIGINS", "MAX_WEEKS", "MIN_RATIOS", "HOURS_PER_WEEK", "WeekForecast", "TeamForecast",
-           "team_models", "pooled_ratios", "team_forecast", "naive_forecast", "BurnDown", "burn_down"]
+__all__ = ["MAX_WEEKS", "MIN_RATIOS", "HOURS_PER_WEEK", "WeekForecast", "TeamForecast", "team_models",
+           "pooled_ratios", "team_forecast", "naive_forecast", "BurnDown", "burn_down"]
 
 
 # Projections are rounded to a tenth of a GPU-hour: more digits would claim a precision they lack.
@@ -94,15 +94,16 @@ def team_forecast(model: TeamModel, first_week: dt.date,
     MIN_RATIOS."""
     rows: list[WeekForecast] = []
     sum_p90 = []
+    pooled_h, pooled_j = pooled if pooled is not None else ([None] * MAX_WEEKS, [None] * MAX_WEEKS)
     for h in range(1, MAX_WEEKS + 1):
         level = float(model["point"][h - 1])
-        ratios = _own_or_pooled(model["ratios"][h - 1], pooled and pooled[0][h - 1])
+        ratios = _own_or_pooled(model["ratios"][h - 1], pooled_h[h - 1])
         p50, p90 = (level * _quantiles(ratios, (0.5, 0.9))) if ratios.size else (level, level)
         p90 = max(p90, p50)
         rows.append({"week_start": first_week + dt.timedelta(weeks=h - 1), "horizon": h,
                      "p50_gpu_hours": round(float(p50), 1), "p90_gpu_hours": round(float(p90), 1),
                      "quota_for_p90_gpus": int(math.ceil(round(float(p90) / HOURS_PER_WEEK, 9)))})
-        sums = _own_or_pooled(model["sums"][h - 1], pooled and pooled[1][h - 1])
+        sums = _own_or_pooled(model["sums"][h - 1], pooled_j[h - 1])
         sum_p90.append(float(_quantiles(sums, (0.9,))[0]) if sums.size else 1.0)
     return {"model": model["name"], "weeks": rows, "point": [float(v) for v in model["point"]],
             "sum_p90": sum_p90}
