@@ -321,7 +321,7 @@ def cmd_teams(args) -> int:
 def cmd_forecast(args) -> int:
     """Weekly demand P50/P90 per team for the next --weeks weeks and this month's burn-down, as JSON;
     --as-of forecasts from only what the ledger knew then."""
-    from lib.dashboard.forecasts import forecast  # here: it brings numpy and pandas
+    from lib.dashboard.forecasts import forecast  # here: it brings numpy and pandas (and statsmodels to fit)
     result = forecast(args.db, as_of=args.as_of, weeks=args.weeks)
     history = result.pop("history")  # the weekly usage behind it: a table, not part of the JSON
     print(dump_json(result))
@@ -400,8 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="output file (CSV default: stdout)")
 
     s = sub.add_parser("forecast", parents=[common],
-                       help="weekly demand (P50/P90) and this month's budget burn-down per team, as JSON")
-    s.add_argument("--weeks", type=weeks, default=8, help="weeks ahead (default 8, at most 104)")
+                       help="weekly demand (P50/P90) and this month's budget burn-down per team, one demand "
+                            "model for both, as JSON")
+    s.add_argument("--weeks", type=weeks, default=8, help="weeks ahead (default 8, at most 26)")
     s.add_argument("--as-of", type=timestamp, default=None,
                    help=f"forecast from the ledger's data up to this ISO-8601 time ({TIME_RANGE}) only")
 

@@ -65,8 +65,9 @@ if budget["current_month"]:
     if len(outlook["burn"]):
         team = st.selectbox("Burn-down of", outlook["burn"]["team"].tolist(), key="res_burn_team")
         outlook.chart(forecast_figures.burn_down_chart, "burn_path", "burn", team=team)
-        st.caption("Projected spend to month end: P50 and P90 of the team's own daily spend over the last 91 days, "
-                   "never below the committed reservations due to end by then (the Forecast page has the table).")
+        st.caption("Projected spend to month end: the team's weekly demand forecast, a seventh of its P50 a day "
+                   "(P90: the model's own misses over as many weeks), never below the committed reservations due to "
+                   "end by then (the Forecast page has the table and the weekly forecast).")
 
 st.subheader("Current reservations")
 ui.table(data["current"], "current_reservations", "dl_res_current",

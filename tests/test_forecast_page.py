@@ -1,9 +1,10 @@
 """The Forecast page under AppTest: teams projected to use up their budget are named, with the day;
-a team with room is not."""
+a team with room is not; the planner picks how many weeks ahead the weekly forecast shows."""
 from __future__ import annotations
 
 import pytest
-from lib.ledger.connection import open_ledger
+from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.team_weeks import rebuild as rebuild_team_weeks
 from tests.fixtures_app import open_app, page_script
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -63,3 +64,16 @@ def test_overview_says_nothing_when_no_team_is_at_risk(page_ledger):
         set_budget(path, team, 1e9)
     at = open_app()
     assert not any("use up" in w.value for w in at.warning) and not at.success
+
+
+def test_the_planner_picks_how_many_weeks_ahead_the_weekly_forecast_shows(page_ledger):
+    with open_ledger(page_ledger[0]) as con, transaction(con):
+        rebuild_team_weeks(con)           # as every write path keeps it (the fixture writes runs directly)
+    at = forecast_page()
+    assert set(at.dataframe[1].value.groupby("team").size()) == {8}          # the default: eight weeks
+    at.slider(key="fc_weeks").set_value(26).run()
+    assert not at.exception, [e.value for e in at.exception]
+    weeks = at.dataframe[1].value
+    assert set(weeks.groupby("team").size()) == {26} and weeks["horizon"].max() == 26
+    assert any("next 26 weeks" in h.value for h in at.subheader)
+    assert any("Model chosen" in c.value and "vision" in c.value for c in at.caption)

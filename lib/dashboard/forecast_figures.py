@@ -11,12 +11,16 @@ from lib.dashboard.figure_text import shows_text_as_typed
 
 
 @shows_text_as_typed
-def demand_forecast(history: pd.DataFrame, weeks: pd.DataFrame, team: str, colours: dict | None = None) -> go.Figure:
-    """One team's weekly GPU-hours: the recent past (bars), the forecast P50 (line) and P90 (band top),
-    and the GPU-hours its quota gives in a week (dashed)."""
+def demand_forecast(history: pd.DataFrame, weeks: pd.DataFrame, team: str, colours: dict | None = None,
+                    horizon: int | None = None) -> go.Figure:
+    """One team's weekly GPU-hours: the recent past (bars), the forecast P50 (line) and P90 (band top)
+    for the weeks up to `horizon` ahead (None: every week given), and the GPU-hours its quota gives in a
+    week (dashed)."""
     title = f"Weekly GPU-hours of {team}: recent weeks and the forecast (GPU-h, P50 line, P90 band)"
     h = history[history["team"] == team]
     w = weeks[weeks["team"] == team]
+    if horizon is not None:
+        w = w[w["horizon"] <= horizon]
     if h.empty and w.empty:
         return empty_figure(title, "no history for this team")
     c = team_colour(colours, team)

@@ -5,9 +5,11 @@ Weekly usage (GPU-hours, counted in the UTC week a run started): a run finished 
 counts its actual GPU-hours; a run started but not finished by then counts its reserved GPU-hours
 (what the gate expected it to use), so the last weeks are not understated by runs still running.
 Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
-Committed reservations for the burn-down are lib.ledger.state.held_reservations when forecasting
-from now (the gate's accounting); from a past moment, those whose window had begun and not ended.
-The maths is lib.planning.forecast.
+Every team's model is fitted (the pooled bands of a team with a short history need them all), once per
+history: lib.planning.forecast_models caches the fits. The burn-down's spend still to come is the same
+weekly forecast (lib.planning.forecast.burn_down). Committed reservations for the burn-down are
+lib.ledger.state.held_reservations when forecasting from now (the gate's accounting); from a past
+moment, those whose window had begun and not ended. The maths is lib.planning.forecast.
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import pandas as pd
 from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
 from lib.ledger.state import held_reservations
-from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, MAX_WEEKS, burn_down, pooled_ratios,
-                                   weekly_forecast)
+from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
+                                   pooled_ratios, team_forecast, team_models)
 
-METHOD = ("simple exponential smoothing of weekly GPU-hours (α = 0.3), P50/P90 from the method's own past "
-          "errors (empirical quantiles of actual ÷ forecast per horizon)")
+METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level or a damped trend, either with "
+          "the year-end weeks) whose own backtest missed least; P50/P90 from that model's own past errors "
+          "(empirical quantiles of actual ÷ forecast per horizon)")
 
 
 def week_start(t: dt.datetime | dt.date) -> dt.date:
@@ -61,23 +64,13 @@ def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None, *, liv
 
 
 def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
-    """{team: (consumed GPU-hours this month up to as_of, its daily spend over the BURN_HISTORY_DAYS
-    days before as_of's day, oldest first, the reservations it holds (reserved_until, GPU-hours))},
-    read for every team at once, each over its time range only (so a long history is not scanned).
-    `live`: the reservations the gate holds now; else those held at as_of as the ledger shows them."""
-    start = month_start(as_of)
-    day0 = dt.datetime.combine(as_of.date(), dt.time())
-    first = day0 - dt.timedelta(days=BURN_HISTORY_DAYS)
+    """{team: (consumed GPU-hours this month up to as_of, the reservations it holds (reserved_until,
+    GPU-hours))}, read for every team at once. `live`: the reservations the gate holds now; else
+    those held at as_of as the ledger shows them."""
     consumed = dict(con.execute(
         "SELECT team, sum(actual_gpu_hours) FROM runs WHERE ended_at >= $start AND ended_at < $as_of "
         "AND list_contains($teams::VARCHAR[], team) GROUP BY team",
-        {"start": start, "as_of": as_of, "teams": teams}).fetchall())
-    daily = {t: [0.0] * BURN_HISTORY_DAYS for t in teams}
-    for team, day, hours in con.execute(
-            "SELECT team, date_diff('day', $first, date_trunc('day', ended_at)) AS day, sum(actual_gpu_hours) "
-            "FROM runs WHERE ended_at >= $first AND ended_at < $day0 AND list_contains($teams::VARCHAR[], team) "
-            "GROUP BY ALL", {"first": first, "day0": day0, "teams": teams}).fetchall():
-        daily[team][day] = float(hours or 0.0)
+        {"start": month_start(as_of), "as_of": as_of, "teams": teams}).fetchall())
     held = {t: [] for t in teams}
     if live:
         for r in held_reservations(con, as_of):
@@ -89,43 +82,54 @@ def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
                 AND reserved_from <= $as_of AND (ended_at IS NULL OR ended_at > $as_of)
                 AND (reserved_until IS NULL OR reserved_until > $as_of)""", {"teams": teams, "as_of": as_of}).fetchall():
             held[team].append((until, hours))
-    return {t: (float(consumed.get(t) or 0.0), daily[t], held[t]) for t in teams}
+    return {t: (float(consumed.get(t) or 0.0), held[t]) for t in teams}
+
+
+def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date) -> dict[str, TeamForecast]:
+    """The weekly forecast (MAX_WEEKS weeks from `first_week`) of each of `teams` from `usage` (every
+    team's weekly usage: a team with a short history borrows the pooled bands of them all)."""
+    series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
+    models = team_models({t: series.get(t, np.zeros(0)) for t in teams}, first_week)
+    pooled = None
+    if any(min(r.size for r in m["ratios"]) < MIN_RATIOS for m in models.values()):
+        pooled = pooled_ratios(team_models(series, first_week).values())
+    return {t: team_forecast(m, first_week, pooled) for t, m in models.items()}
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
              teams: list[str] | None = None, live: bool | None = None) -> dict:
-    """Per team: the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly capacity and the
-    quota that would cover P90, and this month's burn-down (consumed, committed, projected month end
-    P50/P90, projected exhaustion day). `as_of` None: now. `live` (default: as_of is None): the
-    committed reservations are the gate's own (held now), not reconstructed for a past moment.
-    Also `history`: the weekly usage the forecast rests on (team, week, gpu_hours). InputError for
-    `weeks` outside 1 .. MAX_WEEKS."""
+    """Per team: the chosen model, the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly
+    capacity and the quota that would cover P90, and this month's burn-down from the same forecast
+    (consumed, committed, projected month end P50/P90, projected exhaustion day). `as_of` None: now.
+    `live` (default: as_of is None): the committed reservations are the gate's own (held now), not
+    reconstructed for a past moment. Also `history`: the weekly usage the forecast rests on (team,
+    week, gpu_hours). InputError for `weeks` outside 1 .. MAX_WEEKS."""
     if type(weeks) is not int or not 1 <= weeks <= MAX_WEEKS:
         raise InputError(f"weeks must be a whole number from 1 to {MAX_WEEKS}, got {weeks!r}")
     live = as_of is None if live is None else live
     as_of = utcnow() if as_of is None else as_of
     with reader(db) as con:
-        usage = weekly_usage(con, as_of, teams, live=live)
+        usage = weekly_usage(con, as_of, live=live)
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
-        names = sorted(set(usage["team"]) | ({t for t in policy if teams is None or t in teams}))
+        names = sorted(t for t in set(usage["team"]) | set(policy) if teams is None or t in teams)
         burn = _burn_inputs(con, [t for t in names if t in policy], as_of, live)
-    series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
-    pooled = pooled_ratios(series.values(), weeks)
     first = week_start(as_of)
+    demand = team_forecasts(usage, names, first)
     month_end = (next_month_start(as_of) - dt.timedelta(days=1)).date()
+    history = usage[usage["team"].isin(names)].reset_index(drop=True)
     out = {}
     for team in names:
         quota, budget = policy.get(team, (None, None))
-        rows = weekly_forecast(series.get(team, np.zeros(0)), first, weeks, pooled)
         entry = {"quota_gpus": quota,
                  "quota_gpu_hours_per_week": None if quota is None else quota * HOURS_PER_WEEK,
-                 "history_weeks": int(series.get(team, np.zeros(0)).size), "weeks": rows}
+                 "history_weeks": int((history["team"] == team).sum()), "model": demand[team]["model"],
+                 "weeks": demand[team]["weeks"][:weeks]}
         if team in burn:
-            consumed, daily, held = burn[team]
-            entry["burn_down"] = burn_down(budget, consumed, as_of.date(), month_end, daily, held)
+            consumed, held = burn[team]
+            entry["burn_down"] = burn_down(budget, consumed, as_of.date(), month_end, demand[team], held)
         out[team] = entry
-    return {"as_of": as_of, "method": METHOD, "weeks": weeks, "teams": out, "history": usage}
+    return {"as_of": as_of, "method": METHOD, "weeks": weeks, "teams": out, "history": history}
 
 
 HISTORY_WEEKS_SHOWN = 26
@@ -144,28 +148,25 @@ def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
-    """This month's burn-down alone (no demand forecast: cheap enough for Overview and Reservations),
-    for the filtered teams with a policy: burn (one row per team) and burn_path (team, day, P50/P90)."""
-    now = now or utcnow()
-    month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
-    with reader(db) as con:
-        policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
-        teams = [t for t in policy if not f.teams or t in f.teams]
-        burns = {team: burn_down(policy[team], consumed, now.date(), month_end, daily, held)
-                 for team, (consumed, daily, held) in _burn_inputs(con, teams, now, True).items()}
-    burn, path = _burn_frames(burns)
+    """This month's burn-down (Overview and Reservations), for the filtered teams with a policy, from
+    the live forecast: burn (one row per team) and burn_path (team, day, P50/P90)."""
+    result = forecast(db, as_of=now or utcnow(), teams=list(f.teams) or None, live=True)
+    burn, path = _burn_frames({team: e["burn_down"] for team, e in result["teams"].items() if "burn_down" in e})
     return {"burn": burn, "burn_path": path}
 
 
 def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
     """The Forecast page's data (a page query: a function of filters, path and now): the
     live forecast for the filtered teams (dates do not apply: a forecast starts now) as tables.
-    weeks: team, week_start, p50/p90 GPU-hours, quota GPU-hours per week, quota for P90;
-    history: the last HISTORY_WEEKS_SHOWN weeks of usage; burn: one row per team with a budget;
-    burn_path: team, day, p50/p90 projected month-to-date GPU-hours."""
-    result = forecast(db, as_of=now, teams=list(f.teams) or None, live=True)
+    weeks: team, week_start, horizon, p50/p90 GPU-hours, quota GPU-hours per week, quota for P90, for
+    every horizon up to MAX_WEEKS (the page shows the first ones: `weeks_ahead`); models: team, the
+    model chosen, weeks of history; history: the last HISTORY_WEEKS_SHOWN weeks of usage; burn: one
+    row per team with a budget; burn_path: team, day, p50/p90 projected month-to-date GPU-hours."""
+    result = forecast(db, as_of=now, weeks=MAX_WEEKS, teams=list(f.teams) or None, live=True)
     weeks = [{"team": team, **w, "quota_gpu_hours_per_week": e["quota_gpu_hours_per_week"]}
              for team, e in result["teams"].items() for w in e["weeks"]]
+    models = [{"team": team, "model": e["model"], "history_weeks": e["history_weeks"]}
+              for team, e in result["teams"].items()]
     burn, path = _burn_frames({team: e["burn_down"] for team, e in result["teams"].items() if "burn_down" in e})
     history = result["history"]
     if len(history):
@@ -174,4 +175,10 @@ def plan_ahead(f, db=None, now: dt.datetime | None = None) -> dict:
     return {"as_of": result["as_of"], "method": result["method"],
             "weeks": pd.DataFrame(weeks, columns=["team", "week_start", "horizon", "p50_gpu_hours", "p90_gpu_hours",
                                                   "quota_gpu_hours_per_week", "quota_for_p90_gpus"]),
+            "models": pd.DataFrame(models, columns=["team", "model", "history_weeks"]),
             "history": history, "burn": burn, "burn_path": path}
+
+
+def weeks_ahead(weeks: pd.DataFrame, horizon: int) -> pd.DataFrame:
+    """The rows of `weeks` (plan_ahead's) at most `horizon` weeks ahead."""
+    return weeks[weeks["horizon"] <= horizon].reset_index(drop=True)

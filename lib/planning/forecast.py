@@ -1,22 +1,27 @@
-"""Planning ahead: weekly GPU-hour demand forecasts and the month's budget burn-down, as plain numbers.
+"""Planning ahead: weekly GPU-hour demand forecasts and the month's budget burn-down, one demand model
+for both, as plain numbers.
 
-Weekly demand — simple exponential smoothing with empirical error quantiles:
-- y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they started;
-- the level after week t is  L[t] = α·y[t] + (1 − α)·L[t−1]  (α = ALPHA; L starts at the mean of the
-  first weeks), and the point forecast for every later week is the last level;
-- P50 and P90 at horizon h (h = 1 is the week after the last complete one) are the level times the
-  50th and 90th percentiles of the ratios  y[t+h] / L[t]  the same method produced on the team's own
-  past (rolling origin, the last ERROR_ORIGINS origins); a team with fewer than MIN_RATIOS ratios at a
-  horizon borrows the pooled ratios of every team. The band is therefore as wide as the method's own
-  past misses, whatever shape the errors have (Hyndman & Athanasopoulos, "Forecasting: Principles and
-  Practice", 3rd ed., §8.1 simple exponential smoothing and §5.5 empirical prediction intervals).
-- The quota that would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
+Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they
+started. Each team's model is the candidate (a level, a damped trend, either with the year-end weeks)
+whose own backtest missed least (lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the
+week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
+ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last 52 origins (sample
+quantiles that cover what they say: `_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon
+borrows the pooled ratios of every team. The band
+is therefore as wide as the model's own past misses, whatever their shape (Hyndman & Athanasopoulos,
+"Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals). The quota that
+would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
 
 Budget burn-down (one month, UTC): spend is counted when a run ends (as the gate counts a team's
-monthly spend). For the k days left, the spend still to come is taken from the empirical distribution
-of k-day sums of the team's daily spend over the last BURN_HISTORY_DAYS days (P50, P90), and never
-below the committed reservations due to end by then (each is assumed to spend what it reserved).
-The projected exhaustion day is the first day the projected total reaches the budget.
+monthly spend), demand when it starts. A run's GPU-hours enter spend one run-duration after they enter
+demand, so the spend of any span is the demand of the same span moved back by the runs' durations: at
+the weekly forecast's rate both come to the same GPU-hours a day, bar the growth over one run's
+duration. Spend still to come on each day left (today counted whole) is therefore that day's week's
+weekly P50 ÷ 7 — the burn-down's weekly rate is the weekly forecast's P50 — and its P90 is the same
+days' point forecast times the 90th percentile of the model's own backtest ratios of sums over as
+many weeks (a month's P90 is less than the sum of its weeks' P90s). Neither is ever below the committed
+reservations due to end by then (each assumed to spend what it reserved). The projected exhaustion
+day is the first day the projected total reaches the budget.
 """
 from __future__ import annotations
 
@@ -26,13 +31,14 @@ from typing import Iterable, Sequence, TypedDict
 
 import numpy as np
 
-ALPHA = 0.3                 # smoothing weight of the newest week
-INIT_WEEKS = 4              # weeks averaged for the first level
-ERROR_ORIGINS = 52          # past forecast origins whose ratios make the bands
+from lib.planning.forecast_models import MAX_WEEKS, TeamModel, fit_team
+
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
 HOURS_PER_WEEK = 168.0
-BURN_HISTORY_DAYS = 91      # daily spend history the burn-down's spread comes from
-MAX_WEEKS = 104             # the farthest horizon asked for: two years (the bands rest on a year of origins)
+NAIVE_WEEKS = 4             # the baseline: the mean of the last four weeks
+
+__all__ = ["MAX_WEEKS", "MIN_RATIOS", "HOURS_PER_WEEK", "WeekForecast", "TeamForecast", "team_models",
+           "pooled_ratios", "team_forecast", "naive_forecast", "BurnDown", "burn_down"]
 
 
 # Projections are rounded to a tenth of a GPU-hour: more digits would claim a precision they lack.
@@ -46,59 +52,64 @@ class WeekForecast(TypedDict):
     quota_for_p90_gpus: int     # accelerators that would give P90 GPU-hours in the week
 
 
-def smoothed_levels(weekly: Sequence[float], alpha: float = ALPHA) -> np.ndarray:
-    """The SES level after each week (GPU-hours); empty for an empty series."""
-    y = np.asarray(weekly, dtype=float)
-    if y.size == 0:
-        return y
-    levels = np.empty_like(y)
-    level = 0.0
-    for i, v in enumerate(y):
-        level = alpha * v + (1 - alpha) * level if i >= INIT_WEEKS else float(y[: i + 1].mean())
-        levels[i] = level
-    return levels
+class TeamForecast(TypedDict):
+    model: str                  # the candidate the backtest chose (forecast_models.fit_team)
+    weeks: list[WeekForecast]   # horizons 1 .. MAX_WEEKS
+    point: list[float]          # the point forecast per horizon (GPU-hours)
+    sum_p90: list[float]        # per j weeks: 90th percentile of actual ÷ forecast of the j-week sums
 
 
-def forecast_ratios(weekly: Sequence[float], horizons: int, origins: int = ERROR_ORIGINS) -> list[np.ndarray]:
-    """For h = 1..horizons, the ratios y[t+h] / L[t] over the last `origins` origins t that have an
-    outcome (origins with a zero level are skipped: a ratio to nothing says nothing)."""
-    y = np.asarray(weekly, dtype=float)
-    levels = smoothed_levels(y)
-    out = []
-    for h in range(1, horizons + 1):
-        t = np.arange(INIT_WEEKS - 1, y.size - h)[-origins:]
-        ok = levels[t] > 0
-        out.append(y[t[ok] + h] / levels[t[ok]])
-    return out
+def team_models(series: dict[str, Sequence[float]], first_week: dt.date) -> dict[str, TeamModel]:
+    """Each team's chosen model from its weekly GPU-hours (oldest first, the last the week before
+    `first_week`)."""
+    last = first_week - dt.timedelta(weeks=1)
+    return {team: fit_team(y, last) for team, y in series.items()}
 
 
-def weekly_forecast(weekly: Sequence[float], first_week: dt.date, horizons: int = 8,
-                    pooled: list[np.ndarray] | None = None) -> list[WeekForecast]:
-    """P50 / P90 GPU-hours for the `horizons` weeks from `first_week` (the week after the last complete
-    week of `weekly`, oldest first). `pooled`: per-horizon ratios of every team, used where the team's
-    own are fewer than MIN_RATIOS."""
-    levels = smoothed_levels(weekly)
-    level = float(levels[-1]) if levels.size else 0.0
-    own = forecast_ratios(weekly, horizons)
+def pooled_ratios(models: Iterable[TeamModel]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every team's ratios per horizon, and its sum ratios per number of weeks, together."""
+    models = list(models)
+
+    def pool(key):
+        return [np.concatenate([m[key][h] for m in models]) if models else np.empty(0) for h in range(MAX_WEEKS)]
+    return pool("ratios"), pool("sums")
+
+
+def _quantiles(ratios: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """Sample quantiles with plotting position k / (n + 1) (Hyndman & Fan, "Sample quantiles in
+    statistical packages", The American Statistician 50(4), 1996, type 6): the k-th smallest of n
+    ratios is exceeded by a new one with probability 1 − k / (n + 1), so a P90 of 52 ratios covers 90 %,
+    where numpy's default (type 7) would cover about 88.5 %."""
+    return np.quantile(ratios, qs, method="weibull")
+
+
+def _own_or_pooled(own: np.ndarray, pooled: np.ndarray | None) -> np.ndarray:
+    return pooled if own.size < MIN_RATIOS and pooled is not None and pooled.size > own.size else own
+
+
+def team_forecast(model: TeamModel, first_week: dt.date,
+                  pooled: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> TeamForecast:
+    """P50 / P90 GPU-hours for the MAX_WEEKS weeks from `first_week` (the week after the model's last
+    week). `pooled` (pooled_ratios): used at a horizon where the team's own ratios are fewer than
+    MIN_RATIOS."""
     rows: list[WeekForecast] = []
-    for h in range(1, horizons + 1):
-        ratios = own[h - 1]
-        if ratios.size < MIN_RATIOS and pooled is not None and pooled[h - 1].size > ratios.size:
-            ratios = pooled[h - 1]
-        p50, p90 = (level * np.quantile(ratios, [0.5, 0.9])) if ratios.size else (level, level)
+    sum_p90 = []
+    pooled_h, pooled_j = pooled if pooled is not None else ([None] * MAX_WEEKS, [None] * MAX_WEEKS)
+    for h in range(1, MAX_WEEKS + 1):
+        level = float(model["point"][h - 1])
+        ratios = _own_or_pooled(model["ratios"][h - 1], pooled_h[h - 1])
+        p50, p90 = (level * _quantiles(ratios, (0.5, 0.9))) if ratios.size else (level, level)
+        p90 = max(p90, p50)
         rows.append({"week_start": first_week + dt.timedelta(weeks=h - 1), "horizon": h,
                      "p50_gpu_hours": round(float(p50), 1), "p90_gpu_hours": round(float(p90), 1),
                      "quota_for_p90_gpus": int(math.ceil(round(float(p90) / HOURS_PER_WEEK, 9)))})
-    return rows
+        sums = _own_or_pooled(model["sums"][h - 1], pooled_j[h - 1])
+        sum_p90.append(float(_quantiles(sums, (0.9,))[0]) if sums.size else 1.0)
+    return {"model": model["name"], "weeks": rows, "point": [float(v) for v in model["point"]],
+            "sum_p90": sum_p90}
 
 
-def pooled_ratios(series: Iterable[Sequence[float]], horizons: int) -> list[np.ndarray]:
-    """Every team's ratios per horizon, together."""
-    per_team = [forecast_ratios(s, horizons) for s in series]
-    return [np.concatenate([r[h] for r in per_team]) if per_team else np.empty(0) for h in range(horizons)]
-
-
-def naive_forecast(weekly: Sequence[float], horizons: int = 8, weeks: int = 4) -> tuple[float, float]:
+def naive_forecast(weekly: Sequence[float], weeks: int = NAIVE_WEEKS) -> tuple[float, float]:
     """The baseline a planner would use without a method: (P50, P90) = (mean, max) of the last
     `weeks` weeks, the same for every horizon."""
     tail = np.asarray(weekly, dtype=float)[-weeks:]
@@ -119,33 +130,25 @@ class BurnDown(TypedDict):
     path: list[dict]                    # per day left: day, p50_gpu_hours, p90_gpu_hours (projected totals)
 
 
-def kday_sum_quantiles(daily: Sequence[float], k: int, qs=(0.5, 0.9)) -> list[float]:
-    """Quantiles of the sum of k consecutive days of `daily` spend (GPU-hours). With fewer than k days
-    of history, k times the quantiles of a single day (a wider, cautious band)."""
-    d = np.asarray(daily, dtype=float)
-    if k <= 0 or d.size == 0:
-        return [0.0 for _ in qs]
-    if d.size < k:
-        return [float(k * v) for v in np.quantile(d, qs)]
-    sums = np.convolve(d, np.ones(k), mode="valid")
-    return [float(v) for v in np.quantile(sums, qs)]
-
-
-def burn_down(budget: float, consumed: float, today: dt.date, month_end: dt.date,
-              daily_spend: Sequence[float], committed_ends: Sequence[tuple[dt.datetime | None, float]]
-              ) -> BurnDown:
+def burn_down(budget: float, consumed: float, today: dt.date, month_end: dt.date, demand: TeamForecast,
+              committed_ends: Sequence[tuple[dt.datetime | None, float]]) -> BurnDown:
     """The month's projected spend (GPU-hours) per day from `today` to `month_end`, both inclusive
-    (spend so far is in `consumed`; the rest of today counts as a whole day: cautious). `daily_spend`: the team's spend per day over the recent
-    past, oldest first; `committed_ends`: (reserved_until, reserved GPU-hours) of the team's held
-    reservations."""
+    (spend so far is in `consumed`; the rest of today counts as a whole day: cautious). `demand`: the
+    team's weekly forecast whose first week holds `today`; `committed_ends`: (reserved_until, reserved
+    GPU-hours) of the team's held reservations."""
     days_left = max(0, (month_end - today).days + 1)
+    first_week = demand["weeks"][0]["week_start"]
     path = []
     exhausts = {"p50": None, "p90": None}
+    s50 = point = 0.0
     for j in range(1, days_left + 1):
         day = today + dt.timedelta(days=j - 1)
-        due = sum(h for end, h in committed_ends
+        h = min((day - first_week).days // 7, MAX_WEEKS - 1)
+        s50 += demand["weeks"][h]["p50_gpu_hours"] / 7
+        point += demand["point"][h] / 7
+        s90 = max(point * demand["sum_p90"][min(math.ceil(j / 7), MAX_WEEKS) - 1], s50)
+        due = sum(hours for end, hours in committed_ends
                   if end is not None and end < dt.datetime.combine(day + dt.timedelta(days=1), dt.time()))
-        s50, s90 = kday_sum_quantiles(daily_spend, j)
         row = {"day": day, "p50_gpu_hours": round(consumed + max(s50, due), 1),
                "p90_gpu_hours": round(consumed + max(s90, due), 1)}
         path.append(row)
