@@ -223,7 +223,8 @@ class Cluster:
             self.conf.write_text(saved)
 
 
-def _alive(pid_file: Path) -> bool:
+def pid_file_alive(pid_file: Path) -> bool:
+    """True when the process a pid file names is alive."""
     try:
         os.kill(int(pid_file.read_text()), 0)
         return True
@@ -240,7 +241,7 @@ def cluster_session(tmp_path_factory):
         pytest.skip("slurmctld not installed: run lib/slurm/cluster.sh install")
     state = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
     conf = state / "etc" / "job_submit_gate.conf"
-    was_running = _alive(state / "run" / "slurmctld.pid")
+    was_running = pid_file_alive(state / "run" / "slurmctld.pid")
     saved_conf = conf.read_text() if conf.exists() else None
     db = make_slurm_ledger(tmp_path_factory.mktemp("slurm") / "gate.duckdb")
     env = {**os.environ, "GATE_DB": str(db), "TG_ON_GATE_FAILURE": "refuse", "TG_GATE_TIMEOUT_S": "5",

@@ -18,26 +18,14 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import submit_request
 from lib.ledger.teams_file import sync_teams
 from tests.fixtures_app import ROOT, page_script
-from tests.fixtures_ledger import query, run_cli, tiny_request
+from tests.fixtures_ledger import TINY_TEAMS, query, run_cli, tiny_request
 
-TEAMS = """
-[defaults]
-max_gpu_mem_gb = 80
-max_runtime_hours = 48
-pilot_required_above_gpu_hours = 1000
-
-[teams.tiny]
-reserved_gpus = 8
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 100
-
+# the one tiny team file, with a month's budget of 100 GPU-hours, and a team that spends nothing
+TEAMS = TINY_TEAMS.replace("monthly_budget_gpu_hours = 100000", "monthly_budget_gpu_hours = 100") + """
 [teams.calm]
 reserved_gpus = 8
 max_gpus_per_job = 8
 monthly_budget_gpu_hours = 100000
-
-[[snapshots]]
-snapshot = "tiny-data-v1"
 """
 SECRET = "s3cr3t-token-XYZ"
 
@@ -82,7 +70,7 @@ def spent_ledger(tmp_path):
     db = tmp_path / "gate.duckdb"
     with open_ledger(db) as con:
         sync_teams(con, teams)
-    assert submit_request(tiny_request(1, data_snapshot="tiny-data-v1"), db=db)["state"] == "admit"
+    assert submit_request(tiny_request(1), db=db)["state"] == "admit"
     assert run_cli("finish", "tiny-001", "--actual-gpu-hours", "85", "--stop-reason", "completed",
                    db=db).returncode == 0
     return db, teams

@@ -23,7 +23,7 @@ from lib.gate.reasons import CODES
 from lib.gate.terms import utcnow
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.connection import open_ledger
-from tests.fixtures_slurm import CLUSTER_SH, REPO, GateServerProcess, make_slurm_ledger
+from tests.fixtures_slurm import CLUSTER_SH, REPO, GateServerProcess, make_slurm_ledger, pid_file_alive
 
 pytestmark = pytest.mark.slurm
 
@@ -31,20 +31,12 @@ STATE = Path(os.environ.get("TG_SLURM_DIR", "/tmp/tg-slurm"))
 TAG = f"tgw{int(time.time())}"   # reservation names unique to this session
 
 
-def _alive(pid_file: Path) -> bool:
-    try:
-        os.kill(int(pid_file.read_text()), 0)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def slurm_env(tmp_path_factory):
     """The client environment of a running test cluster (started here when it was not running)."""
     if not shutil.which("slurmctld") or not shutil.which("scontrol"):
         pytest.skip("slurmctld not installed: run lib/slurm/cluster.sh install")
-    was_running = _alive(STATE / "run" / "slurmctld.pid")
+    was_running = pid_file_alive(STATE / "run" / "slurmctld.pid")
     env = {**os.environ, "TG_PYTHON": sys.executable, "TG_REPO": str(REPO)}
     if not was_running:
         env["GATE_DB"] = str(make_slurm_ledger(tmp_path_factory.mktemp("slurm-windows") / "hook.duckdb"))
