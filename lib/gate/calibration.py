@@ -381,19 +381,22 @@ def _binom_tail(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1)) if n else 1.0
 
 
-def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAULT_LEVEL,
+def drift_alarm(outcomes, ended_at=None, *, censored=None, after_change=None, level: float = DEFAULT_LEVEL,
                 recent: int = ALARM_RUNS, window: int = DEFAULT_MAX_RUNS) -> dict:
     """Whether a scope's last `recent` runs went over their bound more often than the level allows.
 
     outcomes: backtest outcomes, oldest first; ended_at: their end times (same order), for since when;
     censored: the scope's censored flags in the same time order, ending with the same run (it may
-    reach further back), to judge stops at a limit.
+    reach further back), to judge stops at a limit; after_change: one flag per censored flag, the
+    runs after the change the calibration followed (None: no change).
     Two signs, each judged by how unlikely it is (binomial, under ALARM_P) for unchanged costs:
     - over the bound: of the last `recent` runs whose outcome is known (covered or exceeded), more
       exceeded than a bound at `level` lets through;
-    - stopped at a limit: of the last `recent` runs, more stopped at their budget or time limit (a
-      censored run stopped under its bound: whether it would have fitted is unknown) than the scope's
-      share of such stops over the up to `window` runs before them.
+    - stopped at a limit: more runs stopped at their budget or time limit (a censored run stopped
+      under its bound: whether it would have fitted is unknown) than the scope's share of such stops
+      before — of the runs since the change when the calibration followed one in the last
+      SHIFT_UNTIL runs (CHANGE_MIN_RUNS of them at least) against the up to `window` runs before it,
+      else of the last `recent` runs against the up to `window` before them.
     Returns {"alarm" (bool), "checked", "exceeded", "expected" (runs expected over the bound),
     "stopped", "stopped_expected", "since" (end time of the first run that went over or stopped among
     them, or None), "message" (a sentence a planner reads)}.
@@ -408,21 +411,41 @@ def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAUL
     message = f"{k} of the last {n} runs exceeded the {level * 100:.0f} % bound; expected about {expected:.0f}"
     stopped = stopped_expected = 0
     stop_alarm = False
-    if censored is not None and len(censored) > len(tail):
-        flags = [bool(c) for c in censored]
+    stops = ""
+    flags = np.asarray(censored, dtype=bool) if censored is not None else None
+    mask = np.asarray(after_change, dtype=bool) if after_change is not None and flags is not None else None
+    if mask is not None and CHANGE_MIN_RUNS <= mask.sum() <= SHIFT_UNTIL:
+        before = flags[~mask][-window:]
+        m, stopped = int(mask.sum()), int(flags[mask].sum())
+        share = float(before.mean()) if len(before) else 0.0
+        stopped_expected = share * m
+        stop_alarm = (len(before) >= CHANGE_MIN_BEFORE and stopped > stopped_expected
+                      and _binom_tail(stopped, m, max(share, 0.5 / len(before))) < ALARM_P)
+        stops = (f"{stopped} of the {m} runs since the change stopped at their budget or time limit; before the "
+                 f"change {_one_in(share)} did")
+    elif flags is not None and len(flags) > len(tail):
         before = flags[-len(tail) - window:-len(tail)]
-        share = sum(before) / len(before)
-        stopped = sum(flags[-len(tail):])
+        share = float(before.mean())
+        stopped = int(flags[-len(tail):].sum())
         stopped_expected = share * len(tail)
         stop_alarm = (len(before) >= 2 * recent and stopped > stopped_expected
                       and _binom_tail(stopped, len(tail), max(share, 0.5 / len(before))) < ALARM_P)
-        if stop_alarm:
-            stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
-                     f"finishing, where about {stopped_expected:.0f} did before")
-            message = (f"{message}; {stops}" if over else
-                       f"{stops}; of the {n} {'run' if n == 1 else 'runs'} whose outcome is known, {k} exceeded the "
-                       f"{level * 100:.0f} % bound (expected about {expected:.0f})")
+        stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
+                 f"finishing, where about {stopped_expected:.0f} did before")
+    if stop_alarm:
+        message = (f"{message}; {stops}" if over else
+                   f"{stops}; of the {n} {'run' if n == 1 else 'runs'} whose outcome is known, {k} exceeded the "
+                   f"{level * 100:.0f} % bound (expected about {expected:.0f})")
     marks = [t for o, t in zip(tail, times) if o == "exceeded" or (stop_alarm and o == "unknown")]
     return {"alarm": over or stop_alarm, "checked": n, "exceeded": k, "expected": expected,
             "stopped": stopped, "stopped_expected": stopped_expected,
             "since": marks[0] if marks else None, "message": message}
+
+
+def _one_in(share: float) -> str:
+    """A share of runs in words: "none", "about 1 in 5", "about 7 in 10"."""
+    if share <= 0:
+        return "none"
+    if share < 0.5:
+        return f"about 1 in {round(1 / share)}"
+    return f"about {round(10 * share)} in 10"

@@ -83,14 +83,10 @@ def mean_change(r) -> int | None:
     return segment(r)
 
 
-def _bll(stops, runs):
-    """Binomial log likelihood at its maximum, s·ln(s/n) + (n - s)·ln(1 - s/n) (0·ln 0 = 0), per element."""
-    stops, runs = np.asarray(stops, dtype=float), np.asarray(runs, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = stops / runs
-        out = np.where(stops > 0, stops * np.log(np.where(stops > 0, p, 1.0)), 0.0)
-        out += np.where(runs > stops, (runs - stops) * np.log(np.where(runs > stops, 1.0 - p, 1.0)), 0.0)
-    return out
+def _xlogx(v):
+    """v·ln v for counts v ≥ 0 (0·ln 0 = 0), per element."""
+    v = np.asarray(v, dtype=float)
+    return v * np.log(np.maximum(v, 1.0))
 
 
 def stop_surge(cens, codes, threshold: float = STOP_LR) -> tuple[int | None, float]:
@@ -108,22 +104,24 @@ def stop_surge(cens, codes, threshold: float = STOP_LR) -> tuple[int | None, flo
     if not len(k):
         return None, 0.0
     lr = np.zeros(len(k))
-    for code in np.unique(codes).tolist():
+    for code in np.unique(codes[k[0]:]).tolist():
         sel = codes == code
         cum_s = np.concatenate([[0], np.cumsum(c & sel)])
         cum_n = np.concatenate([[0], np.cumsum(sel)])
         s_a, n_a = cum_s[k], cum_n[k]
         s_b, n_b = cum_s[n] - s_a, cum_n[n] - n_a
-        up = s_b * n_a > s_a * n_b
-        lr += np.where(up, _bll(s_a, n_a) + _bll(s_b, n_b) - _bll(s_a + s_b, n_a + n_b), 0.0)
+        # the maximised binomial log likelihoods, before + after - both together, as Σ ±x·ln x
+        ratio = (_xlogx(s_a) + _xlogx(n_a - s_a) - _xlogx(n_a) + _xlogx(s_b) + _xlogx(n_b - s_b) - _xlogx(n_b)
+                 - _xlogx(s_a + s_b) - _xlogx(n_a + n_b - s_a - s_b) + _xlogx(n_a + n_b))
+        lr += np.where(s_b * n_a > s_a * n_b, ratio, 0.0)
     best = int(np.argmax(lr))
     return (int(k[best]) if lr[best] >= threshold else None), float(lr[best])
 
 
 def kind_fits(x, cens, codes, upto: int | None = None, start: dict | None = None) -> dict:
-    """{kind code: (μ, σ, var μ)} from each kind's runs among the first `upto` (all when None), for
-    the kinds with CHANGE_MIN_BEFORE runs of which MIN_UNCENSORED_FOR_TOBIT finished; var μ is 1 / the
-    information about μ. start: {code: (μ, σ)} of nearly the same runs, to converge faster."""
+    """{kind code: (μ, σ)} from each kind's runs among the first `upto` (all when None), for the kinds
+    with CHANGE_MIN_BEFORE runs of which MIN_UNCENSORED_FOR_TOBIT finished. start: {code: (μ, σ)} of
+    nearly the same runs, to converge faster."""
     x, cens, codes = x[:upto], cens[:upto], codes[:upto]
     fits = {}
     for code in np.unique(codes).tolist():
@@ -136,15 +134,18 @@ def kind_fits(x, cens, codes, upto: int | None = None, start: dict | None = None
             mu, sigma = tobit_fit(done, xs[cs], start=(start or {}).get(code))
         else:
             mu, sigma = float(done.mean()), float(done.std())
-        sigma = max(sigma, 1e-3)
-        fits[code] = (mu, sigma, 1.0 / float(location_info(xs, cs, mu, sigma).sum()))
+        fits[code] = (mu, max(sigma, 1e-3))
     return fits
 
 
-def _per_run(fits: dict, codes, what: int):
-    """One of the fits' numbers per run (NaN for a kind without a fit)."""
-    table = {c: f[what] for c, f in fits.items()}
-    return np.array([table.get(c, math.nan) for c in codes.tolist()])
+def _per_run(fits: dict, codes):
+    """(μ, σ) per run from the kinds' fits (NaN for a kind without one); codes are small integers ≥ 0."""
+    size = max(int(codes.max()) + 1 if len(codes) else 0, max(fits, default=-1) + 1)
+    table = np.full((size, 2), math.nan)
+    for code, (mu, sigma) in fits.items():
+        table[code] = (mu, sigma)
+    per = table[codes]
+    return per[:, 0], per[:, 1]
 
 
 def find_change(x, cens, codes, fits: dict | None = None) -> dict | None:
@@ -157,7 +158,7 @@ def find_change(x, cens, codes, fits: dict | None = None) -> dict | None:
     cens = np.asarray(cens, dtype=bool)
     codes = np.asarray(codes)
     fits = kind_fits(x, cens, codes) if fits is None else fits
-    mu, sigma = _per_run(fits, codes, 0), _per_run(fits, codes, 1)
+    mu, sigma = _per_run(fits, codes)
     keep = np.isfinite(mu)
     if keep.sum() < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
         return None
@@ -199,12 +200,14 @@ def shifted(x, cens, codes, since: int, kind: int, level: float) -> dict | None:
     if kind not in fits:
         return None
     after = slice(since, None)
-    mu, sigma = _per_run(fits, codes[after], 0), _per_run(fits, codes[after], 1)
+    mu, sigma = _per_run(fits, codes[after])
     ok = np.isfinite(mu)
     if not ok.any():
         return None
     grid, weight = shift_posterior(x[after][ok], cens[after][ok], mu[ok], sigma[ok])
-    mu_k, sigma_k, var_mu = fits[kind]
+    mu_k, sigma_k = fits[kind]
+    mine = (codes[:since] == kind)
+    var_mu = 1.0 / float(location_info(x[:since][mine], cens[:since][mine], mu_k, sigma_k).sum())
     spread = math.sqrt(sigma_k * sigma_k + var_mu)
     return {"q": mu_k + _mixture_quantile(grid, weight, spread, level),
             "median": mu_k + _mixture_quantile(grid, weight, spread, 0.5),
