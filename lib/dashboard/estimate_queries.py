@@ -151,6 +151,16 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
 
     kind_groups = dict(list(by_kind.groupby(["team", "kind"])))
     team_groups = dict(list(by_team.groupby("team")))
+    made: dict = {}
+
+    def scoped(team, kind):
+        # lazily, as the store reads them: a later scope is turned into rows only when needed, and a
+        # team's rows (read with each of its kinds) and everyone's once
+        yield "team×kind", records(kind_groups.get((team, kind)))
+        for scope, key, df in (("team", team, team_groups.get(team)), ("all", None, everyone)):
+            if (scope, key) not in made:
+                made[(scope, key)] = records(df)
+            yield scope, made[(scope, key)]
     replayed, streams = {}, {}
     for k, g in replay.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
@@ -161,10 +171,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
-            # lazily, as the store reads them: a later scope is turned into rows only when needed
-            cal = calibrate_scopes((scope, records(rows)) for scope, rows in (
-                ("team×kind", kind_groups.get((team, kind))), ("team", team_groups.get(team)),
-                ("all", everyone)))
+            cal = calibrate_scopes(scoped(team, kind))
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],
                          "upper_factor": cal["upper_factor"], "method": cal["method"],

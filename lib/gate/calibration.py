@@ -103,8 +103,10 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change
 
     Returns {"method", "median" (log ratio or None), "q" (log upper bound or None), "n", "n_censored",
     "since" (index of the first run after a change, or None), "suspected" (index of the first run of
-    a rise only suspected, or None), "by" (the test that found the change), "pooled" (found in the
-    team's runs), "fit" (Tobit (μ, σ) or None)}.
+    a rise only suspected, or None), "since_key" (the key of the first run after either, from the
+    runs it was found in), "by" (the test that found it), "pooled" (found in the team's runs), "fit"
+    (Tobit (μ, σ) of the window, or None)}. After a change found in the team's runs, n and
+    n_censored count the team's runs since it.
     start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster; change: "censored"
     (the gate's test) or "mean" (the earlier one); keys, team: see calibration_change.change_bound.
     """
@@ -114,15 +116,16 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change
         return _mean_shift_bound(r, c, level, start)
     method, med, q, fit = _fit(r[~c], r[c], level, start)
     window = {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
-              "suspected": None, "by": None, "pooled": False, "fit": fit}   # fit: the next replay's start
+              "suspected": None, "since_key": None, "by": None, "pooled": False,
+              "fit": fit}   # fit: the next replay's start
     if len(r) < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS and team is None:
         return window
-    cb = change_bound(r, c, level, keys=keys, team=team, start=fit or start)
+    cb = change_bound(r, c, level, keys=keys, team=team, fit=fit, start=start)
     if cb is None:
         return window
     since = cb["since"]
     ra, ca = r[since:], c[since:]
-    found = {"by": cb["by"], "pooled": cb["pooled"]}
+    found = {"by": cb["by"], "pooled": cb["pooled"], "since_key": cb["since_key"]}
     if not cb["confirmed"]:
         if q is not None and q >= cb["q"]:
             return window
@@ -132,8 +135,9 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change
         if q_after is not None:
             return {**window, **found, "method": "conformal", "median": _median(ra[~ca], ra[ca]), "q": q_after,
                     "n": len(ra), "n_censored": int(ca.sum()), "since": since}
-    return {**window, **found, "method": "shifted", "median": cb["median"], "q": cb["q"], "n": len(ra),
-            "n_censored": int(ca.sum()), "since": since}
+    # n: the runs the shift rests on (the team's since the change when found there)
+    return {**window, **found, "method": "shifted", "median": cb["median"], "q": cb["q"], "n": cb["runs_after"],
+            "n_censored": cb["stops_after"], "since": since}
 
 
 def _mean_shift_bound(r, c, level: float, start) -> dict:
@@ -243,11 +247,13 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
                   "level": level, "factor": math.exp(b["median"]) if b["median"] is not None else 1.0,
                   "upper_factor": math.exp(b["q"]) if b["q"] is not None else None,
                   "runs_needed": need,
-                  "adapted_since": _iso(s["times"][since]) if since is not None else None,
+                  "adapted_since": _iso(_first_after(b, s)) if since is not None else None,
                   "runs_before_change": since or 0}
         if b["q"] is not None:
-            result["note"] = (f"{b['method']} bound from {result['n']} runs of scope {scope} "
-                              f"({b['n_censored']} censored)") + _change_note(b, s, since)
+            runs = "runs of the team since the change" if b.get("pooled") and since is not None else \
+                f"runs of scope {scope}"
+            result["note"] = (f"{b['method']} bound from {result['n']} {runs} "
+                              f"({b['n_censored']} censored)") + _change_note(b, s)
             return result
         fallback = fallback or result
     if fallback is None:
@@ -260,17 +266,24 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
     return fallback
 
 
-def _change_note(b: dict, s: dict, since: int | None) -> str:
+def _first_after(b: dict, s: dict):
+    """The time of the first run after the change (or suspected rise) of bound `b` of stream `s`."""
+    if b.get("since_key") is not None:
+        return b["since_key"]
+    return s["times"][b["since"] if b["since"] is not None else b["suspected"]]
+
+
+def _change_note(b: dict, s: dict) -> str:
     """What the note adds about a change the bound followed or a rise it widened for."""
     where = " in the team's runs" if b.get("pooled") else ""
     clock = "admitted" if s["by"] == "admitted_at" else "ended"
-    if since is not None:
+    if b["since"] is not None:
         evidence = "runs stopping at their budget" if b["by"] == "stops" else "the runs' cost ratios"
-        return (f", adapted to a change in the cost ratio since {_iso(s['times'][since])} (first run {clock} "
-                f"after it; found{where} from {evidence}; {since} earlier runs set aside)")
+        return (f", adapted to a change in the cost ratio since {_iso(_first_after(b, s))} (first run {clock} "
+                f"after it; found{where} from {evidence}; {b['since']} earlier runs of the scope set aside)")
     if b.get("suspected") is not None:
-        return (f", widened for a rise in the cost ratio suspected{where} since "
-                f"{_iso(s['times'][b['suspected']])}, not yet confirmed")
+        return (f", widened for a rise in the cost ratio suspected{where} since {_iso(_first_after(b, s))}, "
+                "not yet confirmed")
     return ""
 
 
@@ -280,7 +293,7 @@ def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
     r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
     method, med, q, _ = _fit(r[~c], r[c], level)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
-            "suspected": None, "by": None, "pooled": False}
+            "suspected": None, "since_key": None, "by": None, "pooled": False}
 
 
 def _iso(t) -> str | None:

@@ -40,15 +40,11 @@ MIN_UNCENSORED_FOR_TOBIT = 5
 _STD = NormalDist()
 
 
-def scan(values, min_shift: float, z_up: float = CHANGE_Z, z_down: float = CHANGE_Z) -> tuple[int | None, float]:
-    """(index of the first value after the strongest change in mean, its strength), or (None, the
-    best strength): the split with CHANGE_MIN_BEFORE values before and CHANGE_MIN_RUNS after whose
-    sides' means differ by min_shift at least, in standard errors of the pooled within-side spread;
-    strength = that z over z_up for a rise, over z_down for a fall (a change when ≥ 1)."""
-    seg = np.asarray(values, dtype=float)
+def _split_z(seg, min_shift: float):
+    """(splits k, z of each): for each split with CHANGE_MIN_BEFORE values before and CHANGE_MIN_RUNS
+    after, the difference of the two sides' means in standard errors of the pooled within-side
+    spread, signed (after minus before); 0 where the means differ by less than min_shift."""
     n = len(seg)
-    if n < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
-        return None, 0.0
     s1 = np.concatenate([[0.0], np.cumsum(seg)])
     s2 = np.concatenate([[0.0], np.cumsum(seg * seg)])
     k = np.arange(CHANGE_MIN_BEFORE, n - CHANGE_MIN_RUNS + 1)
@@ -57,10 +53,25 @@ def scan(values, min_shift: float, z_up: float = CHANGE_Z, z_down: float = CHANG
     sd = np.sqrt(np.maximum(within, 0.0) / max(n - 2, 1)) + 1e-9
     shift = mean_b - mean_a
     z = shift / (sd * np.sqrt(1.0 / k + 1.0 / (n - k)))
+    z[np.abs(shift) < min_shift] = 0.0
+    return k, z
+
+
+def _pick(k, z, z_up: float, z_down: float) -> tuple[int | None, float]:
+    """The strongest split of _split_z's: strength = z / z_up for a rise, -z / z_down for a fall;
+    (its index when the strength is 1 or more, else None; the strength)."""
     strength = np.where(z > 0, z / z_up, -z / z_down)
-    strength[np.abs(shift) < min_shift] = 0.0
     best = int(np.argmax(strength))
     return (int(k[best]) if strength[best] >= 1.0 else None), float(strength[best])
+
+
+def scan(values, min_shift: float, z_up: float = CHANGE_Z, z_down: float = CHANGE_Z) -> tuple[int | None, float]:
+    """(index of the first value after the strongest change in mean, its strength), or (None, the
+    best strength): see _split_z and _pick."""
+    seg = np.asarray(values, dtype=float)
+    if len(seg) < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
+        return None, 0.0
+    return _pick(*_split_z(seg, min_shift), z_up, z_down)
 
 
 def segment(values, min_shift: float = CHANGE_MIN_SHIFT, z_up: float = CHANGE_Z,
@@ -104,12 +115,18 @@ def stop_surge(cens, codes, threshold: float = STOP_LR) -> tuple[int | None, flo
     if not len(k):
         return None, 0.0
     lr = np.zeros(len(k))
-    for code in np.unique(codes[k[0]:]).tolist():
-        sel = codes == code
-        cum_s = np.concatenate([[0], np.cumsum(c & sel)])
-        cum_n = np.concatenate([[0], np.cumsum(sel)])
-        s_a, n_a = cum_s[k], cum_n[k]
-        s_b, n_b = cum_s[n] - s_a, cum_n[n] - n_a
+    k0 = int(k[0])
+    head_c, head_codes, tail_c, tail_codes = c[:k0], codes[:k0], c[k0:], codes[k0:]
+    if not tail_c.any():
+        return None, 0.0
+    for code in np.unique(tail_codes).tolist():
+        sel = tail_codes == code
+        head = head_codes == code
+        # stops and runs of this kind before each split, then after it
+        cum_s = np.concatenate([[0], np.cumsum(tail_c & sel)]) + int(np.count_nonzero(head_c & head))
+        cum_n = np.concatenate([[0], np.cumsum(sel)]) + int(np.count_nonzero(head))
+        s_a, n_a = cum_s[k - k0], cum_n[k - k0]
+        s_b, n_b = cum_s[-1] - s_a, cum_n[-1] - n_a
         # the maximised binomial log likelihoods, before + after - both together, as Σ ±x·ln x
         ratio = (_xlogx(s_a) + _xlogx(n_a - s_a) - _xlogx(n_a) + _xlogx(s_b) + _xlogx(n_b - s_b) - _xlogx(n_b)
                  - _xlogx(s_a + s_b) - _xlogx(n_a + n_b - s_a - s_b) + _xlogx(n_a + n_b))
@@ -165,14 +182,18 @@ def find_change(x, cens, codes, fits: dict | None = None) -> dict | None:
     idx = np.flatnonzero(keep)
     ck, kk = cens[keep], codes[keep]
     u = scores(x[keep], ck, mu[keep], sigma[keep])
-    min_shift = CHANGE_MIN_SHIFT / float(np.median(sigma[keep]))
-    found, by, confirmed = segment(u, min_shift, SCORE_Z_UP, SCORE_Z_DOWN), "scores", True
+    min_shift = CHANGE_MIN_SHIFT / (float(np.median(sigma[keep])) if len(fits) > 1 else next(iter(fits.values()))[1])
+    splits, z = _split_z(u, min_shift)
+    found, _ = _pick(splits, z, SCORE_Z_UP, SCORE_Z_DOWN)
+    if found is not None:
+        found += segment(u[found:], min_shift, SCORE_Z_UP, SCORE_Z_DOWN) or 0
+    by, confirmed = "scores", True
     surge, lr = stop_surge(ck, kk)
     if surge is not None and (found is None or surge > found):
         found, by = surge, "stops"
     if found is None:
         confirmed = False
-        found, _ = scan(u, min_shift, SUSPECT_Z, math.inf)
+        found, _ = _pick(splits, z, SUSPECT_Z, math.inf)
         if found is None and lr >= SUSPECT_LR:
             found, by = stop_surge(ck, kk, SUSPECT_LR)[0], "stops"
     if found is None:
@@ -229,20 +250,27 @@ def _mixture_quantile(centres, weight, spread: float, p: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def change_bound(x, cens, level: float, *, keys=None, team: tuple | None = None, start=None) -> dict | None:
+def change_bound(x, cens, level: float, *, keys=None, team: tuple | None = None, start=None,
+                 fit=None) -> dict | None:
     """The bound of one team × kind after the latest change in its cost ratio, or None (no change
     found: the window's bound stands).
 
     x, cens: the kind's runs in time order; keys: their order keys (comparable with the team's);
     team: (x, cens, kind codes, keys, this kind's code) of the team's runs in time order, to pool a
-    change the kinds share; start: a previous fit (μ, σ) of nearly the same runs, to converge faster.
+    change the kinds share; fit: the Tobit (μ, σ) of exactly these runs when already made; start: a
+    previous fit of nearly the same runs, to converge faster.
     A change found in the team's runs is taken as the kind's when it is later than the kind's own
     and the kind's runs since it (CHANGE_MIN_RUNS or more) are explained at least as well by the
     team's shift as by none. Returns {"since" (index of the kind's first run after the change; all
-    its runs when none yet), "confirmed", "by", "pooled" (bool), "q", "median", "delta", "fit"}."""
+    its runs when none yet), "confirmed", "by", "pooled" (bool), "runs_after" and "stops_after" (of
+    the runs the change was found in: the team's when pooled), "since_key" (the key of the first of
+    them), "q", "median", "delta", "fit"}."""
     x, cens = np.asarray(x, dtype=float), np.asarray(cens, dtype=bool)
     own_codes = np.zeros(len(x), dtype=int)
-    own_fit = kind_fits(x, cens, own_codes, start={0: start} if start else None)
+    if fit is not None and len(x) >= CHANGE_MIN_BEFORE and (~cens).sum() >= MIN_UNCENSORED_FOR_TOBIT:
+        own_fit = {0: (fit[0], max(fit[1], 1e-3))}
+    else:
+        own_fit = kind_fits(x, cens, own_codes, start={0: start} if start else None)
     found = []
     own = find_change(x, cens, own_codes, own_fit)
     if own is not None:
@@ -268,7 +296,11 @@ def change_bound(x, cens, level: float, *, keys=None, team: tuple | None = None,
             b = shifted(x, cens, own_codes, since, 0, level)
             if b is None:
                 continue
-        return {**b, "since": since, "confirmed": change["confirmed"], "by": change["by"], "pooled": is_pooled}
+        found_in = (tc, tkeys) if is_pooled else (cens, keys)
+        return {**b, "since": since, "confirmed": change["confirmed"], "by": change["by"], "pooled": is_pooled,
+                "runs_after": len(found_in[0]) - change["since"],
+                "stops_after": int(np.sum(found_in[0][change["since"]:])),
+                "since_key": found_in[1][change["since"]] if found_in[1] is not None else None}
     return None
 
 
