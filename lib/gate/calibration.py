@@ -311,7 +311,7 @@ def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level:
     """The correction the gate applies to a raw estimate of `team`'s `kind` run (see calibrate_scopes).
 
     history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,
-    ended_at (datetime). The rolling window keeps rows that ended within `window_days` before now
+    ended_at (datetime) and, when known, admitted_at (datetime: the change search's order). The rolling window keeps rows that ended within `window_days` before now
     (and not after now: only runs finished before a decision inform it), and at most the
     `max_runs` most recent of each scope.
     """
