@@ -103,10 +103,11 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change
 
     Returns {"method", "median" (log ratio or None), "q" (log upper bound or None), "n", "n_censored",
     "since" (index of the first run after a change, or None), "suspected" (index of the first run of
-    a rise only suspected, or None), "since_key" (the key of the first run after either, from the
-    runs it was found in), "by" (the test that found it), "pooled" (found in the team's runs), "fit"
-    (Tobit (μ, σ) of the window, or None)}. After a change found in the team's runs, n and
-    n_censored count the team's runs since it.
+    a rise only suspected since, when it widened the bound, or None), "since_key" and "suspect_key"
+    (the keys of those runs, from the runs they were found in), "by" (the test that found the change),
+    "pooled" and "suspect_pooled" (found in the team's runs), "fit" (Tobit (μ, σ) of the window when
+    one was made, or None)}. After a change found in the team's runs, n and n_censored count the
+    team's runs since it.
     start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster; change: "censored"
     (the gate's test) or "mean" (the earlier one); keys, team: see calibration_change.change_bound.
     """
@@ -116,35 +117,40 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change
         return _mean_shift_bound(r, c, level, start)
     method, med, q, fit = _fit(r[~c], r[c], level, start)
     window = {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
-              "suspected": None, "since_key": None, "by": None, "pooled": False,
-              "fit": fit}   # fit: the next replay's start
+              "suspected": None, "since_key": None, "suspect_key": None, "by": None, "pooled": False,
+              "suspect_pooled": False, "fit": fit}   # fit: the window's Tobit, the next replay's start
     if len(r) < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS and team is None:
         return window
-    cb = change_bound(r, c, level, keys=keys, team=team, fit=fit, start=start)
-    if cb is None:
-        return window
-    since = cb["since"]
-    ra, ca = r[since:], c[since:]
-    found = {"by": cb["by"], "pooled": cb["pooled"], "since_key": cb["since_key"]}
-    if not cb["confirmed"]:
-        if q is not None and q >= cb["q"]:
-            return window
-        return {**window, **found, "method": "shifted", "q": cb["q"], "suspected": since}
-    if len(ra) >= SHIFT_UNTIL:
-        q_after = conformal_quantile(ra[~ca], int(ca.sum()), level)
+    if fit is None and c.any() and (~c).sum() >= MIN_UNCENSORED_FOR_TOBIT:
+        fit = window["fit"] = tobit_fit(r[~c], r[c], start=start)   # the change test's reference
+    found = change_bound(r, c, level, keys=keys, team=team, fit=fit, start=start)
+    bound = window
+    cb = found["change"]
+    if cb is not None:
+        since = cb["since"]
+        ra, ca = r[since:], c[since:]
+        info = {"by": cb["by"], "pooled": cb["pooled"], "since_key": cb["since_key"], "since": since}
+        q_after = conformal_quantile(ra[~ca], int(ca.sum()), level) if len(ra) >= SHIFT_UNTIL else None
         if q_after is not None:
-            return {**window, **found, "method": "conformal", "median": _median(ra[~ca], ra[ca]), "q": q_after,
-                    "n": len(ra), "n_censored": int(ca.sum()), "since": since}
-    # n: the runs the shift rests on (the team's since the change when found there)
-    return {**window, **found, "method": "shifted", "median": cb["median"], "q": cb["q"], "n": cb["runs_after"],
-            "n_censored": cb["stops_after"], "since": since}
+            bound = {**window, **info, "method": "conformal", "median": _median(ra[~ca], ra[ca]), "q": q_after,
+                     "n": len(ra), "n_censored": int(ca.sum())}
+        else:
+            # n: the runs the shift rests on (the team's since the change when found there)
+            bound = {**window, **info, "method": "shifted", "median": cb["median"], "q": cb["q"],
+                     "n": cb["runs_after"], "n_censored": cb["stops_after"]}
+    su = found["suspect"]
+    if su is not None and (bound["q"] is None or su["q"] > bound["q"]):
+        bound = {**bound, "method": "shifted", "q": su["q"], "suspected": su["since"],
+                 "suspect_key": su["since_key"], "suspect_pooled": su["pooled"]}
+    return bound
 
 
 def _mean_shift_bound(r, c, level: float, start) -> dict:
     """scope_bound with the earlier change test: a mean shift of the log ratios (stops at their stop
     value); shifted = the median since + the conformal spread before, × √(1 + π / 2m)."""
     since = mean_change(r) if len(r) >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS else None
-    found = {"suspected": None, "by": "mean", "pooled": False}
+    found = {"suspected": None, "since_key": None, "suspect_key": None, "by": "mean", "pooled": False,
+             "suspect_pooled": False}
     if since is not None:
         ra, ca = r[since:], c[since:]
         after_done, after_cens = ra[~ca], ra[ca]
@@ -247,7 +253,8 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
                   "level": level, "factor": math.exp(b["median"]) if b["median"] is not None else 1.0,
                   "upper_factor": math.exp(b["q"]) if b["q"] is not None else None,
                   "runs_needed": need,
-                  "adapted_since": _iso(_first_after(b, s)) if since is not None else None,
+                  "adapted_since": _iso(b["since_key"] if b.get("since_key") is not None else s["times"][since])
+                  if since is not None else None,
                   "runs_before_change": since or 0}
         if b["q"] is not None:
             runs = "runs of the team since the change" if b.get("pooled") and since is not None else \
@@ -266,25 +273,21 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
     return fallback
 
 
-def _first_after(b: dict, s: dict):
-    """The time of the first run after the change (or suspected rise) of bound `b` of stream `s`."""
-    if b.get("since_key") is not None:
-        return b["since_key"]
-    return s["times"][b["since"] if b["since"] is not None else b["suspected"]]
-
-
 def _change_note(b: dict, s: dict) -> str:
     """What the note adds about a change the bound followed or a rise it widened for."""
-    where = " in the team's runs" if b.get("pooled") else ""
     clock = "admitted" if s["by"] == "admitted_at" else "ended"
+    note = ""
     if b["since"] is not None:
+        when = b["since_key"] if b.get("since_key") is not None else s["times"][b["since"]]
+        where = " in the team's runs" if b.get("pooled") else ""
         evidence = "runs stopping at their budget" if b["by"] == "stops" else "the runs' cost ratios"
-        return (f", adapted to a change in the cost ratio since {_iso(_first_after(b, s))} (first run {clock} "
-                f"after it; found{where} from {evidence}; {b['since']} earlier runs of the scope set aside)")
+        note += (f", adapted to a change in the cost ratio since {_iso(when)} (first run {clock} after it; "
+                 f"found{where} from {evidence}; {b['since']} earlier runs of the scope set aside)")
     if b.get("suspected") is not None:
-        return (f", widened for a rise in the cost ratio suspected{where} since {_iso(_first_after(b, s))}, "
-                "not yet confirmed")
-    return ""
+        when = b["suspect_key"] if b.get("suspect_key") is not None else s["times"][b["suspected"]]
+        where = " in the team's runs" if b.get("suspect_pooled") else ""
+        note += f", widened for a rise in the cost ratio suspected{where} since {_iso(when)}, not yet confirmed"
+    return note
 
 
 def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
@@ -293,7 +296,8 @@ def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
     r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
     method, med, q, _ = _fit(r[~c], r[c], level)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
-            "suspected": None, "since_key": None, "by": None, "pooled": False}
+            "suspected": None, "since_key": None, "suspect_key": None, "by": None, "pooled": False,
+            "suspect_pooled": False}
 
 
 def _iso(t) -> str | None:

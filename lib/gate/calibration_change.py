@@ -165,40 +165,44 @@ def _per_run(fits: dict, codes):
     return per[:, 0], per[:, 1]
 
 
-def find_change(x, cens, codes, fits: dict | None = None) -> dict | None:
-    """The latest change in a scope's runs (x, cens, integer kind codes, in time order), or None.
-    fits: kind_fits of these runs, when already made.
+def find_change(x, cens, codes, fits: dict | None = None) -> dict:
+    """The latest change in a scope's runs (x, cens, integer kind codes, in time order), and a rise
+    suspected after it. fits: kind_fits of these runs, when already made.
 
-    Returns {"since" (index of its first run), "confirmed" (False: a rise only suspected), "by"
-    ("scores" or "stops": which test found it)}."""
+    A change the score scan or the stop surge finds; then the search starts again on the runs after
+    it, each kind refitted on them (binary segmentation): the runs since a change, scored against
+    the level before it, would otherwise look like further changes. Returns {"change", "suspect"},
+    each None or {"since" (index of its first run), "by" ("scores" or "stops")}."""
     x = np.asarray(x, dtype=float)
     cens = np.asarray(cens, dtype=bool)
     codes = np.asarray(codes)
     fits = kind_fits(x, cens, codes) if fits is None else fits
     mu, sigma = _per_run(fits, codes)
     keep = np.isfinite(mu)
+    none = {"change": None, "suspect": None}
     if keep.sum() < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
-        return None
+        return none
     idx = np.flatnonzero(keep)
-    ck, kk = cens[keep], codes[keep]
-    u = scores(x[keep], ck, mu[keep], sigma[keep])
+    xk, ck, kk = x[keep], cens[keep], codes[keep]
+    u = scores(xk, ck, mu[keep], sigma[keep])
     min_shift = CHANGE_MIN_SHIFT / (float(np.median(sigma[keep])) if len(fits) > 1 else next(iter(fits.values()))[1])
     splits, z = _split_z(u, min_shift)
     found, _ = _pick(splits, z, SCORE_Z_UP, SCORE_Z_DOWN)
-    if found is not None:
-        found += segment(u[found:], min_shift, SCORE_Z_UP, SCORE_Z_DOWN) or 0
-    by, confirmed = "scores", True
+    by = "scores"
     surge, lr = stop_surge(ck, kk)
-    if surge is not None and (found is None or surge > found):
+    if found is None and surge is not None:
         found, by = surge, "stops"
-    if found is None:
-        confirmed = False
-        found, _ = _pick(splits, z, SUSPECT_Z, math.inf)
-        if found is None and lr >= SUSPECT_LR:
-            found, by = stop_surge(ck, kk, SUSPECT_LR)[0], "stops"
-    if found is None:
-        return None
-    return {"since": int(idx[found]), "confirmed": confirmed, "by": by}
+    if found is not None:
+        later = find_change(xk[found:], ck[found:], kk[found:])
+        if later["change"] is not None:
+            return {k: None if v is None else {**v, "since": int(idx[found + v["since"]])} for k, v in later.items()}
+        suspect = later["suspect"]
+        return {"change": {"since": int(idx[found]), "by": by},
+                "suspect": None if suspect is None else {**suspect, "since": int(idx[found + suspect["since"]])}}
+    found, _ = _pick(splits, z, SUSPECT_Z, math.inf)
+    if found is None and lr >= SUSPECT_LR:
+        found, by = stop_surge(ck, kk, SUSPECT_LR)[0], "stops"
+    return {"change": None, "suspect": None if found is None else {"since": int(idx[found]), "by": by}}
 
 
 def shift_explains(x, cens, mu: float, sigma: float, delta: float) -> bool:
@@ -251,62 +255,69 @@ def _mixture_quantile(centres, weight, spread: float, p: float) -> float:
 
 
 def change_bound(x, cens, level: float, *, keys=None, team: tuple | None = None, start=None,
-                 fit=None) -> dict | None:
-    """The bound of one team × kind after the latest change in its cost ratio, or None (no change
-    found: the window's bound stands).
+                 fit=None) -> dict:
+    """The bound of one team × kind after the latest change in its cost ratio, and after a rise
+    suspected since (each None when there is none).
 
     x, cens: the kind's runs in time order; keys: their order keys (comparable with the team's);
     team: (x, cens, kind codes, keys, this kind's code) of the team's runs in time order, to pool a
     change the kinds share; fit: the Tobit (μ, σ) of exactly these runs when already made; start: a
     previous fit of nearly the same runs, to converge faster.
-    A change found in the team's runs is taken as the kind's when it is later than the kind's own
-    and the kind's runs since it (CHANGE_MIN_RUNS or more) are explained at least as well by the
-    team's shift as by none. Returns {"since" (index of the kind's first run after the change; all
-    its runs when none yet), "confirmed", "by", "pooled" (bool), "runs_after" and "stops_after" (of
-    the runs the change was found in: the team's when pooled), "since_key" (the key of the first of
-    them), "q", "median", "delta", "fit"}."""
+    Of the changes found in the kind's runs and in the team's, the latest counts; one found in the
+    team's runs only when the kind's runs since it (CHANGE_MIN_RUNS or more) are explained at least
+    as well by the team's shift as by none. Returns {"change", "suspect"}, each None or {"since"
+    (index of the kind's first run after it; all its runs when none yet), "by", "pooled" (found in
+    the team's runs), "runs_after" and "stops_after" (of the runs it was found in), "since_key" (the
+    key of the first of them), "q", "median", "delta", "fit"}."""
     x, cens = np.asarray(x, dtype=float), np.asarray(cens, dtype=bool)
     own_codes = np.zeros(len(x), dtype=int)
     if fit is not None and len(x) >= CHANGE_MIN_BEFORE and (~cens).sum() >= MIN_UNCENSORED_FOR_TOBIT:
         own_fit = {0: (fit[0], max(fit[1], 1e-3))}
     else:
         own_fit = kind_fits(x, cens, own_codes, start={0: start} if start else None)
-    found = []
-    own = find_change(x, cens, own_codes, own_fit)
-    if own is not None:
-        found.append((own, False))
+    streams = [(x, cens, own_codes, keys, 0, False)]
     if team is not None and keys is not None:
         tx, tc, tk, tkeys, code = team
-        pooled = find_change(tx, tc, tk)
-        if pooled is not None:
-            found.append((pooled, True))
-    # the latest confirmed change, else the latest suspected rise
-    found.sort(key=lambda f: (f[0]["confirmed"], _key(f, keys, team)))
-    while found:
-        change, is_pooled = found.pop()
-        if is_pooled:
-            since = int(np.searchsorted(np.asarray(keys), tkeys[change["since"]], side="left"))
-            b = shifted(np.asarray(tx, dtype=float), np.asarray(tc, dtype=bool), np.asarray(tk),
-                        change["since"], code, level)
-            if b is None or (len(x) - since >= CHANGE_MIN_RUNS and
-                             not shift_explains(x[since:], cens[since:], *b["fit"], b["delta"])):
-                continue
-        else:
-            since = change["since"]
-            b = shifted(x, cens, own_codes, since, 0, level)
-            if b is None:
-                continue
-        found_in = (tc, tkeys) if is_pooled else (cens, keys)
-        return {**b, "since": since, "confirmed": change["confirmed"], "by": change["by"], "pooled": is_pooled,
-                "runs_after": len(found_in[0]) - change["since"],
-                "stops_after": int(np.sum(found_in[0][change["since"]:])),
-                "since_key": found_in[1][change["since"]] if found_in[1] is not None else None}
-    return None
+        streams.append((np.asarray(tx, dtype=float), np.asarray(tc, dtype=bool), np.asarray(tk), tkeys, code, True))
+    found = {"change": [], "suspect": []}
+    for stream in streams:
+        got = find_change(*stream[:3], own_fit if not stream[5] else None)
+        for what in found:
+            if got[what] is not None:
+                found[what].append((got[what], stream))
+    latest = None
+    result = {"change": None, "suspect": None}
+    for what in ("change", "suspect"):
+        # the latest first; a suspected rise only after the change that counts
+        ranked = sorted(found[what], key=lambda f: f[1][3][f[0]["since"]] if f[1][3] is not None else f[0]["since"])
+        while ranked:
+            info, stream = ranked.pop()
+            key = stream[3][info["since"]] if stream[3] is not None else info["since"]
+            if latest is not None and not key > latest:
+                break
+            b = _bound_after(x, cens, keys, info, stream, level)
+            if b is not None:
+                result[what] = b
+                latest = key if what == "change" else latest
+                break
+    return result
 
 
-def _key(found, keys, team):
-    """The order key of the first run after a change found in the kind's (or the team's) runs."""
-    change, is_pooled = found
-    if is_pooled:
-        return team[3][change["since"]]
-    return keys[change["since"]] if keys is not None else change["since"]
+def _bound_after(x, cens, keys, info: dict, stream: tuple, level: float) -> dict | None:
+    """change_bound's answer for one change found in `stream` (the kind's runs or the team's), or
+    None when it cannot bound this kind (no fit before it) or, found in the team's runs, the kind's
+    own runs since it fit no shift better than the team's."""
+    sx, sc, sk, skeys, code, pooled = stream
+    if pooled:
+        since = int(np.searchsorted(np.asarray(keys), skeys[info["since"]], side="left"))
+    else:
+        since = info["since"]
+    b = shifted(sx, sc, sk, info["since"], code, level)
+    if b is None:
+        return None
+    if pooled and len(x) - since >= CHANGE_MIN_RUNS and not shift_explains(x[since:], cens[since:], *b["fit"],
+                                                                           b["delta"]):
+        return None
+    return {**b, "since": since, "by": info["by"], "pooled": pooled, "runs_after": len(sc) - info["since"],
+            "stops_after": int(np.sum(sc[info["since"]:])),
+            "since_key": skeys[info["since"]] if skeys is not None else None}

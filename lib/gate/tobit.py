@@ -110,7 +110,9 @@ def scores(x, cens, mu, sigma):
     λ((x - μ) / σ) for a run stopped at x (what it is expected to have needed beyond μ, given it
     needed more than x). Zero mean when the runs follow N(μ, σ²); mu and sigma may be per run."""
     z = (np.asarray(x, dtype=float) - mu) / sigma
-    return np.where(cens, mills(np.where(cens, z, 0.0)), z)
+    cens = np.asarray(cens, dtype=bool)
+    z[cens] = mills(z[cens])
+    return z
 
 
 def location_info(x, cens, mu, sigma):
