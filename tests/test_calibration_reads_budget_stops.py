@@ -48,6 +48,15 @@ def test_the_shifted_bound_recovers_the_new_level_when_most_runs_since_stopped()
     assert np.median(x[400:]) < 0.1 + math.log(2.0) - 0.2
 
 
+def test_a_change_long_past_is_dated_where_it_came_not_where_the_stop_search_begins():
+    # 80 runs since a 2x jump, nearly all stopped: the surge search looks at the last 60 runs only,
+    # and the runs since the change, refitted on their own, show no further change
+    for seed in range(3):
+        s = budget_stream(seed, 400, jump_at=320, factor=2.0)
+        b = scope_bound(s["r"], s["censored"])
+        assert 316 <= b["since"] <= 326 and b["suspected"] is None
+
+
 def test_when_every_run_since_stopped_the_bound_is_finite_and_above_their_stops():
     s = budget_stream(2, 300)
     cap = 0.1 + math.log(1.4)

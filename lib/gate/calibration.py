@@ -24,8 +24,8 @@ kinds share). When one is found only the runs since it say where the ratio is no
   since give (scales from before the change, so runs stopped at their budget count), until the kind
   has SHIFT_UNTIL runs since it whose conformal bound is finite;
 - ``conformal`` on the runs since the change alone from then on.
-A rise only suspected (weaker evidence) never re-centres the bound: it is the larger of the window's
-and the shifted one. The result says since when it adapted (`adapted_since`: the first run after the
+A rise only suspected (weaker evidence) never re-centres the bound: it is the larger of the one that
+stands (the window's or the latest change's) and the shifted one. The result says since when it adapted (`adapted_since`: the first run after the
 change) and how many runs the window dropped (`runs_before_change`). Without a change the bound is
 the window's. `change="mean"` selects the earlier test (a mean shift of the log ratios, stops at
 their stop value; shifted = median since + the spread before), kept for comparison.

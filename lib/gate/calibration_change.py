@@ -10,7 +10,9 @@ kind code. Each kind's location μ and scale σ are its Tobit fit. Two tests loo
   it says (the score test of the censored-normal likelihood);
 - the stop surge: among the last STOP_RECENT runs, the split after which each kind stopped at its
   budget more often than before it, by a binomial log likelihood ratio of STOP_LR at least.
-A rise over the lower SUSPECT_Z / SUSPECT_LR is *suspected*: it may only widen the bound.
+After a change found, the search starts again on the runs since it, each kind refitted there
+(binary segmentation). A rise over the lower SUSPECT_Z / SUSPECT_LR after the latest change is
+*suspected*: it may only widen the bound.
 Team × kind scopes also read the team's runs: a change found there is taken as the kind's too (a
 new model family moves every kind) unless the kind's own runs since it fit no shift better.
 After a change, each kind is refitted on its runs before it; one shift δ of every kind's location
