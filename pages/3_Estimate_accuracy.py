@@ -37,9 +37,9 @@ with st.spinner("Calibrating from the gate's history window (slow on a large led
 alarms = cal["alarms"]
 if len(alarms):
     st.warning(f"Drift alarm: {len(alarms)} team × kind "
-               f"{'scope exceeds' if len(alarms) == 1 else 'scopes exceed'} the calibrated upper bound far more "
-               "often than its level allows. Their costs have probably changed: re-run the pilots and check "
-               "for a model or data change.")
+               f"{'scope goes' if len(alarms) == 1 else 'scopes go'} over the calibrated upper bound, or "
+               "stop at the budget, far more often than the level or the past allows. Their costs have probably "
+               "changed: re-run the pilots and check for a model or data change.")
     ui.table(alarms, "drift_alarms", "dl_acc_alarms", empty="")
 elif (cal["table"]["backtest_checked"] > 0).any():
     st.success("No drift alarm: every team × kind's last 20 runs went over the bound about as often as its "

@@ -59,6 +59,20 @@ def test_a_surge_of_budget_stops_fires_the_alarm_even_when_each_is_under_the_bou
     assert not drift_alarm(["covered"] * 18 + ["unknown"] * 2, censored=censored[:280])["alarm"]
 
 
+def test_when_budget_stops_are_the_evidence_the_alarm_says_so_against_before_the_change():
+    # 1 run in 5 stopped at its budget before the change; 14 of the 16 since did, each under its bound
+    censored = [i % 5 == 0 for i in range(300)] + [True] * 14 + [False] * 2
+    after = [False] * 300 + [True] * 16
+    outcomes = ["covered"] * 84 + ["unknown"] * 14 + ["covered"] * 2
+    alarm = drift_alarm(outcomes, censored=censored, after_change=after)
+    assert alarm["alarm"] and alarm["exceeded"] == 0 and alarm["stopped"] == 14
+    assert alarm["message"].startswith("14 of the 16 runs since the change stopped at their budget or time limit; "
+                                       "before the change about 1 in 5 did")
+    # as many stops since the change as before it: no alarm from them
+    usual = [i % 5 == 0 for i in range(316)]
+    assert not drift_alarm(["covered"] * 100, censored=usual, after_change=after)["alarm"]
+
+
 @pytest.fixture(scope="module")
 def full_demo(tmp_path_factory):
     """The demo history at its default size (its cost shift needs months of runs), and its now."""

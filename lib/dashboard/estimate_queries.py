@@ -98,7 +98,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
     p = {**calibration_params(now, window_days), "max_runs": max_runs}
-    cols = "run_id, ended_at, estimated_gpu_hours, actual_gpu_hours, censored"
+    cols = "run_id, kind, ended_at, admitted_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with reader(db) as con:
         known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         teams = list(f.teams) or known
@@ -115,13 +115,15 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         by_kind = frame(con, f"""
           WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team, kind)
-          SELECT c.team, c.kind, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          SELECT c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours,
+                 c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
         by_team = frame(con, f"""
           WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
                        FROM cal GROUP BY team)
-          SELECT c.team, c.run_id, c.ended_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored
+          SELECT c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours,
+                 c.censored
           FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
           QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
         everyone = frame(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
@@ -141,27 +143,35 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         if df is None:
             return []
         df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
-        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
-                for e, a, c, t in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
-                                      df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist())]
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t, "admitted_at": at,
+                 "kind": k}
+                for e, a, c, t, at, k in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
+                                             df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist(),
+                                             df["admitted_at"].dt.to_pydatetime().tolist(), df["kind"].tolist())]
 
     kind_groups = dict(list(by_kind.groupby(["team", "kind"])))
     team_groups = dict(list(by_team.groupby("team")))
-    replayed, alarmed = {}, {}
+    made: dict = {}
+
+    def scoped(team, kind):
+        # lazily, as the store reads them: a later scope is turned into rows only when needed, and a
+        # team's rows (read with each of its kinds) and everyone's once
+        yield "team×kind", records(kind_groups.get((team, kind)))
+        for scope, key, df in (("team", team, team_groups.get(team)), ("all", None, everyone)):
+            if (scope, key) not in made:
+                made[(scope, key)] = records(df)
+            yield scope, made[(scope, key)]
+    replayed, streams = {}, {}
     for k, g in replay.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
-        back = replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
-                                      last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
-                                      decided_at=g["decided_at"].to_numpy())
-        alarmed[k] = drift_alarm(back["outcomes"], list(g["ended_at"])[-len(back["outcomes"]):],
-                                 censored=g["censored"].to_numpy(bool))
+        streams[k] = g
+        replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
+                               last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
+                               decided_at=g["decided_at"].to_numpy())
     rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
-            # lazily, as the store reads them: a later scope is turned into rows only when needed
-            cal = calibrate_scopes((scope, records(rows)) for scope, rows in (
-                ("team×kind", kind_groups.get((team, kind))), ("team", team_groups.get(team)),
-                ("all", everyone)))
+            cal = calibrate_scopes(scoped(team, kind))
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],
                          "upper_factor": cal["upper_factor"], "method": cal["method"],
@@ -170,7 +180,15 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
                          "backtest_coverage": back.get("coverage"),
                          "adapted_since": pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else pd.NaT,
                          "note": calibration_remark(cal)})
-            alarm = alarmed.get((team, kind))
+            g = streams.get((team, kind))
+            alarm = None
+            if g is not None:
+                back_out = replayed[(team, kind)]["outcomes"]
+                # the budget stops since the change the calibration followed, against those before it
+                after = (g["decided_at"] >= pd.Timestamp(cal["adapted_since"])).to_numpy() \
+                    if cal["adapted_since"] else None
+                alarm = drift_alarm(back_out, list(g["ended_at"])[-len(back_out):],
+                                    censored=g["censored"].to_numpy(bool), after_change=after)
             if alarm and alarm["alarm"]:
                 # since when: where the gate's bound found the change, else the first run that went over
                 since = pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else alarm["since"]

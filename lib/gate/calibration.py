@@ -15,20 +15,24 @@ Methods, and which one `calibrate` reports:
 Scope falls back from team × kind to team to everyone until a scope has enough runs for a bound.
 The rolling window is the last 365 days and at most the 1,000 most recent runs of a scope.
 
-Following a change (rows carry ended_at; team × kind and team scopes): a scope's log ratios, in end-time order, are searched for
-the latest change in level — the split whose two sides' means differ by at least CHANGE_Z standard
-errors and by at least CHANGE_MIN_SHIFT, with CHANGE_MIN_RUNS runs after it; the search repeats on
-the runs after each change found. When one is found, only the runs since the change say where the
-ratio is now:
-- ``shifted``: fewer than SHIFT_UNTIL runs since the change: the bound is their median plus the
-  spread the scope showed before the change (the conformal quantile of the earlier runs' distances
-  from their own median, widened by √(1 + π / 2m) for a median of only m runs);
-- ``conformal`` (or ``tobit``) on the runs since the change alone, once there are SHIFT_UNTIL.
-The result then says since when it adapted (`adapted_since`, the first run after the change) and
-how many runs the window dropped (`runs_before_change`). Without a change the bound is today's.
+Following a change (team × kind and team scopes, rows in time order: by admission when every row
+has admitted_at, else by ended_at): lib.gate.calibration_change finds the latest change in the
+scope's cost ratio — from the runs' scores under the censored normal and from a surge of runs
+stopped at their budget — in the kind's own runs and, for team × kind, in the team's (a change the
+kinds share). When one is found only the runs since it say where the ratio is now:
+- ``shifted``: the kind's location before the change moved by the posterior of the shift the runs
+  since give (scales from before the change, so runs stopped at their budget count), until the kind
+  has SHIFT_UNTIL runs since it whose conformal bound is finite;
+- ``conformal`` on the runs since the change alone from then on.
+A rise only suspected (weaker evidence) never re-centres the bound: it is the larger of the one that
+stands (the window's or the latest change's) and the shifted one. The result says since when it adapted (`adapted_since`: the first run after the
+change) and how many runs the window dropped (`runs_before_change`). Without a change the bound is
+the window's. `change="mean"` selects the earlier test (a mean shift of the log ratios, stops at
+their stop value; shifted = median since + the spread before), kept for comparison.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import datetime, timedelta
 from statistics import NormalDist
@@ -36,16 +40,15 @@ from typing import Iterable
 
 import numpy as np
 
+from lib.gate.calibration_change import (CHANGE_MIN_BEFORE, CHANGE_MIN_RUNS, MIN_UNCENSORED_FOR_TOBIT, change_bound,
+                                         mean_change)
 from lib.gate.contracts import Calibration, CalibrationRow
+from lib.gate.tobit import tobit_fit
 
 DEFAULT_LEVEL = 0.9
 DEFAULT_WINDOW_DAYS = 365
-MIN_UNCENSORED_FOR_TOBIT = 5
-CHANGE_Z = 4.0            # standard errors between the means of the two sides of a change
-CHANGE_MIN_SHIFT = 0.15   # log ratio (about 16 %): smaller level changes are left to the window
-CHANGE_MIN_RUNS = 3       # runs after a change before it can be called
-CHANGE_MIN_BEFORE = 9     # runs before a change (its spread carries the shifted bound)
 SHIFT_UNTIL = 40          # runs since a change before they carry a bound on their own
+CHANGE_TEST = "censored"  # the change test the gate runs; "mean": the earlier one, for comparison
 _STD = NormalDist()
 
 
@@ -83,114 +86,6 @@ def _kth(values, k: int) -> float:
     return float(np.partition(np.asarray(values, dtype=float), k)[k])
 
 
-def tobit_fit(done, cens, iterations: int = 200, *, start: tuple[float, float] | None = None,
-              tol: float = 1e-9) -> tuple[float, float]:
-    """Normal (μ, σ) of log ratios by maximum likelihood with right-censoring, via EM.
-
-    start: the fit of nearly the same runs (a replay one run later): Newton's method from there
-    converges in a few steps where EM, slow under heavy censoring, takes dozens; EM if it fails."""
-    d = np.asarray(done, dtype=float)
-    c = np.asarray(cens, dtype=float)
-    n = len(d) + len(c)
-    if start is not None and len(c):
-        fit = _tobit_newton(d, c, start, tol)
-        if fit is not None:
-            return fit
-    if start is None:
-        values = np.concatenate([d, c])
-        mu = float(values.mean())
-        sigma = max(float(values.std()), 1e-3)
-    else:
-        mu, sigma = start
-    s1_done, s2_done = float(d.sum()), float((d * d).sum())
-    for _ in range(iterations):
-        s1, s2 = s1_done, s2_done
-        if len(c):
-            z = (c - mu) / sigma
-            surv = np.maximum(0.5 * _erfc(z / math.sqrt(2.0)), 1e-300)  # 1 - Φ(z)
-            lam = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / surv               # inverse Mills ratio
-            s1 += float((mu + sigma * lam).sum())
-            s2 += float((mu * mu + sigma * sigma + sigma * (c + mu) * lam).sum())
-        new_mu = s1 / n
-        new_sigma = math.sqrt(max(s2 / n - new_mu * new_mu, 1e-6))
-        if abs(new_mu - mu) < tol and abs(new_sigma - sigma) < tol:
-            mu, sigma = new_mu, new_sigma
-            break
-        mu, sigma = new_mu, new_sigma
-    return mu, sigma
-
-
-def _tobit_newton(d, c, start: tuple[float, float], tol: float, iterations: int = 30):
-    """Newton's method on the censored-normal log likelihood from `start`; None when it does not
-    converge to a maximum (then EM takes over)."""
-    mu, sigma = start
-    for _ in range(iterations):
-        if not (sigma > 1e-6 and math.isfinite(mu)):
-            return None
-        rd = (d - mu) / sigma
-        z = (c - mu) / sigma
-        lam = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / np.maximum(
-            0.5 * _erfc(z / math.sqrt(2.0)), 1e-300)
-        k = lam * (lam - z)
-        s2 = sigma * sigma
-        g_mu = (rd.sum() + lam.sum()) / sigma
-        g_sigma = (-len(d) + (rd * rd).sum() + (lam * z).sum()) / sigma
-        h_mm = -(len(d) + k.sum()) / s2
-        h_ms = -(2.0 * rd.sum() + (k * z).sum() + lam.sum()) / s2
-        h_ss = (len(d) - 3.0 * (rd * rd).sum() - (k * z * z).sum() - 2.0 * (lam * z).sum()) / s2
-        det = h_mm * h_ss - h_ms * h_ms
-        if not (h_mm < 0 and det > 0):
-            return None
-        step_mu = (h_ss * g_mu - h_ms * g_sigma) / det
-        step_sigma = (h_mm * g_sigma - h_ms * g_mu) / det
-        mu, sigma = mu - step_mu, sigma - step_sigma
-        if abs(step_mu) < tol and abs(step_sigma) < tol:
-            return (float(mu), float(sigma)) if sigma > 1e-6 else None
-    return None
-
-
-def _erfc(x):
-    """erfc over a numpy array (numpy has none): the Chebyshev fit of Press et al., *Numerical
-    Recipes* (2nd ed., 1992, §6.2, erfcc), fractional error under 1.2e-7 everywhere, tails included."""
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277))))))))
-    ans = t * np.exp(poly)
-    return np.where(x >= 0, ans, 2.0 - ans)
-
-
-def change_point(r) -> int | None:
-    """Index of the first run after the latest change in level of log ratios `r` (end-time order).
-
-    A split counts when the means on its two sides differ by CHANGE_Z standard errors (pooled
-    within-side spread) and by CHANGE_MIN_SHIFT at least, with CHANGE_MIN_BEFORE runs before and
-    CHANGE_MIN_RUNS after it; the strongest split is taken and the search repeats on the runs after
-    it. A censored run counts at its stop value (a lower bound on its ratio). None: no change.
-    """
-    x = np.asarray(r, dtype=float)
-    start, found = 0, None
-    while len(x) - start >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS:
-        seg = x[start:]
-        n = len(seg)
-        s1 = np.concatenate([[0.0], np.cumsum(seg)])
-        s2 = np.concatenate([[0.0], np.cumsum(seg * seg)])
-        k = np.arange(CHANGE_MIN_BEFORE, n - CHANGE_MIN_RUNS + 1)
-        mean_a, mean_b = s1[k] / k, (s1[n] - s1[k]) / (n - k)
-        within = (s2[k] - k * mean_a ** 2) + (s2[n] - s2[k] - (n - k) * mean_b ** 2)
-        sd = np.sqrt(np.maximum(within, 0.0) / max(n - 2, 1)) + 1e-9
-        shift = mean_b - mean_a
-        z = np.abs(shift) / (sd * np.sqrt(1.0 / k + 1.0 / (n - k)))
-        z[np.abs(shift) < CHANGE_MIN_SHIFT] = 0.0
-        best = int(np.argmax(z))
-        if z[best] < CHANGE_Z:
-            break
-        start += int(k[best])
-        found = start
-    return found
-
-
 def _fit(done, cens, level, start=None):
     """(method, median r or None, upper q or None, Tobit (μ, σ) or None) for one scope's runs (numpy arrays)."""
     q = conformal_quantile(done, len(cens), level)
@@ -202,16 +97,60 @@ def _fit(done, cens, level, start=None):
     return "none", _median(done, cens), None, None
 
 
-def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dict:
-    """One scope's bound from its log ratios `r` and censored flags in end-time order (oldest first).
+def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None, change: str = CHANGE_TEST,
+                keys=None, team: tuple | None = None) -> dict:
+    """One scope's bound from its log ratios `r` and censored flags in time order (oldest first).
 
     Returns {"method", "median" (log ratio or None), "q" (log upper bound or None), "n", "n_censored",
-    "since" (index of the first run after a change, or None), "fit" (Tobit (μ, σ) or None)}.
-    start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster.
+    "since" (index of the first run after a change, or None), "suspected" (index of the first run of
+    a rise only suspected since, when it widened the bound, or None), "since_key" and "suspect_key"
+    (the keys of those runs, from the runs they were found in), "by" (the test that found the change),
+    "pooled" and "suspect_pooled" (found in the team's runs), "fit" (Tobit (μ, σ) of the window when
+    one was made, or None)}. After a change found in the team's runs, n and n_censored count the
+    team's runs since it.
+    start: a previous Tobit (μ, σ) of nearly the same runs, to converge faster; change: "censored"
+    (the gate's test) or "mean" (the earlier one); keys, team: see calibration_change.change_bound.
     """
     r = np.asarray(r, dtype=float)
     c = np.asarray(censored, dtype=bool)
-    since = change_point(r) if len(r) >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS else None
+    if change == "mean":
+        return _mean_shift_bound(r, c, level, start)
+    method, med, q, fit = _fit(r[~c], r[c], level, start)
+    window = {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
+              "suspected": None, "since_key": None, "suspect_key": None, "by": None, "pooled": False,
+              "suspect_pooled": False, "fit": fit}   # fit: the window's Tobit, the next replay's start
+    if len(r) < CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS and team is None:
+        return window
+    if fit is None and c.any() and (~c).sum() >= MIN_UNCENSORED_FOR_TOBIT:
+        fit = window["fit"] = tobit_fit(r[~c], r[c], start=start)   # the change test's reference
+    found = change_bound(r, c, level, keys=keys, team=team, fit=fit, start=start)
+    bound = window
+    cb = found["change"]
+    if cb is not None:
+        since = cb["since"]
+        ra, ca = r[since:], c[since:]
+        info = {"by": cb["by"], "pooled": cb["pooled"], "since_key": cb["since_key"], "since": since}
+        q_after = conformal_quantile(ra[~ca], int(ca.sum()), level) if len(ra) >= SHIFT_UNTIL else None
+        if q_after is not None:
+            bound = {**window, **info, "method": "conformal", "median": _median(ra[~ca], ra[ca]), "q": q_after,
+                     "n": len(ra), "n_censored": int(ca.sum())}
+        else:
+            # n: the runs the shift rests on (the team's since the change when found there)
+            bound = {**window, **info, "method": "shifted", "median": cb["median"], "q": cb["q"],
+                     "n": cb["runs_after"], "n_censored": cb["stops_after"]}
+    su = found["suspect"]
+    if su is not None and (bound["q"] is None or su["q"] > bound["q"]):
+        bound = {**bound, "method": "shifted", "q": su["q"], "suspected": su["since"],
+                 "suspect_key": su["since_key"], "suspect_pooled": su["pooled"]}
+    return bound
+
+
+def _mean_shift_bound(r, c, level: float, start) -> dict:
+    """scope_bound with the earlier change test: a mean shift of the log ratios (stops at their stop
+    value); shifted = the median since + the conformal spread before, × √(1 + π / 2m)."""
+    since = mean_change(r) if len(r) >= CHANGE_MIN_BEFORE + CHANGE_MIN_RUNS else None
+    found = {"suspected": None, "since_key": None, "suspect_key": None, "by": "mean", "pooled": False,
+             "suspect_pooled": False}
     if since is not None:
         ra, ca = r[since:], c[since:]
         after_done, after_cens = ra[~ca], ra[ca]
@@ -220,7 +159,7 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dic
             method, med, q, fit = _fit(after_done, after_cens, level, start)
             if q is not None:
                 return {"method": method, "median": med, "q": q, "n": m, "n_censored": len(after_cens),
-                        "since": since, "fit": fit}
+                        "since": since, "fit": fit, **found}
         rb, cb = r[:since], c[:since]
         before_done, before_cens = rb[~cb], rb[cb]
         med_before = _median(before_done, before_cens)
@@ -232,36 +171,56 @@ def scope_bound(r, censored, level: float = DEFAULT_LEVEL, *, start=None) -> dic
         if spread is not None and med_after is not None:
             q = med_after + max(spread, 0.0) * math.sqrt(1.0 + math.pi / (2.0 * m))
             return {"method": "shifted", "median": med_after, "q": q, "n": m, "n_censored": len(after_cens),
-                    "since": since, "fit": None}
+                    "since": since, "fit": None, **found}
     method, med, q, fit = _fit(r[~c], r[c], level, start)
     return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
-            "fit": fit}
+            "fit": fit, **found}
 
 
 SCOPES = ("team×kind", "team", "all")
 DEFAULT_MAX_RUNS = 1000  # per scope: the most recent runs, so the calibration follows drift
 
 
-def _in_time_order(rows) -> tuple[list[float], list[bool], list]:
-    """(log ratios, censored flags, ended_at) of the usable rows, oldest first when every row has an
-    ended_at (else in the order given, and no change is searched for)."""
+def _in_time_order(rows) -> dict:
+    """The usable rows of a scope in time order: {"r" (log ratios), "cens", "times" (when each was
+    admitted, else when it ended; None when not every row has one: given order, no change searched),
+    "kinds" (None unless every row has one)}. Admission order when every row has admitted_at: a
+    change in what teams run starts with a request, and runs admitted before it may end after it."""
     usable = [row for row in rows if row["estimated_gpu_hours"] and row["estimated_gpu_hours"] > 0
               and row["actual_gpu_hours"] is not None and row["actual_gpu_hours"] > 0]
-    timed = all(row.get("ended_at") is not None for row in usable)
-    if timed:
-        usable.sort(key=lambda row: row["ended_at"])
-    r = [math.log(row["actual_gpu_hours"] / row["estimated_gpu_hours"]) for row in usable]
-    return r, [bool(row.get("censored")) for row in usable], [row.get("ended_at") for row in usable] if timed else None
+    times = None
+    for field in ("admitted_at", "ended_at"):
+        if usable and all(row.get(field) is not None for row in usable):
+            usable.sort(key=lambda row: (row[field], row.get("ended_at") or row[field]))
+            times = [row[field] for row in usable]
+            break
+    if not usable:
+        times = None
+    return {"r": [math.log(row["actual_gpu_hours"] / row["estimated_gpu_hours"]) for row in usable],
+            "cens": [bool(row.get("censored")) for row in usable], "times": times,
+            "by": field if times is not None else None,
+            "kinds": [row["kind"] for row in usable] if all(row.get("kind") for row in usable) else None}
+
+
+def _team_stream(own: dict, team: dict) -> tuple | None:
+    """calibration_change.change_bound's `team` argument from the team's rows, or None when they
+    cannot be pooled (no kinds, or ordered by another clock than the kind's)."""
+    if not (own["kinds"] and team["kinds"] and team["times"] is not None and team["by"] == own["by"]):
+        return None
+    codes = {k: i for i, k in enumerate(sorted(set(team["kinds"]) | {own["kinds"][0]}))}
+    return (np.asarray(team["r"], dtype=float), np.asarray(team["cens"], dtype=bool),
+            np.array([codes[k] for k in team["kinds"]]), team["times"], codes[own["kinds"][0]])
 
 
 def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
-                     level: float = DEFAULT_LEVEL) -> Calibration:
+                     level: float = DEFAULT_LEVEL, change: str = CHANGE_TEST) -> Calibration:
     """The correction from the first scope that yields a bound, trying scopes in order.
 
     scoped: iterable of (scope name, rows) in fallback order — team × kind, team, everyone — where
-    rows have estimated_gpu_hours, actual_gpu_hours, censored and (to follow a change) ended_at. It
-    may be lazy (a generator that queries the ledger scope by scope): later scopes are not read once
-    one yields a bound.
+    rows have estimated_gpu_hours, actual_gpu_hours, censored and (to follow a change) ended_at,
+    best also admitted_at and kind. It may be lazy (a generator that queries the ledger scope by
+    scope): the team's rows are read with the team × kind's (a change the kinds share), everyone's
+    only when neither yields a bound. change: the change test ("censored", or the earlier "mean").
     Returns {"scope", "method", "n", "n_censored", "level", "factor", "upper_factor",
     "runs_needed", "note", "adapted_since", "runs_before_change"}: factor multiplies the raw estimate
     to give the median estimate, upper_factor (None when unknown) to give the upper bound;
@@ -270,26 +229,38 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
     """
     need = runs_needed(level)
     fallback = None
-    for scope, rows in scoped:
-        r, cens, ended = _in_time_order(rows)
-        if not r:
-            continue
+    pending = iter(scoped)
+    while (item := next(pending, None)) is not None:
+        scope, rows = item
+        s = _in_time_order(rows)
         # a change is a team's (a new model family, new data); everyone's runs mix teams' levels
-        follow = ended is not None and scope != "all"
-        b = scope_bound(r, cens, level) if follow else window_bound(r, cens, level)
+        follow = s["times"] is not None and scope != "all"
+        team = None
+        if follow and scope == "team×kind" and change == "censored" and s["kinds"]:
+            nxt = next(pending, None)
+            if nxt is not None:
+                pending = itertools.chain([nxt], pending)
+                team = _team_stream(s, _in_time_order(nxt[1]))
+        if not s["r"]:
+            continue
+        r, cens = s["r"], s["cens"]
+        if follow:
+            b = scope_bound(r, cens, level, change=change, keys=s["times"], team=team)
+        else:
+            b = window_bound(r, cens, level)
         since = b["since"]
         result = {"scope": scope, "method": b["method"], "n": b["n"], "n_censored": b["n_censored"],
                   "level": level, "factor": math.exp(b["median"]) if b["median"] is not None else 1.0,
                   "upper_factor": math.exp(b["q"]) if b["q"] is not None else None,
                   "runs_needed": need,
-                  "adapted_since": _iso(ended[since]) if since is not None else None,
+                  "adapted_since": _iso(b["since_key"] if b.get("since_key") is not None else s["times"][since])
+                  if since is not None else None,
                   "runs_before_change": since or 0}
         if b["q"] is not None:
-            result["note"] = (f"{b['method']} bound from {result['n']} runs of scope {scope} "
-                              f"({b['n_censored']} censored)")
-            if since is not None:
-                result["note"] += (f", adapted to a change in the cost ratio since {result['adapted_since']} "
-                                   f"({since} earlier runs set aside)")
+            runs = "runs of the team since the change" if b.get("pooled") and since is not None else \
+                f"runs of scope {scope}"
+            result["note"] = (f"{b['method']} bound from {result['n']} {runs} "
+                              f"({b['n_censored']} censored)") + _change_note(b, s)
             return result
         fallback = fallback or result
     if fallback is None:
@@ -302,12 +273,31 @@ def calibrate_scopes(scoped: Iterable[tuple[str, list[CalibrationRow]]], *,
     return fallback
 
 
+def _change_note(b: dict, s: dict) -> str:
+    """What the note adds about a change the bound followed or a rise it widened for."""
+    clock = "admitted" if s["by"] == "admitted_at" else "ended"
+    note = ""
+    if b["since"] is not None:
+        when = b["since_key"] if b.get("since_key") is not None else s["times"][b["since"]]
+        where = " in the team's runs" if b.get("pooled") else ""
+        evidence = "runs stopping at their budget" if b["by"] == "stops" else "the runs' cost ratios"
+        note += (f", adapted to a change in the cost ratio since {_iso(when)} (first run {clock} after it; "
+                 f"found{where} from {evidence}; {b['since']} earlier runs of the scope set aside)")
+    if b.get("suspected") is not None:
+        when = b["suspect_key"] if b.get("suspect_key") is not None else s["times"][b["suspected"]]
+        where = " in the team's runs" if b.get("suspect_pooled") else ""
+        note += f", widened for a rise in the cost ratio suspected{where} since {_iso(when)}, not yet confirmed"
+    return note
+
+
 def window_bound(r, cens, level: float = DEFAULT_LEVEL) -> dict:
     """The whole window's bound, no change searched for (rows without end times; the method before
     changes were followed). Keys as scope_bound's, without fit."""
     r, c = np.asarray(r, dtype=float), np.asarray(cens, dtype=bool)
     method, med, q, _ = _fit(r[~c], r[c], level)
-    return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None}
+    return {"method": method, "median": med, "q": q, "n": len(r), "n_censored": int(c.sum()), "since": None,
+            "suspected": None, "since_key": None, "suspect_key": None, "by": None, "pooled": False,
+            "suspect_pooled": False}
 
 
 def _iso(t) -> str | None:
@@ -325,7 +315,7 @@ def calibrate(history: Iterable[CalibrationRow], team: str, kind: str, *, level:
     """The correction the gate applies to a raw estimate of `team`'s `kind` run (see calibrate_scopes).
 
     history: rows (dicts) with team, kind, estimated_gpu_hours, actual_gpu_hours, censored,
-    ended_at (datetime). The rolling window keeps rows that ended within `window_days` before now
+    ended_at (datetime) and, when known, admitted_at (datetime: the change search's order). The rolling window keeps rows that ended within `window_days` before now
     (and not after now: only runs finished before a decision inform it), and at most the
     `max_runs` most recent of each scope.
     """
@@ -351,8 +341,9 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
              window: int = DEFAULT_MAX_RUNS, last: int = 100, ended_at=None, decided_at=None) -> dict:
     """The coverage the gate's own bound (scope_bound: conformal, Tobit, or after a change shifted)
     achieved on one scope's recent runs (in end-time order), each replayed from the up to `window`
-    runs that informed it: those that ended before it was decided when ended_at and decided_at (one
-    per run, comparable values) are given, else those that ended before it.
+    runs that informed it: those that ended before it was decided, in the order they were decided
+    (admitted), when ended_at and decided_at (one per run, comparable values) are given, else those
+    that ended before it, in end order. Each replay sees its kind's runs only (not the team's).
 
     A run is "covered" when its log ratio stayed at or under its bound, "exceeded" when it went over
     (a censored run only when its stop value already exceeded the bound), "unknown" for a censored
@@ -363,6 +354,7 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
     """
     r = np.asarray(log_ratios_in_time_order, dtype=float)
     c = np.asarray(censored, dtype=bool)
+    decided = None
     if decided_at is not None:
         ends, decided = np.asarray(ended_at), np.asarray(decided_at)
         known = np.minimum(np.searchsorted(ends, decided, side="right"), np.arange(len(r)))
@@ -372,7 +364,14 @@ def backtest(log_ratios_in_time_order, censored, *, level: float = DEFAULT_LEVEL
     for i in range(max(0, len(r) - last), len(r)):
         hi = int(known[i])
         lo = max(0, hi - window)
-        b = scope_bound(r[lo:hi], c[lo:hi], level, start=fit) if hi > lo else {"q": None, "fit": None}
+        if hi <= lo:
+            b = {"q": None, "fit": None}
+        elif decided is not None:
+            # the runs that informed it in the gate's order: by when each was admitted
+            order = lo + np.argsort(decided[lo:hi], kind="stable")
+            b = scope_bound(r[order], c[order], level, start=fit)
+        else:
+            b = scope_bound(r[lo:hi], c[lo:hi], level, start=fit)
         fit = b["fit"] or fit
         q = b["q"]
         if q is None or not math.isfinite(q):
@@ -399,19 +398,22 @@ def _binom_tail(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1)) if n else 1.0
 
 
-def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAULT_LEVEL,
+def drift_alarm(outcomes, ended_at=None, *, censored=None, after_change=None, level: float = DEFAULT_LEVEL,
                 recent: int = ALARM_RUNS, window: int = DEFAULT_MAX_RUNS) -> dict:
     """Whether a scope's last `recent` runs went over their bound more often than the level allows.
 
     outcomes: backtest outcomes, oldest first; ended_at: their end times (same order), for since when;
     censored: the scope's censored flags in the same time order, ending with the same run (it may
-    reach further back), to judge stops at a limit.
+    reach further back), to judge stops at a limit; after_change: one flag per censored flag, the
+    runs after the change the calibration followed (None: no change).
     Two signs, each judged by how unlikely it is (binomial, under ALARM_P) for unchanged costs:
     - over the bound: of the last `recent` runs whose outcome is known (covered or exceeded), more
       exceeded than a bound at `level` lets through;
-    - stopped at a limit: of the last `recent` runs, more stopped at their budget or time limit (a
-      censored run stopped under its bound: whether it would have fitted is unknown) than the scope's
-      share of such stops over the up to `window` runs before them.
+    - stopped at a limit: more runs stopped at their budget or time limit (a censored run stopped
+      under its bound: whether it would have fitted is unknown) than the scope's share of such stops
+      before — of the runs since the change when the calibration followed one in the last
+      SHIFT_UNTIL runs (CHANGE_MIN_RUNS of them at least) against the up to `window` runs before it,
+      else of the last `recent` runs against the up to `window` before them.
     Returns {"alarm" (bool), "checked", "exceeded", "expected" (runs expected over the bound),
     "stopped", "stopped_expected", "since" (end time of the first run that went over or stopped among
     them, or None), "message" (a sentence a planner reads)}.
@@ -426,21 +428,41 @@ def drift_alarm(outcomes, ended_at=None, *, censored=None, level: float = DEFAUL
     message = f"{k} of the last {n} runs exceeded the {level * 100:.0f} % bound; expected about {expected:.0f}"
     stopped = stopped_expected = 0
     stop_alarm = False
-    if censored is not None and len(censored) > len(tail):
-        flags = [bool(c) for c in censored]
+    stops = ""
+    flags = np.asarray(censored, dtype=bool) if censored is not None else None
+    mask = np.asarray(after_change, dtype=bool) if after_change is not None and flags is not None else None
+    if mask is not None and CHANGE_MIN_RUNS <= mask.sum() <= SHIFT_UNTIL:
+        before = flags[~mask][-window:]
+        m, stopped = int(mask.sum()), int(flags[mask].sum())
+        share = float(before.mean()) if len(before) else 0.0
+        stopped_expected = share * m
+        stop_alarm = (len(before) >= CHANGE_MIN_BEFORE and stopped > stopped_expected
+                      and _binom_tail(stopped, m, max(share, 0.5 / len(before))) < ALARM_P)
+        stops = (f"{stopped} of the {m} runs since the change stopped at their budget or time limit; before the "
+                 f"change {_one_in(share)} did")
+    elif flags is not None and len(flags) > len(tail):
         before = flags[-len(tail) - window:-len(tail)]
-        share = sum(before) / len(before)
-        stopped = sum(flags[-len(tail):])
+        share = float(before.mean())
+        stopped = int(flags[-len(tail):].sum())
         stopped_expected = share * len(tail)
         stop_alarm = (len(before) >= 2 * recent and stopped > stopped_expected
                       and _binom_tail(stopped, len(tail), max(share, 0.5 / len(before))) < ALARM_P)
-        if stop_alarm:
-            stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
-                     f"finishing, where about {stopped_expected:.0f} did before")
-            message = (f"{message}; {stops}" if over else
-                       f"{stops}; of the {n} {'run' if n == 1 else 'runs'} whose outcome is known, {k} exceeded the "
-                       f"{level * 100:.0f} % bound (expected about {expected:.0f})")
+        stops = (f"{stopped} of the last {len(tail)} runs stopped at their budget or time limit before "
+                 f"finishing, where about {stopped_expected:.0f} did before")
+    if stop_alarm:
+        message = (f"{message}; {stops}" if over else
+                   f"{stops}; of the {n} {'run' if n == 1 else 'runs'} whose outcome is known, {k} exceeded the "
+                   f"{level * 100:.0f} % bound (expected about {expected:.0f})")
     marks = [t for o, t in zip(tail, times) if o == "exceeded" or (stop_alarm and o == "unknown")]
     return {"alarm": over or stop_alarm, "checked": n, "exceeded": k, "expected": expected,
             "stopped": stopped, "stopped_expected": stopped_expected,
             "since": marks[0] if marks else None, "message": message}
+
+
+def _one_in(share: float) -> str:
+    """A share of runs in words: "none", "about 1 in 5", "about 7 in 10"."""
+    if share <= 0:
+        return "none"
+    if share < 0.5:
+        return f"about 1 in {round(1 / share)}"
+    return f"about {round(10 * share)} in 10"

@@ -133,13 +133,15 @@ class CapacityWindow(TypedDict):
 
 
 class CalibrationRow(TypedDict):
-    """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate."""
+    """One finished run as calibration reads it; team, kind and ended_at for lib.gate.calibration.calibrate;
+    admitted_at (when it was reserved or started) orders the runs for the change search when present."""
     estimated_gpu_hours: float
     actual_gpu_hours: float
     censored: bool
     team: NotRequired[str]
     kind: NotRequired[Kind]
     ended_at: NotRequired[datetime | None]
+    admitted_at: NotRequired[datetime | None]
 
 
 class Calibration(TypedDict):

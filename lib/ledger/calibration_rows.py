@@ -45,12 +45,12 @@ def calibration(con, team: str, kind: str, now: datetime, *,
     params = calibration_params(now, window_days)
 
     def rows(scope_sql: str, scope_params: dict) -> list[CalibrationRow]:
-        sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored, ended_at FROM ({CALIBRATION_ROWS_SQL}) "
-               f"WHERE {scope_sql} {CALIBRATION_ORDER} LIMIT $max_runs")
+        sql = (f"SELECT estimated_gpu_hours, actual_gpu_hours, censored, ended_at, admitted_at, kind "
+               f"FROM ({CALIBRATION_ROWS_SQL}) WHERE {scope_sql} {CALIBRATION_ORDER} LIMIT $max_runs")
         got = newest_rows(con, sql, {**params, **scope_params, "max_runs": max_runs}, max_runs)
         # oldest first, ties as the store orders them, so the change search reads them in time order
-        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t}
-                for e, a, c, t in reversed(got)]
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t,
+                 "admitted_at": at, "kind": k} for e, a, c, t, at, k in reversed(got)]
 
     def scoped():
         yield "team×kind", rows("team = $team AND kind = $kind", {"team": team, "kind": kind})

@@ -31,7 +31,7 @@ class CalibrationScopes:
     def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
             censored: bool) -> None:
         row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
-                          "ended_at": ended_at})
+                          "ended_at": ended_at, "kind": kind})
         for key in ((team, kind), (team,), ()):
             self._dq(key).append(row)
             self.version[key] += 1
