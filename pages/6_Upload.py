@@ -123,7 +123,7 @@ elif not (report.inserted or report.updated or report.teams_created):
     st.info(why)
 else:
     why = None
-if st.button("Import", type="primary", key="upload_import", disabled=why is not None, help=why):
+if st.button("Import", type="primary", key="upload_import", disabled=why is not None):  # why: said above
     with st.status("Importing…", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         result = import_or_stop("import", status, progress=ui.import_progress(bar))
