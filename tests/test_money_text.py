@@ -29,8 +29,11 @@ def test_small_amounts_are_whole_and_large_ones_compact(amount, shown):
 def test_compact_money_is_short_and_close_to_the_amount(amount):
     text = money_text(amount, "USD")
     assert len(text) <= WIDEST
-    tolerance = 0.5 if amount < COMPACT_FROM else 0.0051 * amount   # whole units; else one decimal of k/M/B
-    assert read_back(text) == pytest.approx(amount, abs=tolerance)
+    # whole units, else one decimal of k/M/B: within half a unit of the last digit shown
+    unit = 1.0 if amount < COMPACT_FROM else SCALE[text[-1]] / 10
+    assert abs(read_back(text) - amount) <= unit / 2 * (1 + 1e-9)
+    if amount >= COMPACT_FROM:   # the largest scale the amount reaches: never "1,000.0k"
+        assert 1.0 <= read_back(text) / SCALE[text[-1]] < 1000
 
 
 def test_whole_units_on_request_for_a_tooltip_or_a_table():

@@ -121,7 +121,9 @@ def money_text(amount: float, currency: str, *, whole: bool = False) -> str:
     if whole or not abs(amount) >= COMPACT_FROM:   # (a NaN is shown as it is, whole)
         return f"{currency} {amount:,.0f}"
     for scale, suffix in _SCALES:
-        if round(abs(amount) / scale, 1) >= 1:
+        # the largest scale the amount reaches, or all but reaches (999,960 is "1.0M", not "1,000.0k";
+        # 983,335 stays "983.3k", never "1.0M")
+        if abs(amount) / scale >= 0.9995:
             return f"{currency} {amount / scale:,.1f}{suffix}"
     return f"{currency} {amount:,.0f}"   # not reached: COMPACT_FROM is at least a thousand
 
