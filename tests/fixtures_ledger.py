@@ -36,6 +36,16 @@ snapshot = "tiny-data-v1"
 team = "tiny"
 """
 
+# one team's table of a teams file, all its keys given (no [defaults] needed)
+VISION_TEAM_TOML = """[teams.vision]
+reserved_gpus = 16
+max_gpus_per_job = 8
+max_gpu_mem_gb = 80
+max_runtime_hours = 72
+monthly_budget_gpu_hours = 5000
+"""
+
+
 def demo_request(**changes) -> dict:
     """The one request builder's request, as a team of the demo ledger makes it: it admits there."""
     return request(**{"run_id": "vision-test-0001", "max_runtime_hours": 12, "budget_gpu_hours": 40,

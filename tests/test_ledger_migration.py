@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from lib.ledger.connection import SCHEMA_VERSION, LedgerError, open_ledger, upgrade_ledger
 from lib.ledger.teams_file import load_teams_file
 from tests.fixtures_app import ROOT, fill_ledger, page_script
-from tests.fixtures_ledger import query, run_cli
+from tests.fixtures_ledger import VISION_TEAM_TOML, query, run_cli
 
 TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
@@ -143,13 +143,6 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
         FROM runs WHERE started_at IS NOT NULL GROUP BY ALL ORDER BY ALL""")
 
 
-VISION_TOML = """[teams.vision]
-reserved_gpus = 16
-max_gpus_per_job = 8
-max_gpu_mem_gb = 80
-max_runtime_hours = 72
-monthly_budget_gpu_hours = 5000
-"""
 VISION_VERSION_BEFORE = "5243fdc88574"   # its policy_version as the release before scaling_efficiency hashed it
 
 
@@ -164,12 +157,12 @@ def test_a_version_4_ledger_gains_linear_scaling_and_an_unchanged_policy_keeps_i
     for table in ("interruptions", "checkpoints", "alerts"):   # the tables version 5 added, empty
         assert query(path, f"SELECT count(*) FROM {table}") == [(0,)]
     teams_file = tmp_path / "teams.toml"
-    teams_file.write_text(VISION_TOML, encoding="utf-8")
+    teams_file.write_text(VISION_TEAM_TOML, encoding="utf-8")
     p = run_cli("teams", "--file", teams_file, db=path)
     assert p.returncode == 0, p.stderr
     assert query(path, "SELECT policy_version, scaling_efficiency FROM teams WHERE team = 'vision'") == \
         [(VISION_VERSION_BEFORE, 1.0)]
-    teams_file.write_text(VISION_TOML + "scaling_efficiency = 0.9\n", encoding="utf-8")
+    teams_file.write_text(VISION_TEAM_TOML + "scaling_efficiency = 0.9\n", encoding="utf-8")
     assert run_cli("teams", "--file", teams_file, db=path).returncode == 0
     [(version, efficiency)] = query(path, "SELECT policy_version, scaling_efficiency FROM teams WHERE team = 'vision'")
     assert version != VISION_VERSION_BEFORE and efficiency == 0.9

@@ -11,6 +11,7 @@ from lib.gate.admission import decide
 from lib.gate.estimate import from_pilot
 from lib.ledger.teams_file import TeamsFileError, parse_teams
 from tests.fixtures_gate import PILOT, policy, request, reservation, state
+from tests.fixtures_ledger import VISION_TEAM_TOML
 
 # the README's example pilot (The request format)
 README_PILOT = {"steps_per_second": 3.2, "worst_case_steps_per_second": 1.9, "worst_case_share": 0.08,
@@ -110,13 +111,7 @@ def test_a_bad_pilot_gpus_is_rejected_naming_the_field(bad):
     assert d["state"] == "reject" and [r["field"] for r in d["reasons"]] == ["pilot.gpus"]
 
 
-TEAM = """[teams.vision]
-reserved_gpus = 16
-max_gpus_per_job = 8
-max_gpu_mem_gb = 80
-max_runtime_hours = 72
-monthly_budget_gpu_hours = 5000
-"""
+TEAM = VISION_TEAM_TOML
 
 
 def test_the_teams_file_takes_a_scaling_efficiency_from_0_to_1_defaulting_to_linear():

@@ -37,7 +37,6 @@ from lib.planning.recovery import decide_recovery
 # event -> (the recovery function's event, the run's stop reason when the decision ends it)
 EVENTS = {"preempted": ("preemption", "preempted"), "requeued": ("preemption", "requeued"),
           "node-fail": ("preemption", "node-fail"), "budget": ("budget-breach", "budget")}
-INTERRUPTING = INTERRUPTING_EVENTS   # events that end an attempt by interruption
 FUTURE_SKEW = timedelta(minutes=5)   # an event time this far ahead of the clock is a bad time
 
 
@@ -224,7 +223,7 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
 def _apply(con, run: dict, out: dict, event: str, spent: float, lost: float, at: datetime,
            now: datetime) -> None:
     """The run row after the decision: interruption and relaunch counts, lost work; an end finishes it."""
-    interrupted = 1 if event in INTERRUPTING else 0
+    interrupted = 1 if event in INTERRUPTING_EVENTS else 0
     relaunched = 1 if out["action"] in ("resume", "restart") else 0
     weeks = team_weeks.weeks_of(con, "SELECT ?", [run["run_id"]])
     con.execute("UPDATE runs SET interruptions = coalesce(interruptions, 0) + ?, restarts = coalesce(restarts, 0) + ?, "
