@@ -1,6 +1,7 @@
 """A ledger written by schema version 1 (before team colours and prices), 2 (before the audit of who
-wrote), 3 (before the weekly usage kept beside runs) or 4 (before runs' checkpoints and interruptions)
-is upgraded, its data kept: by any write open,
+wrote), 3 (before the weekly usage kept beside runs), 4 (before runs' checkpoints and interruptions) or
+5 (before the queue's age, the pools and the scheduler's windows) is upgraded, its data kept: by any
+write open,
 by `upgrade_ledger`, and by the app on start, whose pages only read."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import SCHEMA_VERSION, LedgerError, open_ledger, upgrade_ledger
+from lib.ledger.state import team_policy
 from lib.ledger.teams_file import load_teams_file
 from tests.fixtures_app import ROOT, fill_ledger, page_script
 from tests.fixtures_ledger import query, run_cli
@@ -17,6 +19,7 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
+    6: ("ALTER TABLE teams DROP COLUMN queue_max_age_days", "DROP TABLE pools", "DROP TABLE cluster_windows"),
     5: ("DROP TABLE interruptions", "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints"),
     4: ("DROP TABLE team_weeks",),
     3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
@@ -40,10 +43,10 @@ def contents(path) -> dict:
 
 
 def assert_kept(before: dict, after: dict, new_columns: tuple[str, ...]) -> None:
-    """Every row kept; the tables in `new_columns` gained one column, NULL in old rows (teams.colour,
-    decisions.actor)."""
+    """Every row kept; each table in `new_columns` gained a column for each time it is named there, NULL
+    in old rows (teams.colour, decisions.actor, teams.queue_max_age_days)."""
     for t in TABLES:
-        assert after[t] == ([(*row, None) for row in before[t]] if t in new_columns else before[t]), t
+        assert after[t] == [(*row, *[None] * new_columns.count(t)) for row in before[t]], t
 
 
 @pytest.fixture
@@ -67,7 +70,7 @@ def test_a_read_only_open_refuses_a_version_1_ledger_until_it_is_upgraded(v1_led
         assert con.execute("SELECT count(*) FROM teams WHERE colour IS NULL").fetchall() == \
             con.execute("SELECT count(*) FROM teams").fetchall()
         assert con.execute("SELECT count(*) FROM prices").fetchall() == [(0,)]
-    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions"))
+    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions", "teams"))
 
 
 def test_upgrade_leaves_a_missing_file_alone(tmp_path):
@@ -104,7 +107,7 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
         if page == "overview":   # the kept history is shown
             assert next(m.value for m in at.metric if m.label == "Runs in period") not in ("0", "—")
     assert query(v1_ledger, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions"))
+    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions", "teams"))
 
 
 def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
@@ -117,7 +120,7 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(path, "SELECT count(*) FROM audit") == [(0,)]
-    assert_kept(before, contents(path), new_columns=("decisions",))
+    assert_kept(before, contents(path), new_columns=("decisions", "teams"))
 
 
 def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
@@ -126,7 +129,7 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns=())
+    assert_kept(before, contents(path), new_columns=("teams",))
     weeks = query(path, "SELECT team, week, gpu_hours FROM team_weeks ORDER BY ALL")
     assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
         IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
@@ -139,6 +142,19 @@ def test_a_version_4_ledger_gains_the_checkpoint_and_interruption_tables_and_kee
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns=())
+    assert_kept(before, contents(path), new_columns=("teams",))
     assert query(path, "SELECT count(*) FROM interruptions") == [(0,)]
     assert query(path, "SELECT count(*) FROM checkpoints") == [(0,)]
+
+
+def test_a_version_5_ledger_gains_the_queue_age_pools_and_windows_and_reads_the_default_age(tmp_path):
+    path = tmp_path / "v5.duckdb"
+    make_version(path, 5)
+    before = contents(path)
+    assert upgrade_ledger(path) is True
+    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert_kept(before, contents(path), new_columns=("teams",))
+    assert query(path, "SELECT count(*) FROM pools") == query(path, "SELECT count(*) FROM cluster_windows") == [(0,)]
+    with open_ledger(path, read_only=True) as con:
+        team = con.execute("SELECT min(team) FROM teams").fetchone()[0]
+        assert team_policy(con, team)["queue_max_age_days"] == 14   # NULL in the old row: the default

@@ -12,7 +12,7 @@ import math
 from datetime import datetime
 
 from lib.gate.calibration import calibrate
-from lib.gate.capacity import capacity_fit
+from lib.gate.capacity import capacity_fit, pool_room
 from lib.gate.contracts import Calibration, Decision, Policy, Reason, Request, State
 from lib.gate.estimate import estimate_request
 from lib.gate.reasons import in_order, reason
@@ -230,8 +230,13 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
         if r["kind"] == "retraining":
             in_use_retraining += r["gpus"]
 
-    def fits_at():  # when every capacity check passes (the same rule the dashboard shows)
-        return capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus)
+    pool = (state.get("pools") or {}).get(req["capacity"])
+    fit: list = []
+
+    def fits_at():  # when every capacity check passes (the same rule the dashboard shows), reckoned once
+        if not fit:
+            fit.append(capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus, pool, req["team"], wall_h))
+        return fit[0]
     if kind == "retraining":
         # experiments' holdings never defer scheduled retraining: they are preempted instead
         if in_use_retraining + gpus > reserved_gpus:
@@ -254,6 +259,12 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
                                  f"accelerators left to experiments ({set_aside} set aside for retraining)",
                                  when or fits_at()))
 
+    if pool is not None:
+        room, held, windows = pool_room(pool, req["team"], kind, now, wall_h)
+        if gpus > room:
+            add(_pool_reason(pool, gpus, room, held, windows, wall_h, fits_at()))
+            reasons[:] = in_order(reasons)   # cluster-capacity comes before retraining-protection
+
     # checks above append in the documented order of lib.gate.reasons.CODES (a test holds them to it)
     reserved = judged if not reasons else None
     return _decision(req, "defer" if reasons else "admit", reasons, policy=policy, estimate=est, notes=notes, now=now,
@@ -263,6 +274,24 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
 def _tenth_up(x: float) -> float:
     """x rounded up to a tenth (a budget that surely fits), without overflowing for huge x."""
     return math.ceil(x * 10) / 10 if x < 1e300 else x
+
+
+def _pool_reason(pool, gpus: int, room: int, held: int, windows, wall_h: float, fits_at: datetime | None) -> Reason:
+    """cluster-capacity: the pool (every team's reservations, less the scheduler's windows) has no
+    room for the whole run, whatever the team's quota leaves it; the fix as `_capacity_reason`'s."""
+    taken = "".join(f"; the scheduler's reservation {w['name']!r} takes {w['gpus']} from "
+                    f"{w['start'].isoformat(timespec='minutes')} to {w['end'].isoformat(timespec='minutes')}"
+                    for w in windows[:3]) + (f" (and {len(windows) - 3} more)" if len(windows) > 3 else "")
+    what = f"accelerators of the {pool['name']} pool"
+    if gpus > pool["gpus"]:
+        fix = f"the {pool['name']} pool ({pool['gpus']}) can never hold {gpus}: use ≤ {pool['gpus']}"
+    else:
+        fix = f"fits with {gpus - room} fewer accelerators (≤ {room} free in the pool for the run's {wall_h:.1f} h)"
+        if fits_at is not None:
+            fix += f", or from {fits_at.isoformat(timespec='minutes')} when reservations end"
+    return reason("cluster-capacity", f"{held} of {pool['gpus']} {what} held by every team's reservations{taken}; "
+                  f"{gpus} more requested, {room} free for the whole run", requested=gpus, limit=pool["gpus"],
+                  in_use=pool["gpus"] - room, unit="GPUs", field="gpus", fix=fix)
 
 
 def _capacity_reason(code, gpus, limit, in_use, what, fits_at: datetime | None) -> Reason:

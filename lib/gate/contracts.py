@@ -89,6 +89,7 @@ class Policy(TypedDict):
     budget_basis_retraining: BudgetBasis
     preemptible_partitions: list[str]
     policy_version: str
+    queue_max_age_days: NotRequired[int]   # days a deferred request waits in the queue before it expires
 
 
 class Reservation(TypedDict):
@@ -101,6 +102,31 @@ class Reservation(TypedDict):
     run_id: NotRequired[str]
     team: NotRequired[str]
     reserved_from: NotRequired[datetime | None]
+    capacity: NotRequired[Capacity]   # the pool it holds accelerators in (lib.gate.capacity, pools)
+
+
+class CapacityWindow(TypedDict):
+    """A reservation the scheduler itself holds (a maintenance window, accelerators reserved for other
+    users or accounts): `gpus` accelerators of `pool` (None: of every pool) taken out from `start`
+    until `end` (naive UTC), except for the teams named in `accounts` (their own reservation).
+    `users`: the scheduler users it is for (shown; the gate decides per team, not per user)."""
+    name: str
+    start: datetime
+    end: datetime
+    gpus: int
+    pool: str | None
+    accounts: list[str]
+    users: list[str]
+
+
+class PoolState(TypedDict):
+    """One pool of the cluster's physical accelerators (a capacity type, `[pools.<type>]` in
+    data/teams.toml): its `gpus`, every team's reservations held on it (as quotas count them), and
+    the scheduler's windows that may take accelerators out of it."""
+    name: str
+    gpus: int
+    reservations: list[Reservation]
+    windows: list[CapacityWindow]
 
 
 class TimelineStep(TypedDict):
@@ -158,7 +184,8 @@ class ExpectedInterruptions(TypedDict):
 
 class State(TypedDict, total=False):
     """A team's state at decision time; a missing key means: now = the current time, no
-    reservations, nothing spent, no snapshots, calibration from calibration_history (default none)."""
+    reservations, nothing spent, no snapshots, calibration from calibration_history (default none),
+    no pool (only the team's quota limits it)."""
     now: datetime
     reservations: list[Reservation]
     period_spent_gpu_hours: float
@@ -166,6 +193,7 @@ class State(TypedDict, total=False):
     calibration: Calibration | None
     calibration_history: list[CalibrationRow]
     interruption_rate: InterruptionRate | None
+    pools: dict[str, PoolState]   # capacity type -> its pool; absent or without the type: no pool check
 
 
 class Reason(TypedDict):

@@ -4,7 +4,8 @@
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables.
+-- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables; version 6
+-- teams.queue_max_age_days and the pools and cluster_windows tables.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -28,7 +29,18 @@ CREATE TABLE IF NOT EXISTS teams (
     policy_version                  VARCHAR NOT NULL,
     -- the team's colour in the dashboard's figures, '#RRGGBB' (version 2; NULL: a colour derived
     -- from the name). Not policy: it is not part of policy_version.
-    colour                          VARCHAR
+    colour                          VARCHAR,
+    -- days a deferred request waits in the queue before it expires (version 6; NULL in older rows:
+    -- the default, lib.ledger.teams_file.POLICY_FIELDS)
+    queue_max_age_days              INTEGER
+);
+
+-- The cluster's physical accelerators per pool (version 6): one row per capacity type with a
+-- [pools.<type>] table in data/teams.toml (source 'teams-file'). No row: no pool check for that type.
+CREATE TABLE IF NOT EXISTS pools (
+    pool        VARCHAR PRIMARY KEY CHECK (pool IN ('stable', 'preemptible')),
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    source      VARCHAR NOT NULL
 );
 
 -- GPU-hour prices from data/teams.toml [prices] (version 2): one row per capacity type that has a
@@ -188,4 +200,21 @@ CREATE TABLE IF NOT EXISTS interruptions (
     recorded_at          TIMESTAMP NOT NULL,
     actor                VARCHAR,
     UNIQUE (run_id, event, occurred_at)
+);
+
+-- The scheduler's own reservations (version 6): maintenance windows, accelerators reserved for other
+-- users or accounts. Each takes `gpus` accelerators of `pool` (NULL: every pool) out of the cluster
+-- from start_at until end_at, except for the teams in `accounts` (lib/ledger/cluster_windows.py).
+CREATE TABLE IF NOT EXISTS cluster_windows (
+    name        VARCHAR NOT NULL,
+    start_at    TIMESTAMP NOT NULL,
+    end_at      TIMESTAMP NOT NULL,
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    pool        VARCHAR,
+    accounts    VARCHAR[] NOT NULL DEFAULT [],
+    users       VARCHAR[] NOT NULL DEFAULT [],
+    source      VARCHAR NOT NULL,            -- where it was read from (e.g. scontrol)
+    updated_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (source, name),
+    CHECK (end_at > start_at)
 );

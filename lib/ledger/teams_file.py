@@ -15,6 +15,11 @@ version and no decision changes meaning.
 `[prices]`: `currency` (a 3-letter code such as "USD") and a price per GPU-hour per capacity type
 (`stable`, `preemptible`), each optional, finite and >= 0; a price needs the currency. A capacity
 type with no price has none in the ledger, and the dashboard shows no money for it (never 0).
+
+`[pools.<capacity type>]`: `gpus`, the accelerators the cluster has of that type (a whole number
+>= 0), which every team's reservations of that type share (lib.gate.capacity: `cluster-capacity`).
+Without a pool for a type, only quotas limit its requests. A pool smaller than a team's quota is
+allowed (a warning, `pool_warnings`). Problems in `[pools]` name their line in the file.
 """
 from __future__ import annotations
 
@@ -50,13 +55,19 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_exploratory": ("basis", "median"),
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
+    "queue_max_age_days": ("int", 14),
 }
+# policy keys added after teams had versions: left out of policy_version while at their default, so
+# adding a key gives no team a new version (and no recorded decision a new meaning)
+LATER_KEYS = {"queue_max_age_days": 14}
+POOLS_SOURCE = "teams-file"     # pools rows this file writes (and replaces)
 INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
 COLUMNS = ("team", *POLICY_FIELDS, "policy_version", COLOUR_KEY)
 CURRENCY_RULE = "a 3-letter currency code in capitals such as \"USD\""
 PRICE_KEYS = ("currency", *CAPACITIES)
+POOL_KEYS = ("gpus",)
 
 
 class Prices(TypedDict):
@@ -67,10 +78,12 @@ class Prices(TypedDict):
 
 
 class TeamsFile(TypedDict):
-    """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices."""
+    """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices,
+    pools (capacity type -> the cluster's accelerators of that type)."""
     teams: list[dict]
     snapshots: list[dict]
     prices: Prices
+    pools: dict[str, int]
 
 
 class TeamsFileError(ValueError):
@@ -155,8 +168,10 @@ def _parse_prices(doc, problems: list[str]) -> Prices:
 
 
 def policy_version(policy: dict) -> str:
-    """A short, stable hash of a team's normalized policy (policy_version itself excluded)."""
-    body = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
+    """A short, stable hash of a team's normalized policy (policy_version itself excluded; a LATER_KEYS
+    key only when set away from its default)."""
+    body = {k: policy[k] for k in ("team", *POLICY_FIELDS)
+            if k not in LATER_KEYS or policy.get(k, LATER_KEYS[k]) != LATER_KEYS[k]}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -192,9 +207,9 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices"}
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "pools"}
     for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices)")
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, pools)")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:
@@ -251,6 +266,9 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
             else:
                 problems.append(f"{where} {key}: required (set it here or in [defaults])")
                 ok = False
+        if ok and policy["queue_max_age_days"] < 1:
+            problems.append(f"{where} queue_max_age_days: must be at least 1 day, got {policy['queue_max_age_days']}")
+            ok = False
         if ok and policy["retraining_reserved_gpus"] > policy["reserved_gpus"]:
             problems.append(
                 f"{where} retraining_reserved_gpus: {policy['retraining_reserved_gpus']} is more than "
@@ -290,9 +308,86 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
             problems.append(f"{where} created_at: {err}")
         snapshots.append({"snapshot": name, "team": team, "created_at": created})
     prices = _parse_prices(doc.get("prices"), problems)
+    pools = _parse_pools(doc.get("pools"), text, problems)
     if problems:
         raise TeamsFileError(path, problems)
-    return {"teams": teams, "snapshots": snapshots, "prices": prices}
+    return {"teams": teams, "snapshots": snapshots, "prices": prices, "pools": pools}
+
+
+def _line_of(text: str, table: str, key: str | None = None) -> int | None:
+    """The line (1-based) of `key` in the TOML table `table` (a header such as `pools.stable`), or of the
+    table's header when no key is given; a dotted key (`stable.gpus = 8` under [pools], or
+    `pools.stable.gpus` at the top) is found too. None when not found (e.g. an inline table)."""
+    parts = table.split(".")
+    current: list[str] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            current = [p.strip().strip('"') for p in line.strip("[]").split(".")]
+            if key is None and current == parts:
+                return n
+            continue
+        if key is None or "=" not in line:
+            continue
+        lhs = [p.strip().strip('"') for p in line.split("=", 1)[0].split(".")]
+        if current + lhs == parts + [key]:
+            return n
+    return None
+
+
+def _parse_pools(doc, text: str, problems: list[str]) -> dict[str, int]:
+    """The [pools.<capacity type>] tables (absent: no pools), appending every problem, each with its line."""
+    if doc is None:
+        return {}
+
+    def at(table: str, key: str | None = None) -> str:
+        line = _line_of(text, table, key) or _line_of(text, table)
+        return f"line {line}: " if line else ""
+    if type(doc) is not dict:
+        problems.append(f"{at('pools')}[pools] must hold one table per capacity type ([pools.stable] gpus = N), "
+                        f"got {doc!r}")
+        return {}
+    pools = {}
+    for name, table in doc.items():
+        where = f"pools.{name}"
+        if name not in CAPACITIES:
+            problems.append(f"{at(where)}[{where}]: unknown capacity type {name!r} (known: {', '.join(CAPACITIES)})")
+            continue
+        if type(table) is not dict:
+            problems.append(f"{at('pools', name)}[{where}] must be a table with gpus = N, got {table!r}")
+            continue
+        for key in table:
+            if key not in POOL_KEYS:
+                problems.append(f"{at(where, key)}[{where}] {key}: unknown key (known: {', '.join(POOL_KEYS)}), "
+                                f"value {table[key]!r}")
+        if "gpus" not in table:
+            problems.append(f"{at(where)}[{where}] gpus: required (the accelerators the cluster has of this type)")
+            continue
+        problem = _number_problem(table["gpus"], integral=True)
+        if problem:
+            problems.append(f"{at(where, 'gpus')}[{where}] gpus: {problem}")
+            continue
+        pools[name] = int(table["gpus"])
+    return pools
+
+
+def pool_warnings(teams: list[dict], pools: dict[str, int]) -> list[str]:
+    """What is allowed but worth saying about the pools: a pool smaller than one team's quota (that
+    team can never use its whole quota of that type), and each pool's overcommit (the sum of the
+    quotas over the pool)."""
+    out = []
+    quotas = sum(t["reserved_gpus"] for t in teams)
+    for name, gpus in sorted(pools.items()):
+        small = sorted(t["team"] for t in teams if t["reserved_gpus"] > gpus)
+        if small:
+            out.append(f"[pools.{name}] gpus = {gpus} is smaller than the quota of "
+                       + ", ".join(small) + ": those teams can never hold their whole quota of this type")
+        if gpus and quotas > gpus:
+            out.append(f"[pools.{name}]: the teams' quotas add up to {quotas} GPUs, {quotas / gpus:.2f}× the "
+                       f"{gpus} of the pool (requests within a quota can find no accelerators: cluster-capacity)")
+        elif not gpus:
+            out.append(f"[pools.{name}] gpus = 0: no request of this type can be admitted")
+    return out
 
 
 def load_teams(path=None) -> tuple[list[dict], list[dict]]:
@@ -321,17 +416,20 @@ def load_teams_file(path=None) -> TeamsFile:
 
 def sync_teams(con, path=None, *, who=None) -> dict:
     """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
-    file's, in one transaction (a file that does not validate changes nothing). With `who`
+    file's, and its pools (those the file set before, source POOLS_SOURCE), in one transaction (a file
+    that does not validate changes nothing). With `who`
     (lib.ledger.audit.Who), the load is recorded in the audit in that transaction: action "teams",
     the teams inserted / updated / unchanged.
 
     Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
     left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
     teams_updated (policy or colour changed), teams_unchanged, snapshots_inserted,
-    snapshots_updated, snapshots_unchanged, prices (capacity types priced).
+    snapshots_updated, snapshots_unchanged, prices (capacity types priced), pools (pools set) and
+    warnings (`pool_warnings`).
     """
     parsed = load_teams_file(path)
     teams, snapshots, prices = parsed["teams"], parsed["snapshots"], parsed["prices"]
+    pools = parsed["pools"]
     counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",
                             "snapshots_inserted", "snapshots_updated", "snapshots_unchanged"), 0)
     with transaction(con):
@@ -370,10 +468,16 @@ def sync_teams(con, path=None, *, who=None) -> dict:
         for capacity, price in prices["per_gpu_hour"].items():
             con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
                         [capacity, price, prices["currency"]])
+        con.execute(f"DELETE FROM pools WHERE source = '{POOLS_SOURCE}'")
+        for name, gpus in pools.items():
+            con.execute("INSERT INTO pools (pool, gpus, source) VALUES (?, ?, ?) ON CONFLICT (pool) DO UPDATE "
+                        "SET gpus = excluded.gpus, source = excluded.source", [name, gpus, POOLS_SOURCE])
         if who is not None:
             record(con, who, "teams", fmt="toml", inserted=counts["teams_inserted"],
                    updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
                    detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "
                           f"{counts['snapshots_updated']}, unchanged {counts['snapshots_unchanged']}")
     counts["prices"] = len(prices["per_gpu_hour"])
+    counts["pools"] = len(pools)
+    counts["warnings"] = pool_warnings(teams, pools)
     return counts
