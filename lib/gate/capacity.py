@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import heapq
 from typing import Iterable
 
 from lib.gate.contracts import CapacityWindow, PoolState, Reservation, TimelineStep
@@ -65,6 +66,10 @@ def held_at(timeline: list[TimelineStep], at: dt.datetime) -> int:
 
 def _step_at(step: TimelineStep) -> dt.datetime:
     return step["at"]
+
+
+def _minus_gpus(step: TimelineStep) -> int:
+    return -step["gpus"]
 
 
 def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservation],
@@ -133,14 +138,19 @@ def pool_room(pool: PoolState, team: str | None, kind: str, start: dt.datetime, 
     0); held = what the reservations counted (`pool_counted`) hold at start; windows = the
     scheduler's windows that take accelerators out of the pool during the span. `timeline`: the
     counted reservations' holdings_timeline from `start` or earlier, when the caller has it."""
-    if timeline is None:
-        timeline = holdings_timeline(start, pool_counted(pool, team, kind))
     end = span_end(start, hours)
     windows = [w for w in pool["windows"] if window_applies(w, pool["name"], team)
                and w["start"] < max(end, start + _INSTANT) and w["end"] > start]
+    later = [w["start"] for w in windows if w["start"] > start]
+    if timeline is None and not later:   # only the start matters: no timeline needed
+        held = sum(r["gpus"] for r in pool_counted(pool, team, kind)
+                   if r["reserved_until"] is None or r["reserved_until"] > start)
+        return max(0, pool["gpus"] - held - sum(w["gpus"] for w in windows)), held, windows
+    if timeline is None:
+        timeline = _pool_timeline(pool, team, kind, start)
     peak = 0
     # holdings only fall, so the peak of held + windows is at the start or where a window begins
-    for at in [start] + [w["start"] for w in windows if w["start"] > start]:
+    for at in [start] + later:
         peak = max(peak, held_at(timeline, at) + sum(w["gpus"] for w in windows if w["start"] <= at < w["end"]))
     return max(0, pool["gpus"] - peak), held_at(timeline, start), windows
 
@@ -155,18 +165,36 @@ def span_end(start: dt.datetime, hours: float) -> dt.datetime:
     return _LAST if hours >= left else start + dt.timedelta(hours=max(0.0, hours))
 
 
+def _pool_timeline(pool: PoolState, team: str | None, kind: str, start: dt.datetime) -> list[TimelineStep]:
+    """The counted reservations' holdings_timeline from start (or the pool's own, when it has one
+    from no later and counts the same reservations)."""
+    given = pool.get("timeline")
+    if given is not None and kind != "retraining" and given[0]["at"] <= start:
+        return given
+    return holdings_timeline(start, pool_counted(pool, team, kind))
+
+
 def pool_fit(pool: PoolState, team: str | None, kind: str, need_gpus: int, hours: float,
              start: dt.datetime) -> dt.datetime | None:
     """The earliest time >= `start` from which `need_gpus` fit in the pool for `hours` (`pool_room`);
     None when they never do (more than the pool, or room only after a reservation with no end)."""
     if need_gpus > pool["gpus"]:
         return None
-    timeline = holdings_timeline(start, pool_counted(pool, team, kind))
-    ends = {w["end"] for w in pool["windows"] if w["end"] > start and window_applies(w, pool["name"], team)}
+    timeline = _pool_timeline(pool, team, kind, start)
+    ends = sorted({w["end"] for w in pool["windows"] if w["end"] > start and window_applies(w, pool["name"], team)})
+    i = bisect.bisect_right(timeline, start, key=_step_at)
+    if not ends:   # no window ahead: holdings only fall, so the first step with room is the answer
+        if timeline[i - 1]["gpus"] + need_gpus <= pool["gpus"]:
+            return start
+        j = bisect.bisect_left(timeline, need_gpus - pool["gpus"], lo=i, key=_minus_gpus)
+        return timeline[j]["at"] if j < len(timeline) else None
+    later = (s["at"] for s in timeline[i:])
+    last = None
     # room only grows where a holding releases or a window ends; after the last of those it never changes
-    for at in sorted({start, *(s["at"] for s in timeline[1:]), *ends}):
-        if pool_room(pool, team, kind, at, hours, timeline)[0] >= need_gpus:
+    for at in heapq.merge([start], later, ends):
+        if at != last and pool_room(pool, team, kind, at, hours, timeline)[0] >= need_gpus:
             return at
+        last = at
     return None
 
 

@@ -38,9 +38,9 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from lib.gate.admission import decide
-from lib.gate.capacity import fit_for_reasons, pool_room, span_end
+from lib.gate.capacity import WAIT_CURES, fit_for_reasons, holdings_timeline, pool_room, span_end
 from lib.gate.contracts import Decision, Reservation, State
-from lib.gate.terms import CAPACITIES, month_start
+from lib.gate.terms import CAPACITIES, month_start, next_month_start
 from lib.planning.holdings import Holdings
 from lib.planning.plan_world import (SERVE_ORDER, DayRow, Holding, Plan, PlanInputs, PoolDay, QueueRow,
                                      WaitingRequest)
@@ -68,8 +68,10 @@ class PlanWorld:
         self.releases: list = []
         self.spent: Counter = Counter(inputs["spent"])
         self.started: dict[str, Holding] = {}
-        self.started_in: Counter = Counter()   # team, or ("pool", name) -> requests the plan started there
+        self.started_in: dict = {}   # team, or ("pool", name) -> the Holdings the plan started there
         self._snapshots: dict = {}
+        self._timelines: dict = {}   # pool -> (time, holds, its holdings_timeline then)
+        self._started_held: dict = {}
         for r in inputs["held"]:
             self._hold(r, ledger=True)
 
@@ -101,9 +103,17 @@ class PlanWorld:
                 "snapshots": snaps, "calibration_history": [],
                 "calibration": self.inputs["calibrations"].get((team, kind)),
                 "interruption_rate": self.inputs["interruption_rates"].get(team),
-                "pools": {name: {"name": name, "gpus": gpus, "reservations": pools.held(name, t),
-                                 "windows": self.inputs["windows"]}
-                          for name, gpus in self.pool_sizes.items()}}
+                "pools": {name: self._pool(pools, name, gpus, t, ledger_only) for name, gpus in self.pool_sizes.items()}}
+
+    def _pool(self, pools: Holdings, name: str, gpus: int, t: datetime, ledger_only: bool) -> dict:
+        held = pools.held(name, t)
+        pool = {"name": name, "gpus": gpus, "reservations": held, "windows": self.inputs["windows"]}
+        if not ledger_only:   # one timeline for every request decided at t, until the plan starts another
+            cached = self._timelines.get(name)
+            if cached is None or cached[:2] != (t, pools.holds.get(name, 0)):
+                cached = self._timelines[name] = (t, pools.holds.get(name, 0), holdings_timeline(t, held))
+            pool["timeline"] = cached[2]
+        return pool
 
     def start(self, w: WaitingRequest, decision: Decision, t: datetime) -> Holding:
         """The admitted request holds from t for the decision's wall hours (as an admit is booked)."""
@@ -117,17 +127,24 @@ class PlanWorld:
         held: Holding = {"run_id": w["run_id"], "team": req["team"], "kind": req["kind"], "capacity": req["capacity"],
                          "gpus": r["gpus"], "start": t, "end": end, "gpu_hours": r["reserved_gpu_hours"], "planned": True}
         self.started[w["run_id"]] = held
-        self.started_in[req["team"]] += 1
-        self.started_in[("pool", req["capacity"])] += 1
+        for key in (req["team"], ("pool", req["capacity"])):
+            self.started_in.setdefault(key, []).append(held)
         return held
 
-    def started_among(self, reservations) -> list[str]:
-        return [r["run_id"] for r in reservations if r.get("run_id") in self.started]
+    def started_held(self, key, t: datetime) -> list[str]:
+        """The run IDs the plan started under `key` (a team, or ("pool", name)) that still hold at t
+        (reckoned once per key, time and start)."""
+        started = self.started_in.get(key, ())
+        cached = self._started_held.get(key)
+        if cached is None or cached[:2] != (t, len(started)):
+            cached = self._started_held[key] = (t, len(started), [h["run_id"] for h in started if h["end"] > t])
+        return cached[2]
 
 
 class _Waiting:
-    """One request's course through the plan."""
-    __slots__ = ("w", "rank", "policy", "reasons", "codes", "note", "ahead", "start", "end")
+    """One request's course through the plan: the codes of its last decision, its estimated wall hours
+    and the month start its budget waits for, once decided."""
+    __slots__ = ("w", "rank", "policy", "reasons", "codes", "note", "ahead", "start", "end", "wall", "month")
 
     def __init__(self, w: WaitingRequest, rank: int, policy):
         self.w, self.rank, self.policy = w, rank, policy
@@ -135,7 +152,8 @@ class _Waiting:
         self.codes: list[str] = []
         self.note = ""
         self.ahead: set[str] = set()
-        self.start = self.end = None
+        self.start = self.end = self.month = None
+        self.wall = 0.0
 
 
 def _codes(decision: Decision) -> list[str]:
@@ -143,17 +161,24 @@ def _codes(decision: Decision) -> list[str]:
 
 
 def _step(world: PlanWorld, q: _Waiting, t: datetime, tries: list) -> int:
-    """Decide `q` at t on the world's state; start it, or schedule its next try, or settle it.
-    Returns how many decisions that took."""
+    """Try `q` at t: start it, or schedule its next try, or settle it. Returns the decisions it took.
+
+    A retry first asks whether its last deferral's reasons can be cured at t (fit_for_reasons on the
+    world now, its month's budget reset when t has reached that month): when not, what the plan
+    started since took the room again, and it waits for the next time without a decision."""
     w, req = q.w, q.w["request"]
     team, kind = w["team"], w["kind"]
     st = world.state(team, kind, t)
+    if q.reasons is not None:
+        codes = set(q.codes) - ({"period-budget"} if q.month is not None and t >= q.month else set())
+        if codes & WAIT_CURES and not _wait(world, q, t, codes, st, tries, retry=True):
+            return 0
     decision = decide(req, q.policy, st)
     codes = _codes(decision)
     decided = 1
     if q.reasons is None:   # the first try, at as_of: what check gives it, without what the plan started
         capacity = req.get("capacity") if isinstance(req, dict) else None
-        if world.started_in[team] or world.started_in[("pool", capacity)]:
+        if world.started_in.get(team) or world.started_in.get(("pool", capacity)):
             q.reasons = _codes(decide(req, q.policy, world.state(team, kind, t, ledger_only=True)))
             decided += 1
         else:
@@ -168,23 +193,34 @@ def _step(world: PlanWorld, q: _Waiting, t: datetime, tries: list) -> int:
         q.note = "not a request the gate can admit: " + "; ".join(
             f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300]
         return decided
-    if set(codes) & TEAM_HELD:
-        q.ahead.update(world.started_among(st["reservations"]))
+    q.wall = decision["estimate"]["wall_hours"]
+    q.month = next_month_start(t) if "period-budget" in codes else None
+    _wait(world, q, t, set(codes), st, tries)
+    return decided
+
+
+def _wait(world: PlanWorld, q: _Waiting, t: datetime, codes: set, st: State, tries: list, *,
+          retry: bool = False) -> bool:
+    """Schedule q's next try for when `codes` can be cured; for a `retry`, True instead when that is
+    now (then decide it)."""
+    w, req, policy = q.w, q.w["request"], q.policy
+    if codes & TEAM_HELD:
+        q.ahead.update(world.started_held(w["team"], t))
     if "cluster-capacity" in codes:
-        q.ahead.update(world.started_among(st["pools"][req["capacity"]]["reservations"]))
-    policy = q.policy
-    wall = decision["estimate"]["wall_hours"]
-    at, why = fit_for_reasons(t, codes, kind, policy["reserved_gpus"], policy["retraining_reserved_gpus"],
-                              st["reservations"], int(req["gpus"]), st["pools"].get(req["capacity"]), team, wall)
+        q.ahead.update(world.started_held(("pool", req["capacity"]), t))
+    at, why = fit_for_reasons(t, codes, w["kind"], policy["reserved_gpus"], policy["retraining_reserved_gpus"],
+                              st["reservations"], int(req["gpus"]), st["pools"].get(req["capacity"]), w["team"],
+                              q.wall)
+    if retry and at is not None and at <= t:
+        return True
     if at is None or at <= t:
         q.note = why if at is None else "no later time cures its reasons"
-        return decided
-    q.note = why
-    if at >= w["expires_at"]:
+    elif at >= w["expires_at"]:
         q.note = f"expires {w['expires_at'].isoformat(timespec='minutes')} before it could start ({why})"
-        return decided
-    heapq.heappush(tries, (at, q.rank, q))
-    return decided
+    else:
+        q.note = why
+        heapq.heappush(tries, (at, q.rank, q))
+    return False
 
 
 def _run(inputs: PlanInputs, end: datetime, marks: list[datetime], on_mark) -> tuple[PlanWorld, list[_Waiting], int]:

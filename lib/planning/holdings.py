@@ -29,10 +29,12 @@ class Holdings:
     def __init__(self):
         self._by: dict = {}     # key -> [(run ID, release, Reservation)] in run-ID order
         self._live: dict = {}   # key -> (now, [Reservation] held then)
+        self.holds: dict = {}   # key -> holds so far (a key's holders changed when it moves)
 
     def hold(self, key, release: datetime | None, reservation: Reservation) -> None:
         """`reservation` holds under `key` from now until `release` (None: never)."""
         entry = (_run_id(reservation), release, reservation)
+        self.holds[key] = self.holds.get(key, 0) + 1
         bisect.insort(self._by.setdefault(key, []), entry, key=_RUN_ID)
         cached = self._live.get(key)
         if cached is not None and (release is None or release > cached[0]):
