@@ -204,15 +204,16 @@ def _wait(world: PlanWorld, q: _Waiting, t: datetime, codes: set, st: State, tri
     """Schedule q's next try for when `codes` can be cured; for a `retry`, True instead when that is
     now (then decide it)."""
     w, req, policy = q.w, q.w["request"], q.policy
-    if codes & TEAM_HELD:
-        q.ahead.update(world.started_held(w["team"], t))
-    if "cluster-capacity" in codes:
-        q.ahead.update(world.started_held(("pool", req["capacity"]), t))
     at, why = fit_for_reasons(t, codes, w["kind"], policy["reserved_gpus"], policy["retraining_reserved_gpus"],
                               st["reservations"], int(req["gpus"]), st["pools"].get(req["capacity"]), w["team"],
                               q.wall)
     if retry and at is not None and at <= t:
         return True
+    # it waits: what the plan started and still holds in its team (quota, budget) or pool is ahead of it
+    if codes & TEAM_HELD:
+        q.ahead.update(world.started_held(w["team"], t))
+    if "cluster-capacity" in codes:
+        q.ahead.update(world.started_held(("pool", req["capacity"]), t))
     if at is None or at <= t:
         q.note = why if at is None else "no later time cures its reasons"
     elif at >= w["expires_at"]:
