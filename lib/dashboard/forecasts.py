@@ -5,8 +5,10 @@ Weekly usage (GPU-hours, counted in the UTC week a run started): a run finished 
 counts its actual GPU-hours; a run started but not finished by then counts its reserved GPU-hours
 (what the gate expected it to use), so the last weeks are not understated by runs still running.
 Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
-Committed reservations for the burn-down are lib.ledger.state.held_reservations when forecasting
-from now (the gate's accounting); from a past moment, those whose window had begun and not ended.
+Committed reservations for the burn-down are, when forecasting from now, the forward plan's
+(lib.ledger.plan_ledger.planned_holdings: the reservations the gate holds and the waiting requests
+the plan starts before the month ends, each spending what it reserves at its end); from a past
+moment, those whose window had begun and not ended.
 The maths is lib.planning.forecast.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pandas as pd
 
 from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
-from lib.ledger.state import held_reservations
+from lib.ledger.plan_ledger import planned_holdings
 from lib.planning.forecast import (BURN_HISTORY_DAYS, HOURS_PER_WEEK, MAX_WEEKS, burn_down, pooled_ratios,
                                    weekly_forecast)
 
@@ -60,11 +62,12 @@ def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None, *, liv
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["team", "week", "gpu_hours"])
 
 
-def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
+def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool, holdings: list | None = None) -> dict:
     """{team: (consumed GPU-hours this month up to as_of, its daily spend over the BURN_HISTORY_DAYS
     days before as_of's day, oldest first, the reservations it holds (reserved_until, GPU-hours))},
     read for every team at once, each over its time range only (so a long history is not scanned).
-    `live`: the reservations the gate holds now; else those held at as_of as the ledger shows them."""
+    `live`: the forward plan's reservations (`holdings`, when the caller has the plan); else those held
+    at as_of as the ledger shows them."""
     start = month_start(as_of)
     day0 = dt.datetime.combine(as_of.date(), dt.time())
     first = day0 - dt.timedelta(days=BURN_HISTORY_DAYS)
@@ -80,9 +83,10 @@ def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
         daily[team][day] = float(hours or 0.0)
     held = {t: [] for t in teams}
     if live:
-        for r in held_reservations(con, as_of):
-            if r["team"] in held:
-                held[r["team"]].append((r["reserved_until"], r["reserved_gpu_hours"]))
+        month_end = next_month_start(as_of)
+        for h in planned_holdings(con, as_of, month_end) if holdings is None else holdings:
+            if h["team"] in held and (not h["planned"] or h["start"] < month_end):
+                held[h["team"]].append((h["end"], h["gpu_hours"]))
     else:
         for team, until, hours in con.execute("""SELECT team, reserved_until, reserved_gpu_hours FROM runs
                 WHERE list_contains($teams::VARCHAR[], team) AND reserved_gpu_hours IS NOT NULL
@@ -129,8 +133,9 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
 
 
 HISTORY_WEEKS_SHOWN = 26
-BURN_COLUMNS = ["team", "budget_gpu_hours", "consumed_gpu_hours", "committed_gpu_hours", "days_left",
-                "p50_month_end_gpu_hours", "p90_month_end_gpu_hours", "exhausts_p50", "exhausts_p90"]
+# the run-out dates right after the team, so they stay in view on a narrow screen
+BURN_COLUMNS = ["team", "exhausts_p50", "exhausts_p90", "budget_gpu_hours", "consumed_gpu_hours",
+                "committed_gpu_hours", "days_left", "p50_month_end_gpu_hours", "p90_month_end_gpu_hours"]
 
 
 def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -147,12 +152,18 @@ def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
     """This month's burn-down alone (no demand forecast: cheap enough for Overview and Reservations),
     for the filtered teams with a policy: burn (one row per team) and burn_path (team, day, P50/P90)."""
     now = now or utcnow()
-    month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
     with reader(db) as con:
-        policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
-        teams = [t for t in policy if not f.teams or t in f.teams]
-        burns = {team: burn_down(policy[team], consumed, now.date(), month_end, daily, held)
-                 for team, (consumed, daily, held) in _burn_inputs(con, teams, now, True).items()}
+        return outlook_in(con, f, now)
+
+
+def outlook_in(con, f, now: dt.datetime, holdings: list | None = None) -> dict:
+    """budget_outlook through the caller's open ledger, on the forward plan's `holdings` when the caller
+    has them (else the plan is made here)."""
+    month_end = (next_month_start(now) - dt.timedelta(days=1)).date()
+    policy = dict(con.execute("SELECT team, monthly_budget_gpu_hours FROM teams ORDER BY team").fetchall())
+    teams = [t for t in policy if not f.teams or t in f.teams]
+    burns = {team: burn_down(policy[team], consumed, now.date(), month_end, daily, held)
+             for team, (consumed, daily, held) in _burn_inputs(con, teams, now, True, holdings).items()}
     burn, path = _burn_frames(burns)
     return {"burn": burn, "burn_path": path}
 

@@ -2,7 +2,7 @@
 the reservations held, each team's spend, policy, calibration and interruption rate, the snapshots,
 the pools and the scheduler's windows, all as the gate would read them at `as_of`. Reads only.
 
-The queue: every run ID whose latest decision of the last QUEUE_DAYS days (up to as_of) is a
+The queue: every run ID whose latest decision of the last QUEUE_DAYS days is a
 deferral and that has not been booked since (reserved, started or ended). Such a request waits since
 its first deferral in those days, and expires `queue_max_age_days` (its team's policy) after it: an
 expired request is counted and listed apart, never planned. A request deferred longer ago and never
@@ -32,7 +32,7 @@ EXPIRED_SHOWN = 500      # expired requests listed (all are counted)
 _QUEUE_SQL = f"""CREATE OR REPLACE TEMP TABLE plan_queue AS
   WITH recent AS (
     SELECT x.decision_id, x.run_id, x.decided_at, x.state FROM decisions x
-    WHERE x.decided_at >= $horizon AND x.decided_at <= $as_of AND x.state <> 'admit' AND x.run_id IS NOT NULL),
+    WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
   waiting AS (
     SELECT x.run_id, min(x.decided_at) FILTER (WHERE x.state = 'defer') AS waiting_since,
            max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
@@ -61,17 +61,18 @@ def first_run_at(con) -> datetime | None:
 
 
 def read_queue(con, as_of: datetime, exclude: str | None = None) -> tuple[list[WaitingRequest], dict]:
-    """(the requests waiting at as_of and not expired, {count, rows}: those expired, newest expiry
-    first, at most EXPIRED_SHOWN rows). `exclude`: a run ID left out (the request being checked)."""
-    p = {"horizon": as_of - timedelta(days=QUEUE_DAYS), "as_of": as_of,
-         "max_age": LATER_KEYS["queue_max_age_days"]}
+    """(the requests waiting at as_of and not expired, {count, rows, counts}: those expired, newest
+    expiry first, at most EXPIRED_SHOWN rows, and counted per team, kind and capacity type).
+    `exclude`: a run ID left out (the request being checked)."""
+    p = {"horizon": as_of - timedelta(days=QUEUE_DAYS), "max_age": LATER_KEYS["queue_max_age_days"]}
     con.execute(_QUEUE_SQL, p)
     try:
         cols = "run_id, team, kind, capacity, gpus, waiting_since, expires_at"
         live = con.execute(f"SELECT {cols}, request_json FROM plan_queue WHERE expires_at > $as_of "
                            "AND run_id IS DISTINCT FROM $exclude ORDER BY run_id", {"as_of": as_of, "exclude": exclude}).fetchall()
-        count = con.execute("SELECT count(*) FROM plan_queue WHERE expires_at <= $as_of AND run_id IS DISTINCT FROM "
-                            "$exclude", {"as_of": as_of, "exclude": exclude}).fetchone()[0]
+        counts = con.execute("SELECT team, kind, capacity, count(*) FROM plan_queue WHERE expires_at <= $as_of "
+                             "AND run_id IS DISTINCT FROM $exclude GROUP BY ALL ORDER BY ALL",
+                             {"as_of": as_of, "exclude": exclude}).fetchall()
         expired = con.execute(f"SELECT {cols} FROM plan_queue WHERE expires_at <= $as_of AND run_id IS DISTINCT FROM "
                               "$exclude ORDER BY expires_at DESC, run_id LIMIT $n",
                               {"as_of": as_of, "exclude": exclude, "n": EXPIRED_SHOWN}).fetchall()
@@ -79,7 +80,8 @@ def read_queue(con, as_of: datetime, exclude: str | None = None) -> tuple[list[W
         con.execute("DROP TABLE IF EXISTS plan_queue")
     names = cols.split(", ")
     waiting: list[WaitingRequest] = [{**dict(zip(names, r[:7])), "request": _parse(r[7])} for r in live]
-    return waiting, {"count": int(count), "rows": [dict(zip(names, r)) for r in expired]}
+    return waiting, {"count": sum(n for *_, n in counts), "rows": [dict(zip(names, r)) for r in expired],
+                     "counts": [{"team": t, "kind": k, "capacity": c, "requests": n} for t, k, c, n in counts]}
 
 
 def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,

@@ -157,7 +157,8 @@ class _Waiting:
 
 
 def _codes(decision: Decision) -> list[str]:
-    return [r["code"] for r in decision["reasons"]]
+    """The decision's reason codes, each once, in its order."""
+    return list(dict.fromkeys(r["code"] for r in decision["reasons"]))
 
 
 def _step(world: PlanWorld, q: _Waiting, t: datetime, tries: list) -> int:

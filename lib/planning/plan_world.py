@@ -46,7 +46,7 @@ class QueueRow(TypedDict):
     """One waiting request as planned. planned_start None: not within the horizon (see note and
     blocking). ahead: run IDs the plan starts before it that hold what it needed (its team's quota
     or budget, or its pool), by planned start, at most AHEAD_SHOWN of `ahead_count`. reasons: the
-    codes `python -m lib check` gives it at as_of; blocking: those of its last try in the plan."""
+    codes `python -m lib check` gives it at as_of (each once); blocking: those of its last try."""
     run_id: str
     team: str | None
     kind: str | None
