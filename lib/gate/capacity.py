@@ -85,6 +85,10 @@ def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservatio
         raise ValueError("GPU counts cannot be negative")
     if need_gpus > quota_gpus:
         return None
+    holders = list(holders)
+    if sum(r["gpus"] for r in holders if r["reserved_until"] is None or r["reserved_until"] > now) \
+            + need_gpus <= quota_gpus:   # fits now: no timeline needed
+        return now
     for step in holdings_timeline(now, holders):
         if step["gpus"] + need_gpus <= quota_gpus:
             return step["at"]
@@ -139,20 +143,28 @@ def pool_room(pool: PoolState, team: str | None, kind: str, start: dt.datetime, 
     scheduler's windows that take accelerators out of the pool during the span. `timeline`: the
     counted reservations' holdings_timeline from `start` or earlier, when the caller has it."""
     end = span_end(start, hours)
-    windows = [w for w in pool["windows"] if window_applies(w, pool["name"], team)
-               and w["start"] < max(end, start + _INSTANT) and w["end"] > start]
-    later = [w["start"] for w in windows if w["start"] > start]
-    if timeline is None and not later:   # only the start matters: no timeline needed
+    windows = _in_span([w for w in pool["windows"] if window_applies(w, pool["name"], team)], start, end)
+    if timeline is None and not any(w["start"] > start for w in windows):   # only the start matters
         held = sum(r["gpus"] for r in pool_counted(pool, team, kind)
                    if r["reserved_until"] is None or r["reserved_until"] > start)
         return max(0, pool["gpus"] - held - sum(w["gpus"] for w in windows)), held, windows
     if timeline is None:
         timeline = _pool_timeline(pool, team, kind, start)
+    return max(0, pool["gpus"] - _peak(timeline, windows, start)), held_at(timeline, start), windows
+
+
+def _in_span(windows: list[CapacityWindow], start: dt.datetime, end: dt.datetime) -> list[CapacityWindow]:
+    """The windows active at some moment of [start, end) (at start, for a run of no length)."""
+    return [w for w in windows if w["start"] < max(end, start + _INSTANT) and w["end"] > start]
+
+
+def _peak(timeline: list[TimelineStep], windows: list[CapacityWindow], start: dt.datetime) -> int:
+    """The most that holdings and `windows` (those of the span) take at once from `start` on: holdings
+    only fall, so the peak is at the start or where a window begins."""
     peak = 0
-    # holdings only fall, so the peak of held + windows is at the start or where a window begins
-    for at in [start] + later:
+    for at in [start] + [w["start"] for w in windows if w["start"] > start]:
         peak = max(peak, held_at(timeline, at) + sum(w["gpus"] for w in windows if w["start"] <= at < w["end"]))
-    return max(0, pool["gpus"] - peak), held_at(timeline, start), windows
+    return peak
 
 
 _INSTANT = dt.timedelta(microseconds=1)   # a run of no length still needs the pool at its start
@@ -166,10 +178,10 @@ def span_end(start: dt.datetime, hours: float) -> dt.datetime:
 
 
 def _pool_timeline(pool: PoolState, team: str | None, kind: str, start: dt.datetime) -> list[TimelineStep]:
-    """The counted reservations' holdings_timeline from start (or the pool's own, when it has one
-    from no later and counts the same reservations)."""
+    """The counted reservations' holdings_timeline from start (or the one the pool state brings, when
+    it starts no later)."""
     given = pool.get("timeline")
-    if given is not None and kind != "retraining" and given[0]["at"] <= start:
+    if given is not None and given[0]["at"] <= start:
         return given
     return holdings_timeline(start, pool_counted(pool, team, kind))
 
@@ -188,13 +200,16 @@ def pool_fit(pool: PoolState, team: str | None, kind: str, need_gpus: int, hours
             return start
         j = bisect.bisect_left(timeline, need_gpus - pool["gpus"], lo=i, key=_minus_gpus)
         return timeline[j]["at"] if j < len(timeline) else None
+    windows = [w for w in pool["windows"] if window_applies(w, pool["name"], team)]
     later = (s["at"] for s in timeline[i:])
     last = None
     # room only grows where a holding releases or a window ends; after the last of those it never changes
     for at in heapq.merge([start], later, ends):
-        if at != last and pool_room(pool, team, kind, at, hours, timeline)[0] >= need_gpus:
-            return at
+        if at == last or held_at(timeline, at) + need_gpus > pool["gpus"]:   # no window can make room
+            continue
         last = at
+        if pool["gpus"] - _peak(timeline, _in_span(windows, at, span_end(at, hours)), at) >= need_gpus:
+            return at
     return None
 
 

@@ -123,8 +123,9 @@ class PoolState(TypedDict):
     """One pool of the cluster's physical accelerators (a capacity type, `[pools.<type>]` in
     data/teams.toml): its `gpus`, every team's reservations held on it (as quotas count them), and
     the scheduler's windows that may take accelerators out of it. `timeline`, when a caller deciding
-    many requests has it: lib.gate.capacity.holdings_timeline of `reservations` from a time at or
-    before the decision's (not used for retraining, which counts fewer of them)."""
+    many requests has it: lib.gate.capacity.holdings_timeline, from a time at or before the decision's,
+    of the reservations the decided request counts (lib.gate.capacity.pool_counted: for retraining,
+    not its own team's experiments)."""
     name: str
     gpus: int
     reservations: list[Reservation]

@@ -38,7 +38,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from lib.gate.admission import decide
-from lib.gate.capacity import WAIT_CURES, fit_for_reasons, holdings_timeline, pool_room, span_end
+from lib.gate.capacity import WAIT_CURES, fit_for_reasons, holdings_timeline, pool_counted, pool_room, span_end
 from lib.gate.contracts import Decision, Reservation, State
 from lib.gate.terms import CAPACITIES, month_start, next_month_start
 from lib.planning.holdings import Holdings
@@ -70,7 +70,7 @@ class PlanWorld:
         self.started: dict[str, Holding] = {}
         self.started_in: dict = {}   # team, or ("pool", name) -> the Holdings the plan started there
         self._snapshots: dict = {}
-        self._timelines: dict = {}   # pool -> (time, holds, its holdings_timeline then)
+        self._timelines: dict = {}   # (pool, team for retraining) -> (time, holds, the counted timeline then)
         self._started_held: dict = {}
         for r in inputs["held"]:
             self._hold(r, ledger=True)
@@ -103,15 +103,18 @@ class PlanWorld:
                 "snapshots": snaps, "calibration_history": [],
                 "calibration": self.inputs["calibrations"].get((team, kind)),
                 "interruption_rate": self.inputs["interruption_rates"].get(team),
-                "pools": {name: self._pool(pools, name, gpus, t, ledger_only) for name, gpus in self.pool_sizes.items()}}
+                "pools": {name: self._pool(pools, name, gpus, t, ledger_only, team, kind)
+                          for name, gpus in self.pool_sizes.items()}}
 
-    def _pool(self, pools: Holdings, name: str, gpus: int, t: datetime, ledger_only: bool) -> dict:
+    def _pool(self, pools: Holdings, name: str, gpus: int, t: datetime, ledger_only: bool, team, kind) -> dict:
         held = pools.held(name, t)
         pool = {"name": name, "gpus": gpus, "reservations": held, "windows": self.inputs["windows"]}
         if not ledger_only:   # one timeline for every request decided at t, until the plan starts another
-            cached = self._timelines.get(name)
+            key = (name, team if kind == "retraining" else None)   # retraining leaves out its team's experiments
+            cached = self._timelines.get(key)
             if cached is None or cached[:2] != (t, pools.holds.get(name, 0)):
-                cached = self._timelines[name] = (t, pools.holds.get(name, 0), holdings_timeline(t, held))
+                cached = self._timelines[key] = (t, pools.holds.get(name, 0),
+                                                 holdings_timeline(t, pool_counted(pool, team, kind)))
             pool["timeline"] = cached[2]
         return pool
 
