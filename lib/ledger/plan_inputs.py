@@ -100,7 +100,9 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
     snapshots: dict = {}
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
-    teams = sorted({t for t, _ in pairs})
+    # the interruption rate prices only preemptible requests' estimates
+    teams = sorted({t for t, _ in pairs} if any(w["capacity"] == "preemptible" for w in waiting)
+                   or also is not None else set())
     inputs: PlanInputs = {
         "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
         "spent": spent, "snapshots": snapshots,
