@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, checkpoint, recover, plan, demo, export, teams, forecast, replay. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, plan, demo, export, teams, forecast, replay, slurm. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 
 from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
+from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
 from lib.cli_plan import PLAN_COMMANDS, add_plan_parser
 from lib.cli_runs import RUN_COMMANDS, add_run_parsers
+from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
@@ -305,6 +307,8 @@ def _sql_path(p) -> str:
 
 
 def cmd_teams(args) -> int:
+    if args.from_slurm:  # a proposal the planner reviews like code: nothing is written
+        return cmd_teams_from_slurm(args)
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file, who=who)
@@ -389,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="validate and preview, write nothing")
 
     add_run_parsers(sub, common)
+    add_alert_parser(sub, common)
     add_plan_parser(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
@@ -425,12 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
+    s.add_argument("--from-slurm", action="store_true", help="print the [pools] proposed from sinfo; write nothing")
+    add_slurm_parser(sub, common)
     return p
 
 
-COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **PLAN_COMMANDS,
+COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
+            **PLAN_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
-            "replay": cmd_replay}
+            "replay": cmd_replay, **SLURM_COMMANDS}
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import costs, forecasts, overview_queries, reservation_figures
+from lib.dashboard import alerts, costs, forecasts, overview_queries, reservation_figures
 
 f = ui.frame()
 
@@ -14,6 +14,12 @@ st.title("Overview")
 ui.caption(f"{f.describe()} · compared with {f.previous().date_from} to {f.previous().date_to}")
 
 ui.budget_outlook(ui.PageData(forecasts.budget_outlook, f)["burn"], quiet=True)
+raised = ui.PageData(alerts.alerts_this_month, f).data
+if not raised.empty:
+    with st.expander(f"Budget alerts this month: {len(raised)}", expanded=False):
+        ui.table(raised, "budget_alerts", "dl_overview_alerts", empty="No budget alert this month.",
+                 caption="Raised by `python -m lib alerts` (thresholds in data/teams.toml [alerts]); each is "
+                         "sent to the webhook once.")
 
 if not cur["runs"] and not cur["deferred"]:
     st.info("No runs in this period — widen the dates, clear the team/kind filters, or upload history "

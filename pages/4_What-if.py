@@ -70,6 +70,8 @@ with st.form("what_if"):
         c[3].number_input("Data-loading stall (0–1)", min_value=0.0, max_value=0.99, value=0.05,
                           key="wi_data_loading_fraction")
         c[4].number_input("Restart (minutes)", min_value=0.0, value=5.0, key="wi_restart_minutes")
+        st.columns(5)[0].number_input("Pilot ran on (GPUs; 0: as requested)", min_value=0, value=0, step=1,
+                                      key="wi_pilot_gpus")
     else:
         st.number_input("Estimated GPU-hours", min_value=0.0, value=40.0, key="wi_estimated_gpu_hours")
 
@@ -117,8 +119,12 @@ st.text(f"run {decision.get('run_id')} · team {decision.get('team')} · kind {d
         f"policy {decision.get('policy_version')}")
 if decision.get("reserved_gpu_hours") is not None:
     st.write(f"Would reserve {decision['reserved_gpu_hours']:,.1f} GPU-hours.")
-for note in decision.get("notes") or []:
-    ui.caption(f"Note: {note}")
+for note in whatif.note_rows(decision):
+    said = note["text"] + (f" — fix: {note['fix']}" if note["fix"] else "")
+    if note["warning"]:
+        st.warning(ui.as_text(f"Warning: {said}"))
+    else:
+        ui.caption(f"Note: {said}")
 
 st.subheader("Reasons and fixes")
 reasons = pd.DataFrame(whatif.reasons_rows(decision))

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lib.dashboard import recovery_figures, recovery_view
+from lib.dashboard import lost_work_queries, recovery_figures, recovery_view
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.recovery_view import MIN_LIFETIME_SAMPLES
 from lib.planning.interval_curve import expected_or_none
@@ -120,11 +120,39 @@ else:
                      f"({int(source['censored_lifetimes']):,} ended without an interruption)")
     with st.expander("Per team and capacity type"):
         ui.table(rates, "recovery_rates", "dl_rp_rates", empty="No finished runs in this period.",
-                 caption="Mean time between interruptions = run time ÷ interruptions. Restart time = the median "
+                 caption="Interruptions: a run's recorded interruption events (the gate's `recover`, or the attempts "
+                         "of a requeued job in an sacct import) when it has any, else its interruption count. "
+                         "Mean time between interruptions = run time ÷ interruptions. Restart time = the median "
                          "retry GPU-hours per relaunch per GPU, or a default by job size when none is recorded. "
                          "Lifetimes: each run's hours cut into equal gaps, one per interruption plus a last one "
                          "ended by the run's end; Kaplan-Meier counts that last gap (and a run never interrupted) "
                          "as censored, a lifetime at least that long, so lifetimes are not biased short.")
+
+# ----------------------------------------------------------------------------- lost work
+st.subheader("Work lost to interruptions")
+lost = ui.PageData(lost_work_queries.lost_work, f)
+groups = lost["groups"]
+if groups.empty:
+    st.info("No interrupted attempt recorded in this period: the gate records one with `python -m lib recover`, "
+            "and an sacct import of `sacct --duplicates` output brings the attempts of requeued jobs.")
+else:
+    c = st.columns(3)
+    c[0].metric("Lost, measured (GPU-h)", f"{groups['lost_gpu_hours'].sum():,.1f}",
+                help="each interrupted attempt's GPU-hours less the work kept at the last checkpoint recorded "
+                     "within it (all of it without one)")
+    c[1].metric("Lost, expected (GPU-h)", f"{groups['expected_lost_gpu_hours'].sum():,.1f}",
+                help="the closed form's expected loss per interruption, for each run's checkpointing, times "
+                     "its interrupted attempts")
+    c[2].metric("Interrupted attempts", f"{int(groups['attempts'].sum()):,}",
+                help=f"{int(groups['with_checkpoint'].sum()):,} after a checkpoint record; "
+                     f"{int(groups['from_sacct'].sum()):,} seen only in sacct")
+    lost.chart(recovery_figures.lost_work_bars, "groups")
+    ui.table(groups, "lost_work", "dl_rp_lost", empty="No interrupted attempts.",
+             caption="Measured from the ledger's interruptions in the period (the gate's records and the attempts "
+                     "of requeued jobs imported from sacct). Expected: the exact expected-time model's lost work per "
+                     "interruption, for each run's checkpoint interval (its pilot's, else the spacing of its "
+                     "checkpoint records, else none), checkpoint write, restart and the MTBF above, times the "
+                     "run's interrupted attempts.")
 
 # ----------------------------------------------------------------------------- the job
 st.subheader("The job")

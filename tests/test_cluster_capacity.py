@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from lib.gate.admission import decide
-from lib.gate.capacity import capacity_fit, pool_fit, pool_room
+from lib.gate.capacity import capacity_fit, pool_fit, pool_room, window_applies
 from lib.gate.reasons import ORDER
 from lib.ledger.cluster_windows import replace_windows
-from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request, submit_request
 from lib.ledger.state import team_state
 from lib.ledger.teams_file import TeamsFileError, parse_teams_file, pool_warnings, sync_teams
@@ -171,8 +171,8 @@ def test_the_ledger_decides_with_its_pool_and_the_command_line_says_cluster_capa
     p = run_cli("check", write_json(tmp_path / "r.json", req), "--now", NOW.isoformat(), db=pooled_ledger)
     assert p.returncode == 1 and "[cluster-capacity]" in p.stderr
     # a maintenance window over the whole pool: a small request that fits now is deferred past it
-    with open_ledger(pooled_ledger) as con, transaction(con):
-        replace_windows(con, [window(1, 30, 10)], source="test")
+    with open_ledger(pooled_ledger) as con:
+        assert replace_windows(con, [window(1, 30, 10)], source="test")
     small = dict(req, gpus=2)
     d = check_request(small, db=pooled_ledger, now=NOW)
     assert codes(d) == ["cluster-capacity"] and "maint-1" in d["reasons"][0]["message"]
@@ -205,3 +205,19 @@ def test_a_pool_smaller_than_a_quota_is_allowed_but_flagged_and_reloading_withou
         assert con.execute("SELECT pool, gpus FROM pools ORDER BY 1").fetchall() == [("preemptible", 7), ("stable", 4)]
         sync_teams(con, without)
         assert con.execute("SELECT pool, gpus FROM pools ORDER BY 1").fetchall() == [("preemptible", 7)]
+
+
+@pytest.mark.parametrize("accounts, users, takes_from_vision", [
+    ([], [], True),                       # maintenance: everyone
+    (["vision"], [], False),              # vision's own reservation
+    (["search"], [], True),               # another account's
+    (["-search"], [], False),             # every account but search may run inside
+    (["-vision"], [], True),
+    ([], ["alice"], True),                # some users only: the gate decides per team, so it takes
+    ([], ["-bob"], False),                # every user but bob
+])
+def test_a_window_takes_from_a_team_unless_the_team_may_run_inside_it(accounts, users, takes_from_vision):
+    w = {**window(0, 10, 16), "accounts": accounts, "users": users}
+    assert window_applies(w, "stable", "vision") is takes_from_vision
+    assert window_applies(w, "preemptible", "vision") is False          # another pool's window
+    assert window_applies({**w, "pool": None}, "preemptible", "vision") is takes_from_vision

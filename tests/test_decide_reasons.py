@@ -46,7 +46,8 @@ def test_unknown_bound_is_said_not_invented():
     d = decide(request(kind="production"), policy(), state(hist=history(ratios=[1.0] * 3)))
     assert d["estimate"]["upper_gpu_hours"] is None
     assert d["estimate"]["judged_at"] == "median"
-    assert any("bound unknown" in n for n in d["notes"])
+    assert [n["code"] for n in d["notes"]] == ["calibration-unknown"]
+    assert "bound unknown" in d["notes"][0]["message"]
 
 
 def test_every_failing_check_comes_back_in_the_documented_order():
@@ -194,4 +195,5 @@ def test_runtime_cap_reads_the_estimated_wall_clock_too():
     d = decide(request(estimated_gpu_hours=20.0, gpus=1, max_runtime_hours=10, budget_gpu_hours=30),
                policy(max_runtime_hours=12), state(hist=[]))
     assert codes(d) == ["runtime-cap"]
-    assert any("would stop on wall clock" in n for n in d["notes"])
+    [n] = [n for n in d["notes"] if n["code"] == "walltime-exceeds-limit"]
+    assert "would stop on wall clock" in n["message"]

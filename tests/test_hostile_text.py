@@ -44,7 +44,9 @@ def _crafted():
     planned = pd.DataFrame({"run_id": h, "team": h, "kind": "exploratory", "gpus": 4,
                             "planned_start": [start + pd.Timedelta(hours=i) for i in range(len(h))],
                             "planned_end": [start + pd.Timedelta(hours=i + 5) for i in range(len(h))]})
-    return optima, curve, options, estimate, reasons, planned
+    lost = pd.DataFrame({"team": h, "capacity": "preemptible", "attempts": 2, "lost_gpu_hours": 3.0,
+                         "expected_lost_gpu_hours": 2.5, "modelled_attempts": 2})
+    return optima, curve, options, estimate, reasons, planned, lost
 
 
 def figures_by_builder(pages) -> dict[str, list]:
@@ -53,7 +55,7 @@ def figures_by_builder(pages) -> dict[str, list]:
     c = figure_kit.team_colours(HOSTILE)
     o, r, i, e, s = (pages[k] for k in ("overview", "reservations", "idle_capacity", "estimate_accuracy",
                                         "stops_promotion"))
-    optima, curve, options, estimate, reasons, planned = _crafted()
+    optima, curve, options, estimate, reasons, planned, lost = _crafted()
     return {
         "empty_figure": [figure_kit.empty_figure(HOSTILE[0], HOSTILE[1])],
         "reserved_vs_used": [reservation_figures.reserved_vs_used(o["daily"], c)],
@@ -83,6 +85,7 @@ def figures_by_builder(pages) -> dict[str, list]:
         "capacity_calendar": [reservation_figures.capacity_calendar(r["calendar"], c)],
         "queue_schedule": [reservation_figures.queue_schedule(r["waiting"], c),
                            reservation_figures.queue_schedule(planned, c)],
+        "lost_work_bars": [recovery_figures.lost_work_bars(lost, c)],
     }
 
 

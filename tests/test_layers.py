@@ -4,7 +4,8 @@ lib/, the core: a module never imports a layer above its own, and never Streamli
 the app or the tests. From the bottom: the decision (`lib.gate`), planning maths (`lib.planning`), the
 ledger (`lib.ledger`), then the dashboard's read models (`lib.dashboard`) and the Slurm integration
 (`lib.slurm`), and on top the command line (`lib.cli`, its argument types `lib.cli_args`, its output
-`lib.cli_output`, its run commands `lib.cli_runs`, its plan command `lib.cli_plan`, `lib.__main__`).
+`lib.cli_output`, its run commands `lib.cli_runs`, its plan command `lib.cli_plan`, `lib.cli_alerts`, `lib.cli_slurm`,
+`lib.__main__`).
 
 Above lib/: the UI kit (ui/), which imports lib/ and itself; above it app.py and the page scripts in
 pages/, which import ui and lib/ only (of this project's code).
@@ -26,7 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB, UI = ROOT / "lib", ROOT / "ui"
-RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "cli_args": 4, "cli_output": 4, "cli_runs": 4, "cli_plan": 4,
+RANK = {"gate": 0, "planning": 1, "ledger": 2, "dashboard": 3, "slurm": 3, "cli": 4, "cli_args": 4, "cli_output": 4, "cli_runs": 4, "cli_alerts": 4, "cli_slurm": 4, "cli_plan": 4,
         "__main__": 4}
 # the top-level names this project's own code can be imported by (pages/ is not importable)
 PROJECT = {"lib", "ui", "app", "tests", "bench"}

@@ -1,10 +1,11 @@
 """A ledger written by schema version 1 (before team colours and prices), 2 (before the audit of who
-wrote), 3 (before the weekly usage kept beside runs), 4 (before runs' checkpoints and interruptions) or
-5 (before the queue's age, the pools and the scheduler's windows) is upgraded, its data kept: by any
-write open,
-by `upgrade_ledger`, and by the app on start, whose pages only read."""
+wrote), 3 (before the weekly usage kept beside runs), 4 (before a team's pilot scaling efficiency,
+runs' checkpoints and interruptions, and budget alerts), 5 (before the cluster's windows) or 6 (before
+the queue's age and the pools) is upgraded, its data kept: by any write open, by `upgrade_ledger`, and
+by the app on start, whose pages only read."""
 from __future__ import annotations
 
+import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -19,8 +20,10 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
-    6: ("ALTER TABLE teams DROP COLUMN queue_max_age_days", "DROP TABLE pools", "DROP TABLE cluster_windows"),
-    5: ("DROP TABLE interruptions", "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints"),
+    7: ("ALTER TABLE teams DROP COLUMN queue_max_age_days", "DROP TABLE pools"),
+    6: ("DROP TABLE cluster_windows",),
+    5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "DROP TABLE interruptions",
+        "DROP SEQUENCE interruption_seq", "DROP TABLE checkpoints", "DROP TABLE alerts"),
     4: ("DROP TABLE team_weeks",),
     3: ("ALTER TABLE decisions DROP COLUMN actor", "DROP TABLE audit", "DROP SEQUENCE audit_seq"),
     2: ("ALTER TABLE teams DROP COLUMN colour", "DROP TABLE prices"),
@@ -42,11 +45,16 @@ def contents(path) -> dict:
     return {t: query(path, f"SELECT * FROM {t} ORDER BY ALL") for t in TABLES}
 
 
-def assert_kept(before: dict, after: dict, new_columns: tuple[str, ...]) -> None:
-    """Every row kept; each table in `new_columns` gained a column for each time it is named there, NULL
-    in old rows (teams.colour, decisions.actor, teams.queue_max_age_days)."""
+# the values an upgrade gives old rows in the columns it adds (teams.colour, teams.scaling_efficiency,
+# decisions.actor, teams.queue_max_age_days): NULL, but linear scaling for every team that had a policy
+# before it (a NULL queue age reads as the default)
+NO_COLOUR, LINEAR, NO_ACTOR, NO_AGE = None, 1.0, None, None
+
+
+def assert_kept(before: dict, after: dict, new_columns: dict[str, tuple]) -> None:
+    """Every row kept; each table in `new_columns` gained those columns, with those values in old rows."""
     for t in TABLES:
-        assert after[t] == [(*row, *[None] * new_columns.count(t)) for row in before[t]], t
+        assert after[t] == [(*row, *new_columns.get(t, ())) for row in before[t]], t
 
 
 @pytest.fixture
@@ -70,7 +78,8 @@ def test_a_read_only_open_refuses_a_version_1_ledger_until_it_is_upgraded(v1_led
         assert con.execute("SELECT count(*) FROM teams WHERE colour IS NULL").fetchall() == \
             con.execute("SELECT count(*) FROM teams").fetchall()
         assert con.execute("SELECT count(*) FROM prices").fetchall() == [(0,)]
-    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions", "teams"))
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, LINEAR, NO_AGE),
+                                                                  "decisions": (NO_ACTOR,)})
 
 
 def test_upgrade_leaves_a_missing_file_alone(tmp_path):
@@ -107,7 +116,8 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
         if page == "overview":   # the kept history is shown
             assert next(m.value for m in at.metric if m.label == "Runs in period") not in ("0", "—")
     assert query(v1_ledger, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(v1_ledger), new_columns=("teams", "decisions", "teams"))
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, LINEAR, NO_AGE),
+                                                                  "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
@@ -120,7 +130,7 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(path, "SELECT count(*) FROM audit") == [(0,)]
-    assert_kept(before, contents(path), new_columns=("decisions", "teams"))
+    assert_kept(before, contents(path), new_columns={"teams": (LINEAR, NO_AGE), "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
@@ -129,32 +139,53 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns=("teams",))
+    assert_kept(before, contents(path), new_columns={"teams": (LINEAR, NO_AGE)})
     weeks = query(path, "SELECT team, week, gpu_hours FROM team_weeks ORDER BY ALL")
     assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
         IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
         FROM runs WHERE started_at IS NOT NULL GROUP BY ALL ORDER BY ALL""")
 
 
-def test_a_version_4_ledger_gains_the_checkpoint_and_interruption_tables_and_keeps_its_rows(tmp_path):
+VISION_TOML = """[teams.vision]
+reserved_gpus = 16
+max_gpus_per_job = 8
+max_gpu_mem_gb = 80
+max_runtime_hours = 72
+monthly_budget_gpu_hours = 5000
+"""
+VISION_VERSION_BEFORE = "5243fdc88574"   # its policy_version as the release before scaling_efficiency hashed it
+
+
+def test_a_version_4_ledger_gains_linear_scaling_and_an_unchanged_policy_keeps_its_version(tmp_path):
     path = tmp_path / "v4.duckdb"
     make_version(path, 4)
+    with duckdb.connect(str(path)) as con:   # the team as the release before loaded it (a ledger open would upgrade)
+        con.execute("UPDATE teams SET policy_version = ? WHERE team = 'vision'", [VISION_VERSION_BEFORE])
+    before = contents(path)
+    assert upgrade_ledger(path) is True
+    assert_kept(before, contents(path), new_columns={"teams": (LINEAR, NO_AGE)})
+    for table in ("interruptions", "checkpoints", "alerts"):   # the tables version 5 added, empty
+        assert query(path, f"SELECT count(*) FROM {table}") == [(0,)]
+    teams_file = tmp_path / "teams.toml"
+    teams_file.write_text(VISION_TOML, encoding="utf-8")
+    p = run_cli("teams", "--file", teams_file, db=path)
+    assert p.returncode == 0, p.stderr
+    assert query(path, "SELECT policy_version, scaling_efficiency FROM teams WHERE team = 'vision'") == \
+        [(VISION_VERSION_BEFORE, 1.0)]
+    teams_file.write_text(VISION_TOML + "scaling_efficiency = 0.9\n", encoding="utf-8")
+    assert run_cli("teams", "--file", teams_file, db=path).returncode == 0
+    [(version, efficiency)] = query(path, "SELECT policy_version, scaling_efficiency FROM teams WHERE team = 'vision'")
+    assert version != VISION_VERSION_BEFORE and efficiency == 0.9
+
+
+def test_a_version_6_ledger_gains_the_queue_age_and_the_pools_and_reads_the_default_age(tmp_path):
+    path = tmp_path / "v6.duckdb"
+    make_version(path, 6)
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns=("teams",))
-    assert query(path, "SELECT count(*) FROM interruptions") == [(0,)]
-    assert query(path, "SELECT count(*) FROM checkpoints") == [(0,)]
-
-
-def test_a_version_5_ledger_gains_the_queue_age_pools_and_windows_and_reads_the_default_age(tmp_path):
-    path = tmp_path / "v5.duckdb"
-    make_version(path, 5)
-    before = contents(path)
-    assert upgrade_ledger(path) is True
-    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns=("teams",))
-    assert query(path, "SELECT count(*) FROM pools") == query(path, "SELECT count(*) FROM cluster_windows") == [(0,)]
+    assert_kept(before, contents(path), new_columns={"teams": (NO_AGE,)})
+    assert query(path, "SELECT count(*) FROM pools") == [(0,)]
     with open_ledger(path, read_only=True) as con:
         team = con.execute("SELECT min(team) FROM teams").fetchone()[0]
         assert team_policy(con, team)["queue_max_age_days"] == 14   # NULL in the old row: the default

@@ -98,7 +98,8 @@ def test_the_ledger_rate_is_the_team_s_with_enough_runs_else_everyone_s(tiny_led
         _preemptible_runs(con, "tiny", 1, 10.0, 3, start=MIN_RATE_RUNS)
         own = interruption_rate(con, "tiny", NOW)
         assert own == {"per_gpu_hour": pytest.approx(0.3), "scope": "team", "runs": MIN_RATE_RUNS,
-                       "gpu_hours": 10.0 * MIN_RATE_RUNS, "interruptions": 3 * MIN_RATE_RUNS}
+                       "gpu_hours": 10.0 * MIN_RATE_RUNS, "interruptions": 3 * MIN_RATE_RUNS,
+                       "source": "counts"}
         # outside the window or on stable capacity: not counted
         con.execute("UPDATE runs SET capacity = 'stable' WHERE team = 'other'")
         assert interruption_rate(con, "other", NOW)["scope"] == "all"

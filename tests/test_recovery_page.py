@@ -1,13 +1,18 @@
 """The Recovery planner page under AppTest, on the small ledger of tests/fixtures_app.py."""
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.dashboard import recovery_view, sidebar_queries
 from lib.dashboard.filters import default_filters
 from lib.dashboard.labels import ALL_TEAMS
+from lib.dashboard.lost_work_queries import lost_work
+from lib.ledger.imports import import_runs
 from tests.fixtures_app import ROOT, page_script
+from tests.test_import_sacct import line, sacct
 
 TIMEOUT_S = 60
 PAGE = page_script("recovery_planner")
@@ -100,3 +105,32 @@ def test_the_breach_probability_follows_the_budget(page_ledger):
     at.number_input(key="rp_budget_gpu_hours").set_value(100_000.0)
     press(at, "Plan")
     assert metric(at, "P(budget breach)") == "0.0%"
+
+
+def test_lost_work_is_shown_measured_beside_expected(page_ledger):
+    path, _ = page_ledger
+    at = open_page()   # no interruption recorded yet: the page says how to get some
+    assert any("No interrupted attempt recorded" in i.value for i in at.info)
+    f = default_filters(sidebar_queries.sidebar_options(path)["last_day"])
+    day = f.date_to - dt.timedelta(days=2)
+    t = [f"{day}T{h}" for h in ("08:00:00", "09:00:00", "09:30:00", "12:30:00")]
+    requeued = sacct(  # a job requeued twice on vision: 1 h and 3 h on 2 GPUs, then done
+        line(jobid="4242", account="vision", jobname="run_id=lost-1", start=t[0], end=t[1], elapsed="01:00:00",
+             state="PREEMPTED"),
+        line(jobid="4242", account="vision", jobname="run_id=lost-1", start=t[1], end=t[3], elapsed="03:00:00",
+             state="NODE_FAIL"),
+        line(jobid="4242", account="vision", jobname="run_id=lost-1", start=t[3], end=t[3], elapsed="00:00:00",
+             state="RUNNING"))
+    assert import_runs(requeued, fmt="sacct", db=path).written
+    groups = lost_work(f, path)["groups"]
+    at = open_page()
+    assert metric(at, "Lost, measured (GPU-h)") == f"{2 * 1 + 2 * 3:,.1f}"
+    assert metric(at, "Lost, expected (GPU-h)") == f"{groups['expected_lost_gpu_hours'].sum():,.1f}"
+    assert metric(at, "Interrupted attempts") == "2"
+    (shown,) = [d.value for d in at.dataframe if "expected_lost_gpu_hours" in d.value.columns]
+    row = shown[shown["team"] == "vision"].iloc[0]
+    assert (row["attempts"], row["from_sacct"]) == (2, 2)
+    assert float(row["lost_gpu_hours"]) == pytest.approx(8.0)
+    assert float(row["expected_lost_gpu_hours"]) == pytest.approx(groups["expected_lost_gpu_hours"].iloc[0])
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Work lost to interruptions" in c and '"expected (closed form)"' in c for c in charts)

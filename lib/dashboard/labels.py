@@ -160,6 +160,10 @@ COLUMNS: dict[str, ColumnSpec] = {
     "p50_month_end_gpu_hours": _spec("Month end, P50 (GPU-h)", "number"),
     "p90_month_end_gpu_hours": _spec("Month end, P90 (GPU-h)", "number"),
     "exhausts_p50": _spec("Budget used up, P50", "date", key=True), "exhausts_p90": _spec("Budget used up, P90", "date"),
+    # budget alerts
+    "raised_at": _spec("Raised (UTC)", "datetime"), "alert": _spec("Alert"),
+    "percent_used": _spec("Budget used (%)", "number", 0), "sent_at": _spec("Sent (UTC)", "datetime"),
+    "attempts": _spec("Delivery attempts", "integer"), "last_error": _spec("Last delivery error", long=True),
     # recovery planner
     "quantity": _spec("Quantity"), "stable": _spec("Stable", "number", 3), "preemptible": _spec("Preemptible", "number", 3),
     "option": _spec("Choice"), "available": _spec("Available", "bool"), "fits_budget": _spec("Fits the budget", "bool"),

@@ -1,5 +1,6 @@
 """The Recovery planner's charts: expected completion time against the checkpoint interval, the
-simulated completion-time distribution, and the completion time of each choice after an event.
+simulated completion-time distribution, the completion time of each choice after an event, and the
+work lost to interruptions, measured beside expected.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from lib.dashboard.figure_kit import empty_figure, log_axis, titled_figure
+from lib.dashboard.figure_kit import empty_figure, log_axis, team_colour, titled_figure
 from lib.dashboard.figure_text import shows_text_as_typed
 
 OPTIMUM_COLOURS = {"young": "#9467bd", "daly": "#2ca02c", "exact": "#d62728"}
@@ -111,4 +112,27 @@ def scenario_options(options: pd.DataFrame) -> go.Figure:
                     marker=dict(color="#f58518", symbol="line-ns-open", size=18, line=dict(width=3)))
     fig.add_scatter(y=o["option"], x=o["mean"], mode="markers", name="mean",
                     marker=dict(color="#08519c", symbol="diamond", size=10))
+    return fig
+
+
+@shows_text_as_typed
+def lost_work_bars(groups: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """GPU-hours lost to interruptions per team and capacity type: measured (solid, the team's
+    colour) beside what the closed form expects for the same attempts (hatched). groups:
+    lib.dashboard.lost_work_queries.lost_work's "groups" (team, capacity, attempts, lost_gpu_hours,
+    expected_lost_gpu_hours, modelled_attempts)."""
+    title = "Work lost to interruptions: measured and expected (GPU-hours)"
+    if groups.empty:
+        return empty_figure(title, "no interrupted attempt recorded in this period")
+    g = groups.sort_values(["team", "capacity"])
+    x = [f"{t} · {c}" for t, c in zip(g["team"], g["capacity"])]
+    bar_colours = [team_colour(colours, t) for t in g["team"]]
+    fig = titled_figure(title, barmode="group", xaxis_title="team · capacity type", yaxis_title="GPU-hours lost")
+    fig.add_bar(x=x, y=g["lost_gpu_hours"], name="measured", marker=dict(color=bar_colours),
+                customdata=g["attempts"], hovertemplate="%{x}: %{y:,.2f} GPU-h lost in %{customdata} "
+                                                        "interrupted attempts<extra></extra>")
+    fig.add_bar(x=x, y=g["expected_lost_gpu_hours"].fillna(0.0), name="expected (closed form)",
+                marker=dict(color=bar_colours, opacity=0.45, pattern=dict(shape="/", fgcolor="#333333")),
+                customdata=g["modelled_attempts"],
+                hovertemplate="%{x}: %{y:,.2f} GPU-h expected for %{customdata} attempts<extra></extra>")
     return fig

@@ -11,6 +11,7 @@ import pandas as pd
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import frame, period_params, reader
+from lib.ledger.state import MEASURED_EVENTS, run_interruptions
 from lib.planning import interval_curve as ic
 from lib.planning.lifetimes import km_sample
 
@@ -84,12 +85,27 @@ def default_restart_h(gpus) -> float:
     return RESTART_DEFAULT_LARGE_MINUTES / 60.0
 
 
+def finished_runs_cte(where: str) -> str:
+    """SQL `WITH fin AS (...)`: the finished runs the planner's rates read (recovery_inputs' rows;
+    `where` = Filters.where("r")), one row each: team, capacity, gpus, actual_gpu_hours, run_hours,
+    interruptions, measured, restarts, act_retry_gpu_hours. Parameters $start, $end."""
+    return f"""WITH fin AS (SELECT * FROM (
+          SELECT r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
+                 {run_interruptions('r', 'm')} AS interruptions, m.n IS NOT NULL AS measured,
+                 r.restarts, r.act_retry_gpu_hours
+          FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id
+          WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
+            AND r.actual_gpu_hours > 0 AND r.gpus > 0) WHERE interruptions IS NOT NULL)"""
+
+
 def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """The Recovery planner's ledger inputs: interruption rate, restart time and lifetimes per team x
     capacity type (and pooled over teams per capacity type, team = ALL_TEAMS).
 
     Rows: finished runs of the period (ended_at in the dates; team, kind and capacity filters apply)
-    with actual_gpu_hours > 0, gpus > 0 and a recorded interruption count. Per row, hours:
+    with actual_gpu_hours > 0, gpus > 0 and known interruptions: a run's interruption events in the
+    ledger when it has any (measured_runs counts those runs), else its recorded count
+    (lib.ledger.state.run_interruptions, the rule of the gate's interruption rate). Per row, hours:
     - run_hours = sum(actual_gpu_hours / gpus): wall-clock exposure (restart and lost time included);
     - mtbf_h = run_hours / interruptions (the rate estimate of exponential lifetimes; NULL without
       interruptions: none observed);
@@ -107,7 +123,7 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     Kaplan-Meier curve's quantiles at evenly spaced probabilities, one per lifetime up to
     MAX_LIFETIME_SAMPLES per row, with an exponential tail
     (mean mtbf of the same lifetimes) beyond the last interruption; none without interruptions.
-    Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, run_hours, gpu_hours,
+    Returns {"rates": DataFrame (team, capacity, runs, interrupted_runs, measured_runs, run_hours, gpu_hours,
     interruptions, mtbf_h, median_gpus, restart_runs, restart_h, restart_source, lifetime_samples,
     censored_lifetimes, enough_lifetimes), "lifetimes": DataFrame (team, capacity, lifetime_h)}.
     """
@@ -116,14 +132,11 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     with reader(db) as con:
         # the period's rows, read by each query straight from runs (the time filter skips the rest
         # of the history; copying them into a table first cost more than reading them twice)
-        fin = f"""WITH fin AS (
-          SELECT r.team, r.capacity, r.gpus, r.actual_gpu_hours, r.actual_gpu_hours / r.gpus AS run_hours,
-                 r.interruptions, r.restarts, r.act_retry_gpu_hours
-          FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end
-            AND r.actual_gpu_hours > 0 AND r.gpus > 0 AND r.interruptions IS NOT NULL)"""
+        fin = finished_runs_cte(where)
         rates = frame(con, fin + """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
                  count(*) AS runs, count(*) FILTER (WHERE interruptions > 0) AS interrupted_runs,
+                 count(*) FILTER (WHERE measured) AS measured_runs,
                  sum(run_hours) AS run_hours, sum(actual_gpu_hours) AS gpu_hours,
                  sum(interruptions)::BIGINT AS interruptions,
                  CASE WHEN sum(interruptions) > 0 THEN sum(run_hours) / sum(interruptions) END AS mtbf_h,

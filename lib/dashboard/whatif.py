@@ -3,17 +3,20 @@
 Form widgets cannot be "absent", so optional numbers use 0 (and optional text an empty string) for
 "not given"; those fields are left out of the request. Everything else is passed through unchanged,
 so lib.gate.request validates it exactly as it would a JSON file. The fields, and which are numbers
-(whole or not) and which true/false, are lib.gate.request's.
+(whole or not) and which true/false, are lib.gate.request's. The pilot's `gpus` is the form's
+`pilot_gpus` (the request's own is `gpus`).
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 
+from lib.gate.reasons import WARNING_NOTES, notes_of
 from lib.gate.request import (BOOLEAN_FIELDS, EARLY_STOP_FIELDS, EARLY_STOP_MODES, NUMBER_FIELDS, PILOT_FIELDS,
                               REQUIRED_FIELDS, STOP_FIELDS, WHOLE_NUMBER_FIELDS)
 
-_PILOT_OPTIONAL_ZERO = {"worst_case_steps_per_second", "checkpoint_interval_steps"}
+_PILOT_OPTIONAL_ZERO = {"worst_case_steps_per_second", "checkpoint_interval_steps", "gpus"}
+_PILOT_FORM_KEYS = {"gpus": "pilot_gpus"}   # pilot fields whose name the request uses too
 
 
 def _num(key, v):
@@ -47,7 +50,7 @@ def build_request(v: dict) -> dict:
     if v.get("estimate_from") == "pilot":
         pilot = {}
         for k in PILOT_FIELDS:
-            x = v.get(k)
+            x = v.get(_PILOT_FORM_KEYS.get(k, k))
             if x is None or (k in _PILOT_OPTIONAL_ZERO and not x):
                 continue
             pilot[k] = _num(k, x)
@@ -86,6 +89,14 @@ def reasons_rows(decision: dict) -> list[dict]:
     return [{"code": r.get("code"), "message": r.get("message"), "fix": r.get("fix"),
              "requested": r.get("requested"), "limit": r.get("limit"), "in_use": r.get("in_use"),
              "unit": r.get("unit"), "field": r.get("field")} for r in decision.get("reasons") or []]
+
+
+def note_rows(decision: dict) -> list[dict]:
+    """A decision's notes to show: {"warning": True for a note to act on before the run starts
+    (lib.gate.reasons.WARNING_NOTES), "text": its message, "fix": its fix or None}. A note recorded
+    before notes had codes (a plain string) is shown too."""
+    return [{"warning": n.get("code") in WARNING_NOTES, "text": n["message"], "fix": n.get("fix")}
+            for n in notes_of(decision)]
 
 
 UPPER_UNKNOWN = ("unknown: too few past runs, or too many stopped at their budget, to bound the "

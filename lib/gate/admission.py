@@ -4,7 +4,10 @@
 support, expected interruptions, in that order), refusing NaN and other non-numbers.
 `decide(request, policy, state)` is the full decision: pure over plain data (a snapshot, the way
 Kueue admits), so it is tested without a database. It reports every failing check at once, in the
-order of lib.gate.reasons.CODES, each with the numbers behind it and a fix. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
+order of lib.gate.reasons.CODES, each with the numbers behind it and a fix; a fix that suggests
+another accelerator count states the judged estimate and wall clock the request would then have,
+decided by `decide` itself, and is never one the runtime cap would refuse. Non-blocking remarks are
+`notes`, each with a code of lib.gate.reasons.NOTE_CODES. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`), gigabytes (`_gb`).
 """
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ from datetime import datetime
 
 from lib.gate.calibration import calibrate
 from lib.gate.capacity import capacity_fit, pool_room
-from lib.gate.contracts import Calibration, Decision, Policy, Reason, Request, State
-from lib.gate.estimate import estimate_request
-from lib.gate.reasons import in_order, reason
+from lib.gate.contracts import Alternative, Calibration, Decision, Note, Policy, Reason, Request, State
+from lib.gate.estimate import estimate_request, throughput_ratio
+from lib.gate.reasons import in_order, note, reason
 from lib.gate.request import echoed, validate
 from lib.gate.stopping import fingerprint
 from lib.gate.terms import checked_number, next_month_start, team_name_problem, utcnow
@@ -97,7 +100,8 @@ def _judged(raw: float, cal: Calibration, basis: str, notes: list) -> tuple[floa
     median = raw * cal["factor"]
     upper = raw * cal["upper_factor"] if cal["upper_factor"] is not None else None
     if basis == "upper" and upper is None:
-        notes.append(f"calibration upper bound unknown ({cal['note']}); judged at the median instead")
+        notes.append(note("calibration-unknown",
+                          f"calibration upper bound unknown ({cal['note']}); judged at the median instead"))
         basis = "median"
     value = {"raw": raw, "median": median, "upper": upper}[basis]
     return value, basis, median, upper
@@ -109,15 +113,25 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
     are the reservations that count against the team's quota (lib.ledger.state.held_condition).
     """
+    return _decide(request, policy, state)
+
+
+def _decide(request, policy: Policy | None, state: State, *, validated: Request | None = None) -> Decision:
+    """decide. A fix suggesting another accelerator count is decided by this function too, given the
+    `validated` request with that count (so not validated again); such an alternative's own fixes
+    suggest nothing further decided, so it never goes deeper than once."""
     now = state.get("now") or utcnow()
-    req, problems = validate(request)
+    alternatives = validated is None
+    req, problems = validate(request) if alternatives else (validated, [])
     if problems:
         return reject(request, problems, policy=policy, now=now)
     if policy is None or policy["team"] != req["team"]:
         return unknown_team(request, now=now)
 
     kind, gpus = req["kind"], req["gpus"]
-    est = estimate_request(req, state.get("interruption_rate"))
+    efficiency = policy.get("scaling_efficiency")
+    efficiency = 1.0 if efficiency is None else efficiency   # a policy from before the key: linear
+    est = estimate_request(req, state.get("interruption_rate"), efficiency)
     if not math.isfinite(est["raw_gpu_hours"]):
         # each number was finite, but together they overflow (e.g. 1e-300 steps/s): not a request
         # the gate can judge, and never one it may admit with a NaN or infinite reservation
@@ -129,7 +143,7 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     cal = state.get("calibration")
     if cal is None:
         cal = calibrate(state.get("calibration_history", ()), req["team"], kind, now=now)
-    notes: list[str] = []
+    notes: list[Note] = []
     basis = policy[f"budget_basis_{kind}"]
     judged, judged_at, median, upper = _judged(est["raw_gpu_hours"], cal, basis, notes)
     if not math.isfinite(judged):  # a finite raw estimate times a calibration factor can overflow
@@ -140,6 +154,28 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
     wall_h = judged / gpus
     est.update(median_gpu_hours=median, upper_gpu_hours=upper, judged_gpu_hours=judged,
                judged_at=judged_at, wall_hours=wall_h, calibration=cal)
+    pilot_gpus = req["pilot"]["gpus"] if "pilot" in req else gpus
+    if pilot_gpus != gpus:
+        ratio = throughput_ratio(gpus, pilot_gpus, efficiency)
+        notes.append(note(
+            "gpus-differ-from-pilot",
+            f"the pilot ran on {pilot_gpus} accelerators, this request asks for {gpus}: steps/s × {ratio:.3g} "
+            + ("(linear below the pilot's count)" if gpus < pilot_gpus
+               else f"(each accelerator beyond the pilot's adds scaling_efficiency {efficiency:g} of one)")
+            + f", so {judged:.1f} GPU-h judged over a {wall_h:.1f} h wall clock"))
+    runtime_cap = policy["max_runtime_hours"]
+    decided_on: dict[int, tuple[Alternative, str, bool]] = {}   # several fixes may name one count
+
+    def on_gpus(n: int) -> tuple[Alternative, str, bool] | None:
+        """The request on n accelerators, decided (the pilot's count kept): (its numbers, the words a
+        fix says, whether the runtime cap lets it run); None in an alternative's own decision."""
+        if not alternatives:
+            return None
+        if n not in decided_on:
+            changed = {**req, "gpus": n}   # validated: the pilot's count is already set
+            other = _decide(changed, policy, {**state, "now": now, "calibration": cal}, validated=changed)
+            decided_on[n] = _alternative(n, other.get("estimate"), runtime_cap, req["max_runtime_hours"])
+        return decided_on[n]
 
     reasons: list[dict] = []
     add = reasons.append
@@ -188,15 +224,23 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
 
     cap = policy["max_gpus_per_job"]
     if gpus > cap:
+        alt = on_gpus(cap) if cap >= 1 else None
+        if cap < 1:
+            fix = "the team may run no accelerator job: ask the planners for a per-job cap"
+        elif alt is None or alt[2]:
+            fix = f"fits with {gpus - cap} fewer accelerators (≤ {cap}" + (f"; {alt[1]})" if alt else ")")
+        else:
+            fix = (f"fewer accelerators would not help: {alt[1]}; fewer steps, or ask the planners for a larger "
+                   "per-job cap")
         add(reason("gpu-cap", f"{gpus} accelerators requested, the per-job cap is {cap}",
-                   requested=gpus, limit=cap, unit="GPUs", field="gpus",
-                   fix=f"fits with {gpus - cap} fewer accelerators (≤ {cap})"))
+                   requested=gpus, limit=cap, unit="GPUs", field="gpus", fix=fix,
+                   alternative=alt[0] if alt else None))
     cap = policy["max_gpu_mem_gb"]
     if req["gpu_mem_gb"] > cap:
         add(reason("memory-cap", f"{req['gpu_mem_gb']:g} GB per accelerator requested, the cap is {cap:g} GB",
                    requested=req["gpu_mem_gb"], limit=cap, unit="GB", field="gpu_mem_gb",
                    fix=f"fits with gpu_mem_gb ≤ {cap:g}"))
-    cap = policy["max_runtime_hours"]
+    cap = runtime_cap
     runtime = max(req["max_runtime_hours"], wall_h)
     if runtime > cap:
         what = "requested runtime" if req["max_runtime_hours"] >= wall_h else "estimated wall clock"
@@ -205,8 +249,7 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
                    fix=f"fits with max_runtime_hours ≤ {cap:g} and an estimated wall clock ≤ {cap:g} h "
                        f"(more accelerators or fewer steps)"))
     if wall_h > req["max_runtime_hours"]:
-        notes.append(f"estimated wall clock {wall_h:.1f} h exceeds the requested max_runtime_hours "
-                     f"{req['max_runtime_hours']:g}: the run would stop on wall clock")
+        notes.append(_walltime_note(wall_h, req["max_runtime_hours"], cap, req["checkpoint_supported"]))
 
     if "pilot" in req and req["pilot"]["peak_mem_gb"] > req["gpu_mem_gb"]:
         peak = req["pilot"]["peak_mem_gb"]
@@ -241,28 +284,29 @@ def decide(request: Request, policy: Policy | None, state: State) -> Decision:
         # experiments' holdings never defer scheduled retraining: they are preempted instead
         if in_use_retraining + gpus > reserved_gpus:
             add(_capacity_reason("capacity", gpus, reserved_gpus, in_use_retraining,
-                                 "the team's reserved accelerators", fits_at()))
+                                 "the team's reserved accelerators", fits_at(), on_gpus))
         elif in_use + gpus > reserved_gpus:
             extra = {"preempts_experiment_gpus": in_use + gpus - reserved_gpus}
-            notes.append(f"scheduled retraining takes {in_use + gpus - reserved_gpus} accelerators that "
-                         "experiments hold: the scheduler preempts them")
+            notes.append(note("preempts-experiments",
+                              f"scheduled retraining takes {in_use + gpus - reserved_gpus} accelerators that "
+                              "experiments hold: the scheduler preempts them"))
     else:
         when = None
         if in_use + gpus > reserved_gpus:
             when = fits_at()
             add(_capacity_reason("capacity", gpus, reserved_gpus, in_use,
-                                 "the team's reserved accelerators", when))
+                                 "the team's reserved accelerators", when, on_gpus))
         in_use_experiments = in_use - in_use_retraining
         if set_aside and in_use_experiments + gpus > reserved_gpus - set_aside:
             add(_capacity_reason("retraining-protection", gpus, reserved_gpus - set_aside,
                                  in_use_experiments,
                                  f"accelerators left to experiments ({set_aside} set aside for retraining)",
-                                 when or fits_at()))
+                                 when or fits_at(), on_gpus))
 
     if pool is not None:
-        room, held, windows = pool_room(pool, req["team"], kind, now, wall_h)
+        room, _, windows = pool_room(pool, req["team"], kind, now, wall_h)
         if gpus > room:
-            add(_pool_reason(pool, gpus, room, held, windows, wall_h, fits_at()))
+            add(_pool_reason(pool, gpus, room, windows, fits_at(), on_gpus))
             reasons[:] = in_order(reasons)   # cluster-capacity comes before retraining-protection
 
     # checks above append in the documented order of lib.gate.reasons.CODES (a test holds them to it)
@@ -276,33 +320,84 @@ def _tenth_up(x: float) -> float:
     return math.ceil(x * 10) / 10 if x < 1e300 else x
 
 
-def _pool_reason(pool, gpus: int, room: int, held: int, windows, wall_h: float, fits_at: datetime | None) -> Reason:
-    """cluster-capacity: the pool (every team's reservations, less the scheduler's windows) has no
-    room for the whole run, whatever the team's quota leaves it; the fix as `_capacity_reason`'s."""
-    taken = "".join(f"; the scheduler's reservation {w['name']!r} takes {w['gpus']} from "
-                    f"{w['start'].isoformat(timespec='minutes')} to {w['end'].isoformat(timespec='minutes')}"
-                    for w in windows[:3]) + (f" (and {len(windows) - 3} more)" if len(windows) > 3 else "")
-    what = f"accelerators of the {pool['name']} pool"
-    if gpus > pool["gpus"]:
-        fix = f"the {pool['name']} pool ({pool['gpus']}) can never hold {gpus}: use ≤ {pool['gpus']}"
+def _pool_reason(pool, gpus: int, room: int, windows, fits_at: datetime | None, on_gpus) -> Reason:
+    """cluster-capacity: the pool (every team's reservations, less the scheduler's windows) has no room
+    for the whole run, whatever the team's quota leaves it; the numbers and the fix as
+    `_capacity_reason`'s, with the pool's `room` for the run as what is free, and the windows named."""
+    r = _capacity_reason("cluster-capacity", gpus, pool["gpus"], pool["gpus"] - room,
+                         f"accelerators of the {pool['name']} pool (held by every team, or by the scheduler, "
+                         "during the run)", fits_at, on_gpus)
+    if windows:
+        r["message"] += "; the scheduler's reservations then: " + ", ".join(
+            f"{w['name']!r} {w['gpus']} from {w['start'].isoformat(timespec='minutes')} to "
+            f"{w['end'].isoformat(timespec='minutes')}" for w in windows[:3]) + (
+            f" and {len(windows) - 3} more" if len(windows) > 3 else "")
+    return r
+
+
+def _alternative(n: int, est, runtime_cap: float, requested_h: float) -> tuple[Alternative, str, bool]:
+    """(numbers, words, fits the runtime cap) of the decided request on n accelerators, whose
+    estimate is `est` (None: it could not be judged)."""
+    if not est:
+        return {"gpus": n, "judged_gpu_hours": None, "wall_hours": None}, \
+            f"on {n} accelerators the estimate cannot be judged", False
+    judged, wall = est["judged_gpu_hours"], est["wall_hours"]
+    numbers = {"gpus": n, "judged_gpu_hours": round(judged, 2), "wall_hours": round(wall, 2)}
+    if wall > runtime_cap:
+        return numbers, (f"on {n} accelerators the estimated wall clock is {wall:.1f} h, above the per-job "
+                         f"runtime cap {runtime_cap:g} h"), False
+    words = f"then {judged:.1f} GPU-h judged over a {wall:.1f} h wall clock"
+    if wall > requested_h:
+        words += f", with max_runtime_hours ≥ {_tenth_up(wall):.1f}"
+    return numbers, words, True
+
+
+def _walltime_note(wall_h: float, requested_h: float, cap_h: float, checkpoint: bool) -> Note:
+    """The note for an estimated wall clock above the requested max_runtime_hours, with its fix:
+    raise the limit (within the team's cap), or checkpoint and accept resumes."""
+    if wall_h <= cap_h:
+        raise_it = f"raise max_runtime_hours to ≥ {_tenth_up(wall_h):.1f} (the team's cap is {cap_h:g} h)"
     else:
-        fix = f"fits with {gpus - room} fewer accelerators (≤ {room} free in the pool for the run's {wall_h:.1f} h)"
-        if fits_at is not None:
-            fix += f", or from {fits_at.isoformat(timespec='minutes')} when reservations end"
-    return reason("cluster-capacity", f"{held} of {pool['gpus']} {what} held by every team's reservations{taken}; "
-                  f"{gpus} more requested, {room} free for the whole run", requested=gpus, limit=pool["gpus"],
-                  in_use=pool["gpus"] - room, unit="GPUs", field="gpus", fix=fix)
+        raise_it = f"no max_runtime_hours within the team's cap {cap_h:g} h holds it (see runtime-cap)"
+    if checkpoint:
+        ratio = wall_h / requested_h   # > 1; huge (even inf) for a tiny requested limit
+        n = max(1, math.ceil(ratio) - 1) if ratio < 1e9 else None
+        resumes = f"about {n} resume{'s' if n != 1 else ''}" if n else "very many resumes"
+        resume = (f"or checkpoint and accept a resume: it stops at {requested_h:g} h and resumes from its last "
+                  f"checkpoint ({resumes}; the estimate does not price their restarts)")
+    else:
+        resume = "or enable checkpointing and accept a resume from the last checkpoint after the limit"
+    return note("walltime-exceeds-limit",
+                f"estimated wall clock {wall_h:.1f} h exceeds the requested max_runtime_hours {requested_h:g}: "
+                "the run would stop on wall clock", fix=f"{raise_it}, {resume}")
 
 
-def _capacity_reason(code, gpus, limit, in_use, what, fits_at: datetime | None) -> Reason:
-    """A capacity-type reason with the fix: fewer accelerators, or the time `fits_at` from which
-    the request passes every capacity check (lib.gate.capacity.capacity_fit; None: never by waiting)."""
+def _capacity_reason(code, gpus, limit, in_use, what, fits_at: datetime | None, on_gpus) -> Reason:
+    """A capacity-type reason with the fix: fewer accelerators (when the runtime cap lets the request
+    run on those: `on_gpus(n)`, see decide), or the time `fits_at` from which the request passes
+    every capacity check (lib.gate.capacity.capacity_fit; None: never by waiting)."""
     free = max(0, limit - in_use)
+    alt = None
+    wait = (f"from {fits_at.isoformat(timespec='minutes')} when running reservations end"
+            if fits_at is not None else None)
     if gpus > limit:
         fix = f"{what} ({limit}) can never hold {gpus}: ask the planners for a larger quota or use ≤ {limit}"
+        alt = on_gpus(limit) if limit >= 1 else None
+        if alt and not alt[2]:
+            fix = f"{what} ({limit}) can never hold {gpus}, and {alt[1]}: ask the planners for a larger quota"
+        elif alt:
+            fix += f" ({alt[1]})"
+    elif free < 1:
+        fix = f"no accelerator free now; fits {wait}" if wait else "no accelerator free now: ask the planners"
     else:
-        fix = f"fits with {gpus - free} fewer accelerators (≤ {free} free now)"
-        if fits_at is not None:
-            fix += f", or from {fits_at.isoformat(timespec='minutes')} when running reservations end"
+        alt = on_gpus(free)
+        if alt is None or alt[2]:
+            fix = f"fits with {gpus - free} fewer accelerators (≤ {free} free now" + (f"; {alt[1]})" if alt else ")")
+            if wait:
+                fix += f", or {wait}"
+        else:
+            fix = f"fewer accelerators would not help: {alt[1]}; " + (f"fits {wait}" if wait else
+                                                                     "ask the planners for a larger quota")
     return reason(code, f"{in_use} of {limit} {what} in use, {gpus} more requested",
-                  requested=gpus, limit=limit, in_use=in_use, unit="GPUs", field="gpus", fix=fix)
+                  requested=gpus, limit=limit, in_use=in_use, unit="GPUs", field="gpus", fix=fix,
+                  alternative=alt[0] if alt else None)

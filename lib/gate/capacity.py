@@ -123,8 +123,18 @@ def capacity_fit(now: dt.datetime, kind: str, reserved_gpus: int, retraining_res
 
 
 def window_applies(window: CapacityWindow, pool: str, team: str | None) -> bool:
-    """Whether the scheduler's `window` takes accelerators out of `pool` for `team` (not its own)."""
-    return (window["pool"] is None or window["pool"] == pool) and team not in window["accounts"]
+    """Whether the scheduler's `window` takes accelerators out of `pool` for `team`: not when the team's
+    account may run inside it (named in `accounts`, or not excluded by a "-name" list there), nor when
+    it only excludes some users (everyone else may use it). A window for some users only takes them
+    from every team: the gate decides per team, not per user."""
+    if window["pool"] is not None and window["pool"] != pool:
+        return False
+    allowed = [a for a in window["accounts"] if not a.startswith("-")]
+    excluded = [a[1:] for a in window["accounts"] if a.startswith("-")]
+    if team in allowed or (excluded and not allowed and team not in excluded):
+        return False
+    users = window["users"]
+    return bool(allowed or excluded or not users or not all(u.startswith("-") for u in users))
 
 
 def pool_counted(pool: PoolState, team: str | None, kind: str) -> list[Reservation]:

@@ -35,7 +35,8 @@ class StopPolicy(TypedDict, total=False):
 
 
 class Pilot(TypedDict):
-    """Pilot measurements; the optional keys get lib.gate.request.PILOT_DEFAULTS on validation."""
+    """Pilot measurements; the optional keys get lib.gate.request.PILOT_DEFAULTS on validation, and
+    `gpus` (the accelerators the pilot ran on) the request's gpus."""
     steps_per_second: float
     planned_steps: int
     peak_mem_gb: float
@@ -46,6 +47,7 @@ class Pilot(TypedDict):
     eval_gpu_hours: NotRequired[float]
     data_loading_fraction: NotRequired[float]
     restart_minutes: NotRequired[float]
+    gpus: NotRequired[int]
 
 
 class Request(TypedDict):
@@ -75,7 +77,8 @@ class Request(TypedDict):
 
 
 class Policy(TypedDict):
-    """A team's policy row (data/teams.toml, synced into the ledger's teams table)."""
+    """A team's policy row (data/teams.toml, synced into the ledger's teams table); a policy without
+    scaling_efficiency scales linearly (1.0)."""
     team: str
     reserved_gpus: int
     retraining_reserved_gpus: int
@@ -89,6 +92,7 @@ class Policy(TypedDict):
     budget_basis_retraining: BudgetBasis
     preemptible_partitions: list[str]
     policy_version: str
+    scaling_efficiency: NotRequired[float]
     queue_max_age_days: NotRequired[int]   # days a deferred request waits in the queue before it expires
 
 
@@ -103,20 +107,6 @@ class Reservation(TypedDict):
     team: NotRequired[str]
     reserved_from: NotRequired[datetime | None]
     capacity: NotRequired[Capacity]   # the pool it holds accelerators in (lib.gate.capacity, pools)
-
-
-class CapacityWindow(TypedDict):
-    """A reservation the scheduler itself holds (a maintenance window, accelerators reserved for other
-    users or accounts): `gpus` accelerators of `pool` (None: of every pool) taken out from `start`
-    until `end` (naive UTC), except for the teams named in `accounts` (their own reservation).
-    `users`: the scheduler users it is for (shown; the gate decides per team, not per user)."""
-    name: str
-    start: datetime
-    end: datetime
-    gpus: int
-    pool: str | None
-    accounts: list[str]
-    users: list[str]
 
 
 class PoolState(TypedDict):
@@ -138,6 +128,21 @@ class TimelineStep(TypedDict):
     `gpus` accelerators are held."""
     at: datetime
     gpus: int
+
+
+class CapacityWindow(TypedDict):
+    """A span in which the cluster holds `gpus` accelerators back from the gate's requests: a Slurm
+    reservation (maintenance, or one for other users or accounts), from `start` to `end` (naive UTC).
+    `pool`: the capacity type it holds them in ("stable" | "preemptible"), None for every pool.
+    `accounts`, `users`: who may still run inside it, as Slurm lists them (a name starting with "-"
+    is excluded rather than allowed; [] when it names none)."""
+    name: str
+    start: datetime
+    end: datetime
+    gpus: int
+    pool: Capacity | None
+    accounts: list[str]
+    users: list[str]
 
 
 class CalibrationRow(TypedDict):
@@ -169,12 +174,15 @@ class Calibration(TypedDict):
 
 class InterruptionRate(TypedDict):
     """Interruptions observed on preemptible capacity (lib.ledger.state.interruption_rate): per
-    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all")."""
+    GPU-hour run there, from the team's runs when it has enough (scope "team"), else everyone's ("all");
+    source: whether the runs' interruptions were counted from recorded events ("measured"), from
+    their bare counts ("counts"), or both ("mixed")."""
     per_gpu_hour: float
     scope: Literal["team", "all"]
     runs: int
     gpu_hours: float
     interruptions: int
+    source: NotRequired[Literal["measured", "counts", "mixed"]]
 
 
 class ExpectedInterruptions(TypedDict):
@@ -200,8 +208,18 @@ class State(TypedDict, total=False):
     pools: dict[str, PoolState]   # capacity type -> its pool; absent or without the type: no pool check
 
 
+class Alternative(TypedDict):
+    """What a fix that suggests another accelerator count leads to: the decision on the request with
+    `gpus` accelerators (the pilot's own count kept), same policy and state; its judged GPU-hours and
+    estimated wall clock (hours); None when that request's estimate cannot be judged."""
+    gpus: int
+    judged_gpu_hours: float | None
+    wall_hours: float | None
+
+
 class Reason(TypedDict):
-    """One failing check of a decision (codes: lib.gate.reasons.CODES)."""
+    """One failing check of a decision (codes: lib.gate.reasons.CODES); `alternative` when its fix
+    suggests another accelerator count."""
     code: str
     message: str
     requested: float | str | None
@@ -210,6 +228,16 @@ class Reason(TypedDict):
     unit: str | None
     fix: str
     field: NotRequired[str]
+    alternative: NotRequired[Alternative]
+
+
+class Note(TypedDict):
+    """A non-blocking remark of a decision (codes: lib.gate.reasons.NOTE_CODES) and, where one helps,
+    its fix. A decision recorded before notes had codes holds plain strings: lib.gate.reasons.as_note
+    reads one as {"code": None, "message": it}."""
+    code: str | None
+    message: str
+    fix: NotRequired[str]
 
 
 class Estimate(TypedDict):
@@ -233,7 +261,7 @@ class Decision(TypedDict):
     team: str | None
     kind: str | None
     reasons: list[Reason]
-    notes: list[str]
+    notes: list[Note]
     estimate: Estimate | None
     reserved_gpu_hours: float | None
     policy_version: str | None

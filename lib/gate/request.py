@@ -108,6 +108,7 @@ _OPTIONAL = {
     "note": text(2000),
 }
 PILOT_FIELDS = {
+    "gpus": number(1, integral=True, maximum=INT32_MAX),   # the pilot's accelerators; default: the request's
     "steps_per_second": number(strict=True),
     "worst_case_steps_per_second": number(strict=True),
     "worst_case_share": number(maximum=1),
@@ -143,8 +144,9 @@ _UNKNOWN = object()
 _REQUIRED_NAMES = _REQUIRED.keys()
 FIELDS = tuple(_SPEC)
 REQUIRED_FIELDS = tuple(_REQUIRED)
-# Field names at every depth (request, pilot, stop_policy, early_stop; no name is used at two) by
-# type, read from the checks above: for code that builds a request from typed-in values (the what-if form).
+# Field names at every depth (request, pilot, stop_policy, early_stop) by type, read from the checks
+# above: for code that builds a request from typed-in values (the what-if form). The one name used at
+# two depths, `gpus` (request and pilot), is a whole number at both.
 _ALL_SPECS = (_SPEC, PILOT_FIELDS, STOP_FIELDS, EARLY_STOP_FIELDS)
 NUMBER_FIELDS = frozenset(name for spec in _ALL_SPECS for name, check in spec.items() if hasattr(check, "integral"))
 WHOLE_NUMBER_FIELDS = frozenset(name for spec in _ALL_SPECS for name, check in spec.items()
@@ -293,4 +295,6 @@ def validate(request) -> tuple[Request | None, list[Reason]]:
             pilot["checkpoint_interval_steps"] = pilot["planned_steps"]
         if "worst_case_steps_per_second" not in pilot:
             pilot["worst_case_steps_per_second"] = pilot["steps_per_second"]
+        if "gpus" not in pilot:
+            pilot["gpus"] = out["gpus"]
     return out, []

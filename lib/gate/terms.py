@@ -38,6 +38,12 @@ ARTIFACT_STATUSES = ("complete", "incomplete", "none")
 # where a run's estimate came from (the ledger's runs.estimate_source): a pilot, the team's own
 # number, or the time limit × GPUs an sacct import fell back on (never used for calibration)
 ESTIMATE_SOURCES = ("pilot", "stated", "requested")
+# the interruption events (the ledger's interruptions.event) that end an attempt of a run on capacity
+# it lost; the other event, "budget", is the gate's own stop
+INTERRUPTING_EVENTS = ("preempted", "requeued", "node-fail")
+# the gate's time of an interruption and sacct's End of that attempt differ by seconds: within this,
+# they are one interruption
+ATTEMPT_MATCH_TOLERANCE = timedelta(minutes=1)
 
 # A team name, wherever one enters (teams file, CSV and sacct imports, requests): 1-64 characters,
 # ASCII letters, digits, '-', '_' and '.', the first a letter or a digit (a leading '-' reads as a

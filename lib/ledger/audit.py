@@ -1,10 +1,12 @@
 """The audit of who wrote: one row per write that is not a decision (an import, a policy export, a
-`teams` load, a run finished, a demo build) in the ledger's `audit` table, written inside the same
-transaction as the write it records. Decisions carry their own `actor` column.
+`teams` load, a run finished, a demo build, a change in the cluster's reservations) in the ledger's
+`audit` table, written inside the same transaction as the write it records. Decisions carry their
+own `actor` column.
 
 One actor format everywhere: the signed-in identity (e-mail) in the dashboard, "local" for the
 dashboard in local mode, and for an OS user (the command line, a Slurm job's submitter, a gate
-server's caller) `os_actor`: "NAME (uid N)". origin: "app" or "cli".
+server's caller) `os_actor`: "NAME (uid N)". origin: "app", "cli", or "slurm" (the gate server's own
+writes: the cluster's reservations it syncs).
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from typing import TypedDict
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
-ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint")
-ORIGINS = ("app", "cli")
+ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert",
+           "cluster-windows")
+ORIGINS = ("app", "cli", "slurm")
 
 
 class Who(TypedDict):

@@ -28,7 +28,7 @@ import duckdb
 from lib.gate.terms import number_problem
 from lib.ledger import team_weeks
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
@@ -242,8 +242,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS colour VARCHAR",),   # 2: team colours (+ prices table)
     2: ("ALTER TABLE decisions ADD COLUMN IF NOT EXISTS actor VARCHAR",),  # 3: who asked (+ audit table)
     3: team_weeks.REBUILD,                                                # 4: weekly usage, from runs
-    5: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS queue_max_age_days INTEGER",),  # 6: the queue's age (+ pools,
-                                                                                    # cluster_windows tables)
+    # 5: pilot scaling; every team so far scaled linearly
+    4: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS scaling_efficiency DOUBLE DEFAULT 1.0",),
+    # 6: the cluster_windows table (new tables only)
+    6: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS queue_max_age_days INTEGER",),  # 7: the queue's age (+ pools)
 }
 
 

@@ -24,7 +24,7 @@ from typing import Callable
 
 from lib.gate.admission import decide, reject, unknown_team
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
-from lib.gate.reasons import reason
+from lib.gate.reasons import notes_of, reason
 from lib.gate.request import run_id_problem
 from lib.gate.terms import KINDS, naive_utc, team_name_problem, utcnow
 from lib.ledger.connection import ledger_path, open_ledger, transaction
@@ -50,8 +50,9 @@ def recorded_admit(con, request, now: datetime) -> Decision | None:
     "This very request": the same JSON object as the one recorded with the admit, compared after
     the same canonical serialisation (keys sorted), so key order does not matter but values and
     their types do. The reservation must not have started, ended or expired at `now`. The answer
-    is the recorded decision as recorded, plus "replayed": true and "recorded_at" (ISO time of
-    the decisions row). None when there is no such admit.
+    is the recorded decision as recorded, its notes as today's (a plain-string note of an older
+    decision becomes {"code": None, "message": it}), plus "replayed": true and "recorded_at" (ISO
+    time of the decisions row). None when there is no such admit.
     """
     run_id = request.get("run_id")
     live = con.execute(
@@ -65,7 +66,8 @@ def recorded_admit(con, request, now: datetime) -> Decision | None:
         "WHERE run_id = ? AND state = 'admit' ORDER BY decision_id DESC LIMIT 1", [run_id]).fetchone()
     if row is None or row[1] != canonical_json(request):
         return None
-    return {**json.loads(row[2]), "replayed": True, "recorded_at": row[0].isoformat()}
+    recorded = json.loads(row[2])
+    return {**recorded, "notes": notes_of(recorded), "replayed": True, "recorded_at": row[0].isoformat()}
 
 
 class LedgerFacts:

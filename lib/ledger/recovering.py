@@ -24,7 +24,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.contracts import RecoverySituation
-from lib.gate.terms import InputError, json_text, naive_utc, utcnow
+from lib.gate.terms import ATTEMPT_MATCH_TOLERANCE as MATCH_TOLERANCE, INTERRUPTING_EVENTS, InputError, json_text, naive_utc, utcnow
 from lib.ledger import team_weeks
 from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import transaction
@@ -36,7 +36,7 @@ from lib.planning.recovery import decide_recovery
 # event -> (the recovery function's event, the run's stop reason when the decision ends it)
 EVENTS = {"preempted": ("preemption", "preempted"), "requeued": ("preemption", "requeued"),
           "node-fail": ("preemption", "node-fail"), "budget": ("budget-breach", "budget")}
-INTERRUPTING = ("preempted", "requeued", "node-fail")   # events that end an attempt by interruption
+INTERRUPTING = INTERRUPTING_EVENTS   # events that end an attempt by interruption
 FUTURE_SKEW = timedelta(minutes=5)   # an event time this far ahead of the clock is a bad time
 
 
@@ -126,6 +126,15 @@ def _situation(con, run: dict, request: dict, event: str, spent: float, kept: fl
 
 
 def _recorded(con, run_id: str, event: str, at: datetime, lost) -> dict | None:
+    sacct = con.execute(
+        "SELECT occurred_at FROM interruptions WHERE run_id = ? AND decision_json IS NULL AND event IN "
+        "(SELECT unnest(?::VARCHAR[])) AND occurred_at BETWEEN ? AND ? ORDER BY occurred_at LIMIT 1",
+        [run_id, list(INTERRUPTING_EVENTS), at - MATCH_TOLERANCE, at + MATCH_TOLERANCE]).fetchone()
+    if sacct is not None and event in INTERRUPTING_EVENTS:
+        # the attempt a sacct import recorded (its End within a minute of `at`): Slurm relaunched it
+        # without the gate; deciding now would count the attempt twice
+        raise RecoverInputError(f"run {run_id!r}: the attempt that ended at {sacct[0].isoformat()} is already "
+                                "recorded from sacct (the job was requeued without a decision of the gate)")
     row = con.execute("SELECT decision_json, lost_given_gpu_hours FROM interruptions "
                       "WHERE run_id = ? AND event = ? AND occurred_at = ?", [run_id, event, at]).fetchone()
     if row is None:

@@ -17,7 +17,7 @@ from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, calibration_params,
                                          cut_params, newest_cutoffs)
-from lib.ledger.state import KNOWN_TEAMS, MIN_RATE_RUNS, team_policy
+from lib.ledger.state import KNOWN_TEAMS, MEASURED_EVENTS, MIN_RATE_RUNS, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import replay
 from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
@@ -27,9 +27,10 @@ _US = timedelta(microseconds=1)
 _FAR_PAST, _FAR_FUTURE = datetime(1970, 1, 1), datetime(9999, 1, 1)
 
 # the runs lib.ledger.state.interruption_rate counts (given their end is in its window): their
-# interruptions, else NULL
-_RATE_INTERRUPTIONS = ("CASE WHEN r.capacity = 'preemptible' AND r.interruptions IS NOT NULL "
-                       "AND r.actual_gpu_hours > 0 THEN r.interruptions END")
+# interruptions as it counts them, else NULL; needs _MEASURED joined to the run r
+_RATE_INTERRUPTIONS = ("CASE WHEN r.capacity = 'preemptible' AND r.actual_gpu_hours > 0 "
+                       f"THEN {run_interruptions('r', 'm')} END")
+_MEASURED = f"LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id"
 
 # the run IDs the window's requests control: named by a request in the window and admitted inside
 # it (or never admitted); every other run is background, as recorded
@@ -104,9 +105,9 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     flags = calibration_params(_FAR_FUTURE)
     runs: dict[str, RunRecord] = {}
     for r in con.execute(
-            "SELECT run_id, team, kind, gpus, reserved_until, reserved_gpu_hours, started_at, "
+            "SELECT r.run_id, team, kind, gpus, reserved_until, reserved_gpu_hours, started_at, "
             f"ended_at, actual_gpu_hours, admitted_at, controlled, {_CALIBRATION_FLAGS}, "
-            f"{_RATE_INTERRUPTIONS.replace('r.', '')} FROM replay_named",
+            f"{_RATE_INTERRUPTIONS} FROM replay_named r {_MEASURED}",
             {"stops": flags["stops"], "censored": flags["censored"]}).fetchall():
         runs[r[0]] = {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": r[3], "reserved_until": r[4],
                       "reserved_gpu_hours": r[5], "started_at": r[6], "ended_at": r[7],
@@ -139,7 +140,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     rows = run(
         f"{_CONTROLLED} "
         f"SELECT r.ended_at, r.team, r.kind, r.actual_gpu_hours, {_CALIBRATION_FLAGS}, r.run_id, "
-        f"{_RATE_INTERRUPTIONS} AS rate_n FROM runs r "
+        f"{_RATE_INTERRUPTIONS} AS rate_n FROM runs r {_MEASURED} "
         "WHERE r.ended_at > $since AND r.ended_at <= $end AND r.run_id NOT IN (SELECT run_id FROM controlled) "
         "AND (r.ended_at >= $month OR r.run_id IN (SELECT unnest($top::VARCHAR[])) "
         f"OR ({_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at <= $stay_from))",
@@ -151,7 +152,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None,
              r[7] if r[7] is not None and not stay_from < r[0] < start else None) for r in rows]
     rate_base = {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in run(
-        f"{_CONTROLLED} SELECT r.team, count(*), sum(r.actual_gpu_hours), sum(r.interruptions) FROM runs r "
+        f"{_CONTROLLED} SELECT r.team, count(*), sum(r.actual_gpu_hours), sum({_RATE_INTERRUPTIONS}) FROM runs r {_MEASURED} "
         f"WHERE {_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at > $stay_from AND r.ended_at < $start "
         "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
         {**p, "stay_from": stay_from}).fetchall()}

@@ -1,11 +1,12 @@
--- The ledger's schema, version 5 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 6 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
 -- it only adds new tables), then connection._migrate adds the columns later versions gave to
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
--- decisions.actor; version 4 team_weeks; version 5 the checkpoints and interruptions tables; version 6
--- teams.queue_max_age_days and the pools and cluster_windows tables.
+-- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency and the
+-- checkpoints, interruptions and alerts tables; version 6 the cluster_windows table; version 7
+-- teams.queue_max_age_days and the pools table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -30,12 +31,18 @@ CREATE TABLE IF NOT EXISTS teams (
     -- the team's colour in the dashboard's figures, '#RRGGBB' (version 2; NULL: a colour derived
     -- from the name). Not policy: it is not part of policy_version.
     colour                          VARCHAR,
-    -- days a deferred request waits in the queue before it expires (version 6; NULL in older rows:
-    -- the default, lib.ledger.teams_file.POLICY_FIELDS)
+    -- steps/s beyond a pilot's accelerators: each added one adds this share of one (version 5; docs/rules.md,
+    -- Pilot estimates). A ledger upgraded to version 5 has the column without NOT NULL and CHECK (DuckDB
+    -- adds neither to an existing table with IF NOT EXISTS): teams.toml's validation holds it to 0..1
+    -- there, and the gate reads NULL as 1.0.
+    scaling_efficiency              DOUBLE  NOT NULL DEFAULT 1.0
+                                    CHECK (scaling_efficiency >= 0 AND scaling_efficiency <= 1),
+    -- days a deferred request waits in the queue before it expires (version 7; NULL in older rows:
+    -- the default, lib.ledger.teams_file.LATER_KEYS)
     queue_max_age_days              INTEGER
 );
 
--- The cluster's physical accelerators per pool (version 6): one row per capacity type with a
+-- The cluster's physical accelerators per pool (version 7): one row per capacity type with a
 -- [pools.<type>] table in data/teams.toml (source 'teams-file'). No row: no pool check for that type.
 CREATE TABLE IF NOT EXISTS pools (
     pool        VARCHAR PRIMARY KEY CHECK (pool IN ('stable', 'preemptible')),
@@ -149,8 +156,8 @@ CREATE TABLE IF NOT EXISTS audit (
     audit_id        BIGINT PRIMARY KEY DEFAULT nextval('audit_seq'),
     written_at      TIMESTAMP NOT NULL,
     actor           VARCHAR NOT NULL,
-    origin          VARCHAR NOT NULL,   -- cli | app
-    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo
+    origin          VARCHAR NOT NULL,   -- cli | app | slurm (the gate server)
+    action          VARCHAR NOT NULL,   -- import | policy-export | teams | finish | demo | cluster-windows
     file_name       VARCHAR,            -- the uploaded or named file, as its user named it
     format          VARCHAR,            -- csv | sacct | toml
     rows_inserted   INTEGER CHECK (rows_inserted >= 0),
@@ -180,7 +187,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 
 -- Append-only (version 5): each interruption of a started run (preemption, requeue, node failure,
--- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py).
+-- budget breach), the attempt it ended and the recovery decision taken (lib/ledger/recovering.py),
+-- or an attempt of a requeued job seen only in a sacct import (source 'sacct': no decision, so
+-- action and decision_json are NULL; lib/ledger/imports/sacct.py).
 -- attempt_gpu_hours: what the attempt billed; lost_gpu_hours: of it, the work not kept at a
 -- checkpoint; lost_given_gpu_hours: the caller's number when it gave one.
 CREATE SEQUENCE IF NOT EXISTS interruption_seq START 1;
@@ -194,27 +203,44 @@ CREATE TABLE IF NOT EXISTS interruptions (
     attempt_gpu_hours    DOUBLE NOT NULL CHECK (attempt_gpu_hours >= 0),
     lost_gpu_hours       DOUBLE NOT NULL CHECK (lost_gpu_hours >= 0),
     lost_given_gpu_hours DOUBLE,
-    action               VARCHAR NOT NULL CHECK (action IN ('resume', 'restart', 'end')),
-    decision_json        VARCHAR NOT NULL,
+    action               VARCHAR CHECK (action IN ('resume', 'restart', 'end')),   -- NULL: not decided by the gate
+    decision_json        VARCHAR,
     source               VARCHAR NOT NULL,   -- cli | slurm | sacct
     recorded_at          TIMESTAMP NOT NULL,
     actor                VARCHAR,
     UNIQUE (run_id, event, occurred_at)
 );
 
--- The scheduler's own reservations (version 6): maintenance windows, accelerators reserved for other
--- users or accounts. Each takes `gpus` accelerators of `pool` (NULL: every pool) out of the cluster
--- from start_at until end_at, except for the teams in `accounts` (lib/ledger/cluster_windows.py).
+-- Budget alerts (version 5): each crossing of a team's thresholds, once per (team, alert, month),
+-- and whether the webhook has taken it (lib/ledger/alert_log.py). sent_at NULL: not yet delivered.
+CREATE TABLE IF NOT EXISTS alerts (
+    team            VARCHAR NOT NULL,
+    alert           VARCHAR NOT NULL,     -- budget-80 | budget-100 | runout-p50 | runout-p90 | ...
+    month           VARCHAR NOT NULL,     -- YYYY-MM (UTC)
+    raised_at       TIMESTAMP NOT NULL,
+    payload_json    VARCHAR NOT NULL,     -- the JSON body sent
+    sent_at         TIMESTAMP,
+    attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    last_error      VARCHAR,
+    PRIMARY KEY (team, alert, month)
+);
+
+-- The cluster's capacity windows (version 6): the spans in which Slurm holds GPUs back from the
+-- gate's requests (its reservations: maintenance, reservations for other users or accounts), as the
+-- last sync from `source` (e.g. scontrol) read them; a sync replaces that source's set
+-- (lib/ledger/cluster_windows.py). pool: the capacity type held, NULL for every pool; accounts,
+-- users: who may still run inside, as Slurm lists them ('-name': excluded). A recurring reservation
+-- is one row per occurrence (same name, another start).
 CREATE TABLE IF NOT EXISTS cluster_windows (
     name        VARCHAR NOT NULL,
     start_at    TIMESTAMP NOT NULL,
     end_at      TIMESTAMP NOT NULL,
     gpus        INTEGER NOT NULL CHECK (gpus >= 0),
-    pool        VARCHAR,
+    pool        VARCHAR CHECK (pool IN ('stable', 'preemptible')),
     accounts    VARCHAR[] NOT NULL DEFAULT [],
     users       VARCHAR[] NOT NULL DEFAULT [],
-    source      VARCHAR NOT NULL,            -- where it was read from (e.g. scontrol)
+    source      VARCHAR NOT NULL,
     updated_at  TIMESTAMP NOT NULL,
-    PRIMARY KEY (source, name),
+    PRIMARY KEY (source, name, start_at),
     CHECK (end_at > start_at)
 );

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from lib.gate.contracts import CapacityWindow, InterruptionRate, Policy, PoolState, Reservation, State
-from lib.gate.terms import month_start, naive_utc, next_month_start, utcnow
+from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
@@ -103,32 +103,40 @@ def team_state(con, team, now=None, *, kind: str | None = None,
 
 
 MIN_RATE_RUNS = 20   # preemptible runs a team needs before its own interruption rate is used
+_EVENTS_SQL = ", ".join(f"'{e}'" for e in INTERRUPTING_EVENTS)
+# per run: the interruption events the ledger holds for it (rows of `interruptions` that are
+# preempted, requeued or node-fail, recorded by `recover` or an sacct import); join it as `m`
+MEASURED_EVENTS = (f"(SELECT run_id, count(*) AS n FROM interruptions WHERE event IN ({_EVENTS_SQL}) "
+                   "GROUP BY run_id)")
+
+
+def run_interruptions(alias: str = "r", measured: str = "m") -> str:
+    """SQL of a run's interruptions as the rates count them: its measured events when the ledger holds
+    any, else its recorded `interruptions` count (NULL: none recorded). `alias` is the run, `measured`
+    MEASURED_EVENTS LEFT JOINed on run_id."""
+    return f"coalesce({measured}.n, {alias}.interruptions)"
 
 
 def interruption_rate(con, team: str, now: datetime, *,
                       window_days: int = CALIBRATION_WINDOW_DAYS) -> InterruptionRate | None:
     """Interruptions per GPU-hour observed on preemptible capacity over the finished runs of the
-    calibration window with a recorded interruption count: the team's when it has MIN_RATE_RUNS such
-    runs, else everyone's; None when nobody has any (or no GPU-hours)."""
-    return interruption_rates(con, [team], now, window_days=window_days)[team]
-
-
-def interruption_rates(con, teams: list[str], now: datetime, *,
-                       window_days: int = CALIBRATION_WINDOW_DAYS) -> dict[str, InterruptionRate | None]:
-    """`interruption_rate` for each of `teams`, from one read of the window's runs."""
+    calibration window (actual GPU-hours > 0) whose interruptions are known: each run counts its
+    interruption events in the ledger when it has any, else its recorded count (`run_interruptions`);
+    the team's rate when it has MIN_RATE_RUNS such runs, else everyone's; None when nobody has any
+    (or no GPU-hours). source: "measured" when every run counted events, "counts" when none did,
+    "mixed" otherwise."""
     row = con.execute(
-        "SELECT list(n ORDER BY team), list(hours ORDER BY team), list(k ORDER BY team), list(team ORDER BY team), "
-        "sum(n), sum(hours), sum(k) FROM (SELECT team, count(*) AS n, sum(actual_gpu_hours) AS hours, "
-        "sum(interruptions) AS k FROM runs WHERE capacity = 'preemptible' AND ended_at > $since AND ended_at <= $now "
-        "AND interruptions IS NOT NULL AND actual_gpu_hours > 0 GROUP BY team)",
-        {"since": now - timedelta(days=window_days), "now": now}).fetchone()
-    own = {t: (n, h, k) for n, h, k, t in zip(*(row[i] or [] for i in range(4)))}
-    return {team: _rate(own.get(team, (0, None, None)), row[4:]) for team in teams}
-
-
-def _rate(own: tuple, everyone: tuple) -> InterruptionRate | None:
-    for scope, (runs, hours, interruptions) in (("team", own), ("all", everyone)):
+        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
+        f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
+        "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
+        "AND r.actual_gpu_hours > 0) "
+        "SELECT count(*) FILTER (WHERE team = $team), sum(h) FILTER (WHERE team = $team), "
+        "sum(n) FILTER (WHERE team = $team), count(*) FILTER (WHERE team = $team AND measured), "
+        "count(*), sum(h), sum(n), count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL",
+        {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
+    for scope, (runs, hours, interruptions, measured) in (("team", row[:4]), ("all", row[4:])):
         if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
             return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
-                    "gpu_hours": float(hours), "interruptions": int(interruptions)}
+                    "gpu_hours": float(hours), "interruptions": int(interruptions),
+                    "source": "measured" if measured == runs else "counts" if measured == 0 else "mixed"}
     return None

@@ -6,11 +6,15 @@ Layout: a `[defaults]` table (values every team inherits), one `[teams.NAME]` ta
 team (or snapshot, or price) and the key.
 
 Each team's `policy_version` is a short hash of its normalized policy (all fields, sorted, numbers as
-floats or ints as the schema types them), so changing any number gives the team a new version.
+floats or ints as the schema types them), so changing any number gives the team a new version. A
+key added after versions were in use (`scaling_efficiency`) is hashed only when it differs from its
+default, so a policy that leaves it alone keeps the version it had before the key existed.
 
 A team table may also set `colour = "#RRGGBB"`, the team's colour in the dashboard's figures. A
 colour is not policy: it is not hashed into `policy_version`, so recolouring a team gives it no new
 version and no decision changes meaning.
+
+`[alerts]`: the budget alerts' webhook and thresholds (lib.ledger.alert_settings; not policy).
 
 `[prices]`: `currency` (a 3-letter code such as "USD") and a price per GPU-hour per capacity type
 (`stable`, `preemptible`), each optional, finite and >= 0; a price needs the currency. A capacity
@@ -34,6 +38,7 @@ from typing import TypedDict
 
 from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
+from lib.ledger.alert_settings import AlertSettings, parse_alerts
 from lib.ledger.audit import record
 from lib.ledger.connection import transaction
 from lib.ledger.files import NotRegularFile, open_regular
@@ -42,8 +47,8 @@ from lib.ledger.teams_pools import parse_pools, pool_warnings
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
 # policy key -> (kind, default). kind: "int" (whole number >= 0 that fits the ledger's INTEGER column,
-# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "basis", "partitions".
-# Default None = required.
+# at most INT_MAX), "float" (finite number >= 0 that a DOUBLE holds), "fraction" (a float from 0 to 1),
+# "basis", "partitions". Default None = required.
 POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "reserved_gpus": ("int", None),
     "retraining_reserved_gpus": ("int", 0),
@@ -56,11 +61,16 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "budget_basis_exploratory": ("basis", "median"),
     "budget_basis_retraining": ("basis", "upper"),
     "preemptible_partitions": ("partitions", []),
+    # steps/s beyond a pilot's accelerators: each added one adds this share of one (docs/rules.md,
+    # Pilot estimates); 1.0 = linear data-parallel scaling
+    "scaling_efficiency": ("fraction", 1.0),
+    # days a deferred request waits in the queue before it expires (the forward plan)
     "queue_max_age_days": ("int", 14),
 }
-# policy keys added after teams had versions: left out of policy_version while at their default, so
-# adding a key gives no team a new version (and no recorded decision a new meaning)
-LATER_KEYS = {"queue_max_age_days": 14}
+# keys added after policy versions were in use: hashed into policy_version only off their default, so
+# adding one gives no team a new version (and no recorded decision a new meaning); NULL in a ledger row
+# written before the key existed reads as the default
+LATER_KEYS = {"scaling_efficiency": 1.0, "queue_max_age_days": 14}
 POOLS_SOURCE = "teams-file"     # pools rows this file writes (and replaces)
 INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
@@ -79,10 +89,12 @@ class Prices(TypedDict):
 
 class TeamsFile(TypedDict):
     """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices,
-    pools (capacity type -> the cluster's accelerators of that type)."""
+    alert settings (lib.ledger.alert_settings), pools (capacity type -> the cluster's accelerators of
+    that type)."""
     teams: list[dict]
     snapshots: list[dict]
     prices: Prices
+    alerts: AlertSettings
     pools: dict[str, int]
 
 
@@ -116,10 +128,12 @@ def _number_problem(value, integral: bool = False) -> str | None:
 
 def _check_value(kind: str, value):
     """(normalized value, None) or (None, problem text)."""
-    if kind in ("int", "float"):
+    if kind in ("int", "float", "fraction"):
         problem = _number_problem(value, integral=kind == "int")
         if problem:
             return None, problem
+        if kind == "fraction" and value > 1:
+            return None, f"must be at most 1, got {_shown(value)}"
         return (int(value) if kind == "int" else float(value)), None
     if kind == "basis":
         if value not in BASES:
@@ -207,9 +221,10 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "pools"}
+    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "alerts", "pools"}
     for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, pools)")
+        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, alerts, "
+                        "pools)")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:
@@ -308,10 +323,11 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
             problems.append(f"{where} created_at: {err}")
         snapshots.append({"snapshot": name, "team": team, "created_at": created})
     prices = _parse_prices(doc.get("prices"), problems)
+    alerts = parse_alerts(doc.get("alerts"), set(teams_doc), problems)
     pools = parse_pools(doc.get("pools"), text, problems)
     if problems:
         raise TeamsFileError(path, problems)
-    return {"teams": teams, "snapshots": snapshots, "prices": prices, "pools": pools}
+    return {"teams": teams, "snapshots": snapshots, "prices": prices, "alerts": alerts, "pools": pools}
 
 
 def load_teams(path=None) -> tuple[list[dict], list[dict]]:

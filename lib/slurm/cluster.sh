@@ -7,6 +7,8 @@
 #   lib/slurm/cluster.sh stop      stop what `start` started, by PID
 #   lib/slurm/cluster.sh status    PIDs, liveness, sinfo
 #   lib/slurm/cluster.sh env       print `export SLURM_CONF=...` for client commands
+#   lib/slurm/cluster.sh capacity  print the [pools] tables proposed from this cluster's sinfo (8 GPUs on
+#                                  one node in partitions gpu and spot); writes nothing
 #
 # Settings (environment; written into $TG_SLURM_DIR/etc/job_submit_gate.conf by `start`, which the hook
 # reads on every submission, so a later edit of that file takes effect at the next sbatch):
@@ -17,6 +19,8 @@
 #   TG_ON_GATE_FAILURE  refuse | accept-and-flag (when the gate itself fails)     default refuse
 #   TG_GATE_TIMEOUT_S   how long the hook waits for a locked ledger              default 5
 #   TG_GATE_SERVER      1: start a warm gate server (fast path), 0: cold Python per sbatch   default 1
+#   TG_WINDOWS_INTERVAL_S  seconds between the gate server's reads of the reservations (0: never)  default 30
+#   TG_TEAMS_FILE       the teams file (accounts; `capacity`'s preemptible partitions)  default <repo>/data/teams.toml
 #
 # This is a TEST cluster: SlurmUser=root and SlurmdUser=root, so the hook (which runs inside slurmctld as
 # SlurmUser) can read the repo and write the ledger. On a real cluster run slurmctld as `slurm` and give
@@ -295,6 +299,13 @@ cmd_status() {
   return $rc
 }
 
+# The [pools] proposal from sinfo (python -m lib teams --from-slurm): review it, then add it to the teams file.
+cmd_capacity() {
+  local repo="${TG_REPO:-$REPO_DEFAULT}" file=()
+  [[ -n "${TG_TEAMS_FILE:-}" ]] && file=(--file "$TG_TEAMS_FILE")
+  (cd "$repo" && PYTHONPATH="$repo" "$(python_abs)" -m lib teams --from-slurm "${file[@]}")
+}
+
 case "${1:-}" in
   install) cmd_install ;;
   start) cmd_start ;;
@@ -302,5 +313,6 @@ case "${1:-}" in
   restart) cmd_stop; cmd_start ;;
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) echo "usage: $0 install|start|stop|restart|status|env" >&2; exit 2 ;;
+  capacity) cmd_capacity ;;
+  *) echo "usage: $0 install|start|stop|restart|status|env|capacity" >&2; exit 2 ;;
 esac

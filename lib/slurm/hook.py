@@ -192,9 +192,15 @@ def gate(fields: dict, config: dict, *, submit=None, preemptible=None) -> Outcom
 
 
 def outcome_for(decision: dict, *, time_to_set=None, notes=()) -> Outcome:
-    """The hook's answer to a decision: admit -> accept; defer / reject -> one line, every reason + fix."""
-    from lib.slurm.comment import _is_number  # not at the top: the socket client needs none of it
-    extra = (" (" + "; ".join(notes) + ")") if notes else ""
+    """The hook's answer to a decision: admit -> accept; defer / reject -> one line, every reason + fix.
+    Either way the line ends with the job description's `notes` and then the decision's own notes
+    (each with its code and fix; a wall clock above the time limit as a WARNING)."""
+    # not at the top: the socket client needs none of it
+    from lib.gate.reasons import WARNING_NOTES, note_text, notes_of
+    from lib.slurm.comment import _is_number
+    said = [*notes, *(("WARNING " if n.get("code") in WARNING_NOTES else "note ") + note_text(n)
+                      for n in notes_of(decision))]
+    extra = (" (" + "; ".join(said) + ")") if said else ""
     if decision.get("state") == "admit":
         est = decision.get("estimate") or {}
         judged, reserved = est.get("judged_gpu_hours"), decision.get("reserved_gpu_hours")

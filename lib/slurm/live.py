@@ -21,6 +21,12 @@ it leaves after an explicit CHECKPOINT and before it lets go of the file, so a w
 after it always moves the stamp. Cached per-team facts are dropped by every reload, and read again
 after `FACTS_TTL_S` and when the month changes.
 
+The cluster's windows (its Slurm reservations: lib.slurm.windows_sync) come from the ledger at
+each reload; with `windows_interval_s` a thread also reads them from Slurm at start and then every
+that many seconds, off the decisions' lock: decisions take the last windows Slurm gave (the
+ledger's until its first answer, and the last known ones while it cannot answer), and a set that
+changed is written into the ledger as a batch is, taking the stamp it leaves.
+
 Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock: an
 flock on the file itself, so a hard link or another path to the same file finds it taken) for its
 lifetime; a second one raises ServerBusy naming the holder.
@@ -37,10 +43,11 @@ import threading
 import time
 from datetime import datetime
 
-from lib.gate.contracts import Decision, Policy, Request, State
+from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
+from lib.ledger.cluster_windows import read_windows, replace_windows
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
 from lib.ledger.decider_lock import ServerLock
 from lib.ledger.deciding import LedgerFacts, decide_with
@@ -48,6 +55,7 @@ from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
 
 FACTS_TTL_S = 300.0
 
@@ -60,11 +68,13 @@ class LiveGate:
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
     def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
-                 journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True):
+                 journal_max_mb: float | None = None, journal_sync: str = "FULL", flusher: bool = True,
+                 windows_interval_s: float | None = None):
         self.db = ledger_path(db).resolve()
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
+        self.window_watch = WindowWatch(_log, interval_s=windows_interval_s) if windows_interval_s else None
         self._lock = ServerLock(self.db)
         try:
             self._start(journal_max_mb, journal_sync, flusher)
@@ -111,6 +121,11 @@ class LiveGate:
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
             self._thread.start()
+        self._windows_thread = None
+        self._windows_written: list[CapacityWindow] | None = None  # the set this gate last wrote
+        if self.window_watch is not None:
+            self._windows_thread = threading.Thread(target=self._windows_loop, name="gate-windows", daemon=True)
+            self._windows_thread.start()
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
@@ -131,6 +146,7 @@ class LiveGate:
                     "started_at IS NOT NULL, capacity FROM runs "
                     "WHERE reserved_gpu_hours IS NOT NULL AND ended_at IS NULL").fetchall()
                 booked = load_booked(con)
+                windows = read_windows(con, utcnow())
                 applied = applied_through(con, self.journal.journal_id)
                 now = utcnow()
                 facts = ({(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
@@ -143,6 +159,7 @@ class LiveGate:
                             "capacity": r[8]}
                      for r in rows}
         self.started = {r[0] for r in rows if r[7]}
+        self.ledger_windows: list[CapacityWindow] = windows
         self.booked_in_ledger = booked       # the run IDs the ledger has booked, hashed (see `booked`)
         self.booked_ids: set[str] = set()     # booked by this server since
         self.admits: dict[str, tuple[str, Decision, datetime]] = {}  # run_id -> admit not yet read from the ledger
@@ -206,9 +223,9 @@ class LiveGate:
         held = sorted((dict(r) for r in self.held.values() if (pools or r["team"] == team)
                        and (r["reserved_until"] is None or r["reserved_until"] > now)), key=lambda r: r["run_id"])
         state = {**facts, "now": now, "reservations": [r for r in held if r["team"] == team] if pools else held}
-        if pools:   # the pools' sizes and windows as read with the facts; every team's reservations as held now
-            windows = list({id(w): w for p in pools.values() for w in p["windows"]}.values())
-            state["pools"] = pool_states({n: p["gpus"] for n, p in pools.items()}, held, windows)
+        if pools:   # the pools' sizes as read with the facts; every team's reservations as held now, and
+            # the cluster's windows as Slurm last gave them
+            state["pools"] = pool_states({n: p["gpus"] for n, p in pools.items()}, held, self.capacity_windows(now))
         return state
 
     def _facts(self, team: str, kind: str | None, now: datetime) -> dict:
@@ -231,6 +248,11 @@ class LiveGate:
 
     def preemptible_partitions(self, team) -> list[str]:
         return list((self.policies.get(team) or {}).get("preemptible_partitions") or [])
+
+    def capacity_windows(self, now: datetime) -> list[CapacityWindow]:
+        """The cluster's windows not yet ended at `now`: Slurm's at its last answer, else the ledger's."""
+        known = self.window_watch.windows if self.window_watch is not None else None
+        return [w for w in (self.ledger_windows if known is None else known) if w["end"] > now]
 
     # ------------------------------------------------------------------ deciding
 
@@ -344,7 +366,10 @@ class LiveGate:
     def _trouble(self, what: str, exc: Exception) -> None:
         """Log a failure of `what` once, until it recovers."""
         text = f"{type(exc).__name__}: {exc}"
-        if what not in self._failing:
+        if what not in self._failing and what == "windows":
+            _log(f"cannot write the cluster's windows into {self.db} ({text}); decisions use them from "
+                 f"memory, and it is tried again every {self.window_watch.interval_s:g} s")
+        elif what not in self._failing:
             doing = {"marks": "write to its journal", "batch": f"move decisions into {self.db}"}[what]
             _log(f"cannot {doing} ({text}); the decisions are kept and counted, and it is tried again "
                  f"every {self.flush_interval_s:g} s")
@@ -367,10 +392,44 @@ class LiveGate:
             else:
                 self._recovered("batch", f"decisions move into {self.db} again ({n} in this batch)")
 
+    def _windows_loop(self) -> None:
+        while True:
+            try:
+                self.sync_windows()
+            except Exception as exc:  # a locked ledger, a full disk: the windows in memory still count
+                self._trouble("windows", exc)
+            else:
+                self._recovered("windows", f"the cluster's windows are written into {self.db} again")
+            if self._stop.wait(self.window_watch.interval_s):
+                return
+
+    def sync_windows(self) -> bool:
+        """Read the cluster's windows from Slurm now (the last known stay when it does not answer);
+        write a set that changed into the ledger (True), as a batch is written."""
+        preemptible = {p for policy in self.policies.values() for p in policy.get("preemptible_partitions") or ()}
+        windows = self.window_watch.refresh(preemptible)
+        if windows is None or windows == self._windows_written:
+            return False
+        with self._ledger_mu:
+            if self._stop.is_set():
+                return False  # closing: the ledger lock is about to be let go
+            with write_ledger(self.db, self.timeout_s) as con:
+                if self._stamp() != self._sig:
+                    self._stale = True  # someone else wrote since we looked: reload
+                changed = replace_windows(con, windows, source=SOURCE, who=server_who())
+                con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
+                self._sig = self._stamp()
+            self.ledger_windows = self._windows_written = windows
+        return changed
+
     def close(self) -> None:
         self._stop.set()
+        if self.window_watch is not None:
+            self.window_watch.stop()  # a scontrol under way ends now
         if self._thread is not None:
             self._thread.join(timeout=30)
+        with self._ledger_mu:  # a windows write under way ends first; none starts after (_stop)
+            pass
         try:
             self.flush_answered()  # answers on their way get their note first
         except Exception as exc:

@@ -3,6 +3,10 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
 
     python -m lib.slurm.server --socket PATH [--db LEDGER] [--journal-max-mb MB]
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
+                                   [--windows-interval-s S]
+
+--windows-interval-s (else $TG_WINDOWS_INTERVAL_S, else 30): how often each ledger's gate reads the
+cluster's reservations from Slurm (lib.slurm.live; 0: never, the ledger's windows only).
 
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
 caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Decisions are taken
@@ -55,6 +59,7 @@ from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.live import LiveGate
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
+from lib.slurm.windows_sync import DEFAULT_INTERVAL_S
 from lib.slurm.wire import decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
@@ -69,12 +74,14 @@ class GateServer:
     `flag_log`: the server's own flag log (its $TG_FLAG_LOG at start); a caller's is never used."""
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-                 flush_interval_s: float = 0.25, flag_log: str | None = None):
+                 flush_interval_s: float = 0.25, flag_log: str | None = None,
+                 windows_interval_s: float | None = None):
         self.gates: dict[Path, LiveGate] = {}
         self._loading: dict[Path, threading.Lock] = {}
         self._mu = threading.Lock()
         self.journal_max_mb, self.journal_sync = journal_max_mb, journal_sync
         self.flush_interval_s, self.flag_log = flush_interval_s, flag_log
+        self.windows_interval_s = windows_interval_s
         self.slow = SlowReader(self.answer, _refuse_unreadable)  # started by serve()
 
     def gate_for(self, db, timeout_s: float = 5.0) -> LiveGate:
@@ -93,7 +100,8 @@ class GateServer:
             if live is None:
                 live = LiveGate(path, timeout_s=timeout_s, journal_max_mb=self.journal_max_mb,
                                 journal_sync=self.journal_sync,
-                                flush_interval_s=self.flush_interval_s)
+                                flush_interval_s=self.flush_interval_s,
+                                windows_interval_s=self.windows_interval_s)
                 with self._mu:
                     self.gates[key] = live
             return live
@@ -234,12 +242,14 @@ def _send(conn, text: str) -> bool:
 
 
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-          flush_interval_s: float = 0.25) -> None:
+          flush_interval_s: float = 0.25, windows_interval_s: float | None = DEFAULT_INTERVAL_S) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
-    between batches into the ledger."""
+    between batches into the ledger; `windows_interval_s`: between reads of the cluster's
+    reservations (None or 0: none)."""
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
-                        flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None)
+                        flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None,
+                        windows_interval_s=windows_interval_s)
     named = db or os.environ.get("GATE_DB")
     if named:
         try:
@@ -316,7 +326,8 @@ def _accept_loop(server: GateServer, srv, stop: threading.Event) -> None:
 
 def main(argv=None) -> int:
     """`python -m lib.slurm.server --socket PATH [--db LEDGER] [--journal-max-mb MB]
-    [--journal-sync FULL|NORMAL] [--flush-interval-s S]` (also `python -m lib.slurm.hook serve ...`)."""
+    [--journal-sync FULL|NORMAL] [--flush-interval-s S] [--windows-interval-s S]` (also
+    `python -m lib.slurm.hook serve ...`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def opt(name, default=None):
@@ -325,7 +336,9 @@ def main(argv=None) -> int:
     serve(opt("--socket", os.environ.get("TG_GATE_SOCKET")), db=opt("--db"),
           journal_max_mb=float(max_mb) if max_mb else None,
           journal_sync=opt("--journal-sync", os.environ.get("TG_GATE_JOURNAL_SYNC") or "FULL").upper(),
-          flush_interval_s=float(opt("--flush-interval-s", 0.25)))
+          flush_interval_s=float(opt("--flush-interval-s", 0.25)),
+          windows_interval_s=float(opt("--windows-interval-s",
+                                       os.environ.get("TG_WINDOWS_INTERVAL_S") or DEFAULT_INTERVAL_S)))
     return 0
 
 

@@ -12,8 +12,9 @@ Re-importing the same file changes nothing (its rows count as `unchanged`); a ch
 (`updated`). Rows are upserted by run_id with INSERT ... ON CONFLICT (run_id) DO UPDATE.
 
 Modules: csv_file (the CSV format and its checks), csv_lines (file lines of records and rejects),
-sacct (every sacct rule), merge (checks needing the whole file or the ledger, and the write),
-report (ImportReport and error rows), columns (the runs columns a file can supply).
+sacct (every sacct rule; sacct_attempts: the attempts of a requeued job), merge (checks needing the
+whole file or the ledger, and the write), report (ImportReport and error rows), columns (the runs
+columns a file can supply).
 
 create_teams=True creates unknown teams in `teams` with a deliberately conservative placeholder policy
 (DEFAULT_TEAM_POLICY): no reserved GPUs, every per-job cap 0 and a zero monthly budget, budgets judged at

@@ -57,6 +57,8 @@ class Staged:
     lines_for(rows) -> {staging row: file line}, called only when there are errors (a row it cannot
     place is reported without a line); None when each staging row is its file line.
     drop: statements freeing the staging tables before the commit.
+    attempts: interruptions staged in the temp table `attempts` (sacct: interrupted attempts of
+    requeued jobs, lib.ledger.imports.sacct_attempts), appended with the runs; 0: none.
     """
     supplied: list[str]
     rules: dict[str, str]
@@ -64,6 +66,7 @@ class Staged:
     reader_errors: list
     lines_for: Callable[[set[int]], dict[int, int]] | None
     drop: tuple[str, ...]
+    attempts: int = 0
 
 
 def _merge_expr(col: str, supplied: set[str], rules: dict[str, str]) -> str:
@@ -130,6 +133,8 @@ def check_and_write(cur, report: ImportReport, staged: Staged, create_teams: boo
             raise Abort
         steps(0.7, f"writing {report.inserted} new and {report.updated} changed runs")
         _write(cur, report, merged, now)
+        if staged.attempts:
+            _write_attempts(cur, report, now)
         if report.who is not None:
             audit.record(cur, report.who, "import", fmt=report.fmt, inserted=report.inserted,
                          updated=report.updated, unchanged=report.unchanged)
@@ -243,3 +248,13 @@ def _write(cur, report: ImportReport, merged: _Merged, now: dt.datetime) -> None
         team_weeks.rebuild(cur)
     elif report.updated or report.inserted:
         team_weeks.refresh(cur, weeks | team_weeks.weeks_of(cur, "SELECT run_id FROM typed"))
+
+
+def _write_attempts(cur, report: ImportReport, now: dt.datetime) -> None:
+    """Append the interruptions staged in `attempts` (no decision: action and decision_json NULL),
+    source = the file's format, recorded now by the importing actor."""
+    cur.execute("INSERT INTO interruptions (run_id, event, occurred_at, attempt, attempt_started_at, "
+                "attempt_gpu_hours, lost_gpu_hours, source, recorded_at, actor) "
+                "SELECT run_id, event, occurred_at, attempt, attempt_started_at, attempt_gpu_hours, "
+                "lost_gpu_hours, ?, ?, ? FROM attempts ORDER BY _row",
+                [report.fmt, now, report.who["actor"] if report.who else None]).fetchall()

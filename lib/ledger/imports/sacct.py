@@ -20,6 +20,8 @@ Run id: JobName 'run_id=X' -> X; JobName equal to a run id already in the ledger
 (the submit hook names admitted jobs after their run id); otherwise 'slurm-<JobID>'.
 Steps (123.batch, 123.extern, 123.0) fold into their job line (a step without its job line is an
 error); array tasks (123_4) and het components (123+0) are runs of their own.
+Attempts (`sacct --duplicates`): the lines of one JobID are the attempts of a requeued job, folded
+into one run, its earlier interrupted attempts recorded as interruptions (sacct_attempts).
 A reservation the gate recorded (source other than sacct) is kept; kind, too; other fields sacct
 knows (times, GPUs, actuals, stop reason, partition) take sacct's value, empty ones keep the ledger's.
 """
@@ -35,6 +37,7 @@ import pyarrow as pa
 from lib.ledger.imports.columns import ENUMS, MAX_TEXT_CHARS
 from lib.ledger.imports.merge import Staged, check_and_write
 from lib.ledger.imports.report import ImportReport, RowErrors, Steps, _err
+from lib.ledger.imports.sacct_attempts import fold, interruptions
 from lib.gate.terms import TEAM_NAME_RULE, naive_utc, team_name_problem
 
 XDMOD_FIELDS = [
@@ -62,7 +65,8 @@ _SPACES = " \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u
 # the runs columns a sacct job supplies, and its merge rules (t = the job, r = the ledger's run)
 _SUPPLIED = ["run_id", "team", "kind", "capacity", "gpus", "job_name", "estimated_gpu_hours",
              "estimate_source", "max_runtime_hours", "reserved_from", "reserved_until",
-             "reserved_gpu_hours", "started_at", "ended_at", "actual_gpu_hours", "stop_reason"]
+             "reserved_gpu_hours", "started_at", "ended_at", "actual_gpu_hours", "stop_reason",
+             "interruptions", "act_lost_work_gpu_hours"]
 _KEEP_MEASURED = "(r.estimated_gpu_hours IS NOT NULL AND r.estimate_source IS DISTINCT FROM 'requested')"
 _KEEP_RESERVATION = "(r.reserved_gpu_hours IS NOT NULL AND r.source <> 'sacct')"
 _MERGE_RULES = {
@@ -71,6 +75,9 @@ _MERGE_RULES = {
        for c in ("estimated_gpu_hours", "estimate_source")},
     **{c: f"CASE WHEN {_KEEP_RESERVATION} THEN r.{c} ELSE COALESCE(t.{c}, r.{c}) END"
        for c in ("reserved_from", "reserved_until", "reserved_gpu_hours")},
+    # from a job's attempts (NULL: one attempt, the file says nothing): never below the ledger's
+    **{c: f"CASE WHEN t.{c} IS NULL THEN r.{c} ELSE greatest(t.{c}, coalesce(r.{c}, 0)) END"
+       for c in ("interruptions", "act_lost_work_gpu_hours")},
 }
 
 
@@ -143,9 +150,10 @@ def import_sacct(cur, path: Path, report: ImportReport, create_teams: bool, dry_
                             "or jobs without GPUs")
     steps(0.3, f"checking {len(rows)} jobs")
     errors = _resolve(cur, rows)
-    _stage(cur, rows)
+    attempts = interruptions(cur, rows, report)
+    _stage(cur, rows, attempts)
     staged = Staged(supplied=_SUPPLIED, rules=_MERGE_RULES, errors=errors, reader_errors=[],
-                    lines_for=None, drop=("DROP TABLE typed",))
+                    lines_for=None, drop=("DROP TABLE typed", "DROP TABLE attempts"), attempts=len(attempts))
     check_and_write(cur, report, staged, create_teams, dry_run, steps)
 
 
@@ -168,20 +176,20 @@ def _parse(path: Path, report: ImportReport) -> list[dict]:
         return []
     fields, has_header = fields
     header = fields if has_header else None
-    rows: list[dict] = []
-    jobs: dict[str, int] = {}                 # job id -> its line
+    jobs: dict[str, list[dict]] = {}          # job id -> the run rows of its lines (attempts)
     steps: list[tuple[int, str]] = []         # (line, job id) of each step
     for i in range(first_idx + 1 if header else 0, len(lines)):
         cells = _cells(lines[i], i + 1, fields, header, report)
         if cells is not None:
-            _job_line(i + 1, cells, jobs, steps, rows, report)
+            _job_line(i + 1, cells, jobs, steps, report)
     for lineno, job in steps:
         if job not in jobs:
             report.errors.append(_err(lineno, "jobid", job, f"step of job {job}, whose job line is not in "
                                                             "the file (export jobs with their steps)"))
         else:
             report.skipped += 1
-    return rows
+    rows = [fold(job, attempts, report) for job, attempts in jobs.items() if attempts]
+    return [r for r in rows if r is not None]
 
 
 def _fields(first: str, lineno: int, report: ImportReport) -> tuple[list[str], bool] | None:
@@ -234,10 +242,10 @@ def _cells(bline: bytes, lineno: int, fields: list[str], header: list[str] | Non
     return defaultdict(str, zip(fields, map(str.strip, parts)))
 
 
-def _job_line(lineno: int, cells: dict[str, str], jobs: dict[str, int], steps: list[tuple[int, str]],
-              rows: list[dict], report: ImportReport) -> None:
-    """Sort one line by its JobID: a step (kept in `steps`), a repeated job (an error), or a job
-    (its run row appended to `rows` unless it has errors or no GPUs)."""
+def _job_line(lineno: int, cells: dict[str, str], jobs: dict[str, list[dict]], steps: list[tuple[int, str]],
+              report: ImportReport) -> None:
+    """Sort one line by its JobID: a step (kept in `steps`), or an attempt of a job (its run row
+    appended to `jobs[job]` unless it has errors or no GPUs)."""
     jobid = cells["jobid"]
     m = _JOBID.match(jobid)
     if not m:
@@ -249,13 +257,10 @@ def _job_line(lineno: int, cells: dict[str, str], jobs: dict[str, int], steps: l
         steps.append((lineno, job))
         return
     report.rows_read += 1
-    if job in jobs:
-        report.errors.append(_err(lineno, "jobid", jobid, f"job {jobid} also on line {jobs[job]}"))
-        return
-    jobs[job] = lineno
+    attempts = jobs.setdefault(job, [])
     row = _sacct_row(lineno, job, cells, report)
     if row is not None:
-        rows.append(row)
+        attempts.append(row)
 
 
 def _times_and_hours(lineno: int, cells: defaultdict[str, str], report: ImportReport) -> tuple:
@@ -346,6 +351,8 @@ def _sacct_row(lineno: int, job: str, cells: defaultdict[str, str], report: Impo
         "started_at": started, "ended_at": ended,
         "actual_gpu_hours": (elapsed_h or 0.0) * gpus if finished else None,
         "stop_reason": stop_reason,
+        "_attempt": {"state": state, "finished": finished, "start": started, "end": times["end"],
+                     "gpu_hours": (elapsed_h or 0.0) * gpus},
     }
 
 
@@ -383,8 +390,9 @@ def _capacity(partition: str | None, preemptible: list[str]) -> str:
     return "stable"
 
 
-def _stage(cur, rows: list[dict]) -> None:
-    """Store the rows in the temp table `typed` (its `_row` = the file line)."""
+def _stage(cur, rows: list[dict], attempts: list[dict]) -> None:
+    """Store the rows in the temp table `typed` (its `_row` = the file line) and the interruptions to
+    record in the temp table `attempts`."""
     ts = pa.timestamp("us")
     schema = pa.schema([
         ("_row", pa.int64()), ("run_id", pa.string()), ("team", pa.string()), ("kind", pa.string()),
@@ -392,8 +400,15 @@ def _stage(cur, rows: list[dict]) -> None:
         ("estimated_gpu_hours", pa.float64()), ("estimate_source", pa.string()),
         ("max_runtime_hours", pa.float64()), ("reserved_from", ts), ("reserved_until", ts),
         ("reserved_gpu_hours", pa.float64()), ("started_at", ts), ("ended_at", ts),
-        ("actual_gpu_hours", pa.float64()), ("stop_reason", pa.string()),
+        ("actual_gpu_hours", pa.float64()), ("stop_reason", pa.string()), ("interruptions", pa.int32()),
+        ("act_lost_work_gpu_hours", pa.float64()),
     ])
-    cur.register("sacct_rows", pa.Table.from_pylist(rows, schema=schema))
-    cur.execute("CREATE TEMP TABLE typed AS SELECT * FROM sacct_rows").fetchall()
-    cur.unregister("sacct_rows")
+    attempt_schema = pa.schema([
+        ("_row", pa.int64()), ("run_id", pa.string()), ("event", pa.string()), ("occurred_at", ts),
+        ("attempt", pa.int32()), ("attempt_started_at", ts), ("attempt_gpu_hours", pa.float64()),
+        ("lost_gpu_hours", pa.float64()),
+    ])
+    for name, data, sch in (("typed", rows, schema), ("attempts", attempts, attempt_schema)):
+        cur.register("sacct_rows", pa.Table.from_pylist(data, schema=sch))
+        cur.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM sacct_rows").fetchall()
+        cur.unregister("sacct_rows")
