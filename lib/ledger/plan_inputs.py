@@ -19,7 +19,7 @@ from lib.ledger.calibration_rows import calibration
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.deciding import BOOKED
 from lib.ledger.replay import ledger_policies
-from lib.ledger.state import held_reservations, interruption_rate, pool_sizes
+from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
 from lib.ledger.teams_file import LATER_KEYS
 from lib.planning.plan_world import PlanInputs, WaitingRequest
 
@@ -107,6 +107,6 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
         "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
         "spent": spent, "snapshots": snapshots,
         "calibrations": {(t, k): calibration(con, t, k, as_of) for t, k in sorted(pairs)},
-        "interruption_rates": {t: interruption_rate(con, t, as_of) for t in teams},
+        "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
         "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
     return inputs, expired

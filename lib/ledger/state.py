@@ -125,16 +125,29 @@ def interruption_rate(con, team: str, now: datetime, *,
     the team's rate when it has MIN_RATE_RUNS such runs, else everyone's; None when nobody has any
     (or no GPU-hours). source: "measured" when every run counted events, "counts" when none did,
     "mixed" otherwise."""
-    row = con.execute(
-        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
-        f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
-        "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
-        "AND r.actual_gpu_hours > 0) "
-        "SELECT count(*) FILTER (WHERE team = $team), sum(h) FILTER (WHERE team = $team), "
-        "sum(n) FILTER (WHERE team = $team), count(*) FILTER (WHERE team = $team AND measured), "
-        "count(*), sum(h), sum(n), count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL",
-        {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
-    for scope, (runs, hours, interruptions, measured) in (("team", row[:4]), ("all", row[4:])):
+    return interruption_rates(con, [team], now, window_days=window_days)[team]
+
+
+def interruption_rates(con, teams: list[str], now: datetime, *,
+                       window_days: int = CALIBRATION_WINDOW_DAYS) -> dict[str, InterruptionRate | None]:
+    """`interruption_rate` of each of `teams`, from one read of the window's runs (each team's sums and
+    everyone's, as grouping sets of one query)."""
+    sums: dict = {}
+    for team, *row in con.execute(
+            f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
+            f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
+            "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
+            "AND r.actual_gpu_hours > 0) "
+            "SELECT CASE WHEN grouping(team) = 0 THEN team END, count(*), sum(h), sum(n), "
+            "count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL GROUP BY GROUPING SETS ((team), ())",
+            {"since": now - timedelta(days=window_days), "now": now}).fetchall():
+        sums[team] = row
+    everyone = sums.get(None, (0, None, None, 0))
+    return {team: _rate(sums.get(team, (0, None, None, 0)), everyone) for team in teams}
+
+
+def _rate(own: tuple, everyone: tuple) -> InterruptionRate | None:
+    for scope, (runs, hours, interruptions, measured) in (("team", own), ("all", everyone)):
         if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
             return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
                     "gpu_hours": float(hours), "interruptions": int(interruptions),
