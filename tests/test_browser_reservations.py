@@ -33,7 +33,7 @@ def served(tmp_path_factory):
                      now])
     decision = submit_request(demo_request(run_id=RUN_ID, team="nlp-research", gpus=16), db=db)
     (fix,) = [r["fix"] for r in decision["reasons"] if r["code"] == "capacity"]
-    fits_from = re.search(r"or from (\S+) when running reservations end", fix).group(1)
+    fits_from = re.search(r"from (\S+) when running reservations end", fix).group(1)
     with serve_app(db, tmp / "streamlit.log") as url:
         yield {"url": url, "fits_from": fits_from}
 
