@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, checkpoint, recover, alerts, demo, export, teams, forecast, replay, slurm, authority. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, plan, demo, export, teams, forecast, replay, slurm, authority. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
 from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
+from lib.cli_plan import PLAN_COMMANDS, add_plan_parser
 from lib.cli_runs import RUN_COMMANDS, add_run_parsers
 from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli_authority import AUTHORITY_COMMANDS, add_authority_parser
@@ -159,10 +160,14 @@ def via_gate_server(args, op: str, request) -> Decision | None:
 
 
 def cmd_check(args) -> int:
-    # here: it brings numpy (calibration), which finish, teams, export and --help never need
+    # here: they bring numpy (calibration), which finish, teams, export and --help never need
     from lib.ledger.deciding import check_request
+    from lib.ledger.plan_ledger import check_request_at
     request = read_request(args.request)
-    decision = via_gate_server(args, "check", request)
+    if args.as_of is not None:   # on the plan's state then: the gate server decides for now only
+        decision = check_request_at(request, at=args.as_of, db=args.db, now=args.now, timeout_s=args.timeout)
+    else:
+        decision = via_gate_server(args, "check", request)
     if decision is None:
         decision = check_request(request, db=args.db, now=args.now, timeout_s=args.timeout,
                                  authority=configured_authority())
@@ -310,9 +315,11 @@ def cmd_teams(args) -> int:
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
         c = sync_teams(con, args.file, who=who)
+    for warning in c["warnings"]:
+        say(f"teams: warning: {warning}")
     say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "
         f"{c['teams_unchanged']} team(s); snapshots inserted {c['snapshots_inserted']}, updated "
-        f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}")
+        f"{c['snapshots_updated']}, unchanged {c['snapshots_unchanged']}; pools {c['pools']}")
     return EXIT_OK
 
 
@@ -376,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "submit":
             s.add_argument("--origin", default="cli", choices=ORIGINS,
                            help="who submitted (recorded with the decision)")
+        else:
+            s.add_argument("--as-of", type=timestamp, default=None,
+                           help=f"decide as if submitted at this ISO-8601 time ({TIME_RANGE}), on the state "
+                                "the forward plan reaches by then (from --now): what has ended, and what the "
+                                "plan starts before it")
 
     s = sub.add_parser("import", parents=[common], help="import run history (CSV or sacct)")
     s.add_argument("file", help="the run history, a regular file")
@@ -386,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parsers(sub, common)
     add_authority_parser(sub, common)
     add_alert_parser(sub, common)
+    add_plan_parser(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
     s.add_argument("--runs", type=positive_int, default=10_000)
@@ -428,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
+            **PLAN_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
             "replay": cmd_replay, **SLURM_COMMANDS, **AUTHORITY_COMMANDS}
 

@@ -1,10 +1,10 @@
-"""Reservations: who holds what against their quota, the capacity calendar ahead, the queue of
-waiting requests and when each would fit, the monthly budget of a chosen month, and what overran."""
+"""Reservations: who holds what against their quota, the queue of waiting requests as the gate would serve
+them (the forward plan), the capacity calendar and the pools ahead, the monthly budget of a chosen month,
+and what overran."""
 import streamlit as st
 
 import ui
-from lib.dashboard import (budget_queries, forecast_figures, forecasts, queue_and_calendar, reservation_figures,
-                           reservation_queries)
+from lib.dashboard import budget_queries, forecast_figures, queue_and_calendar, reservation_figures, reservation_queries
 
 f = ui.frame()
 
@@ -16,31 +16,48 @@ ui.caption(f.describe())
 st.subheader("Reserved accelerators against quota")
 data.chart(reservation_figures.reserved_over_time, "over_time", "quotas")
 
+st.subheader("Queue: requests waiting now, as the gate would serve them")
+st.caption(f"The forward plan: every request waiting now (its latest decision a deferral, not admitted since, at most "
+           f"its team's queue age after its first deferral) decided again by the gate, in the order it serves them — "
+           f"{data['serve_order']} — each seeing what the plan starts before it, as reservations end at their reserved "
+           "end and the month resets budgets. Reasons now: what `python -m lib check` gives it now; ahead of it: "
+           "what the plan starts first that holds what it needs. The team, kind and capacity filters apply; the "
+           "dates do not (a plan starts now). `python -m lib plan` prints the same.")
+data.chart(reservation_figures.queue_schedule, "waiting")
+shown, total, planned = len(data["waiting"]), data["queue_count"], data["planned_count"]
+ui.table(data["waiting"], "request_queue", "dl_res_queue",
+         empty="No request is waiting: every deferral was admitted later, or none matches these filters.",
+         caption=f"{total:,} waiting request{'' if total == 1 else 's'}, {planned:,} planned to start within "
+                 f"{data['plan_days']} days" + (f"; the first {shown:,} shown (and in the CSV)." if shown < total else "."))
+expired = data["expired_count"]
+if expired:
+    with st.expander(f"{expired:,} expired request{'' if expired == 1 else 's'}: waited longer than the queue age"):
+        ui.table(data["expired"], "expired_requests", "dl_res_expired", empty="None in these filters.",
+                 caption="Each left the queue when it had waited its team's queue_max_age_days: resubmit it to "
+                         "wait again.")
+else:
+    st.caption("No request has waited past its team's queue age.")
+
 st.subheader(f"Capacity calendar: the next {queue_and_calendar.CALENDAR_DAYS} days")
-st.caption("Committed = the most accelerators held during the day by admitted, unfinished reservations — "
-           "those that start later included, each from now until its reserved end — exactly as the gate "
-           "counts them against the quota (the same timeline gives the gate's \"fits from\"). "
-           "Free = quota − committed, never below 0. The team filter applies; the dates, kinds and capacity "
-           "type do not: every kind counts against the quota. Rows \"(all teams)\" add up the shown teams.")
+st.caption("Free = what the gate would admit a request of the team with, for experiments and for scheduled "
+           "retraining apart: its quota less what admitted reservations hold (those that start later too, as the "
+           "gate counts them) and what the plan above starts, less the retraining set-aside for experiments, and "
+           "no more than its pool has free — today now, later days at their start (00:00 UTC). The team filter "
+           "applies; the dates, kinds and capacity type do not.")
 if data["over_committed_teams"]:
     st.warning(ui.as_text("Over-committed (more accelerators committed than the quota on some day): "
                           + ", ".join(data["over_committed_teams"])))
 data.chart(reservation_figures.capacity_calendar, "calendar")
 ui.table(data["calendar"], "capacity_calendar", "dl_res_calendar",
          empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.")
-
-st.subheader("Queue: requests waiting now, and when they would fit")
-st.caption(f"Every request whose latest decision is a deferral and that has not been admitted since, "
-           f"whatever the dates above (a queue is now), up to {queue_and_calendar.QUEUE_DAYS} days after its latest "
-           "deferral (a request never decided again by then has left the queue); the team, kind and capacity "
-           "filters apply. Waited = hours since the run's first deferral in those days. The earliest fit is the rule of the gate's fix, over the "
-           "reservations held now, each released at its reserved end; reasons that waiting cannot cure say "
-           "so. Ordered by earliest fit, then longest wait.")
-shown, total = len(data["waiting"]), data["queue_count"]
-ui.table(data["waiting"], "request_queue", "dl_res_queue",
-         empty="No request is waiting: every deferral was admitted later, or none matches these filters.",
-         caption=f"{total:,} waiting request{'' if total == 1 else 's'}"
-                 + (f"; the first {shown:,} shown (and in the CSV)." if shown < total else "."))
+if len(data["overcommit"]):
+    st.markdown("**Pools: the cluster's accelerators**")
+    blocked = data["blocked"]
+    st.caption(f"In the period, {int(blocked['by_pool_only']):,} deferral(s) were for the pool alone (within the "
+               f"team's quota: cluster-capacity), {int(blocked['by_quota']):,} for a quota or the retraining "
+               f"set-aside, of {int(blocked['deferred']):,} deferrals.")
+    ui.table(data["overcommit"], "pool_overcommit", "dl_res_overcommit", empty="No pool.")
+    ui.table(data["pools"], "pool_calendar", "dl_res_pools", empty="No pool.")
 
 st.subheader("Monthly budget")
 months = budget_queries.budget_months(ui.sidebar_options()["first_day"], ui.now_minute())
@@ -60,14 +77,14 @@ budget.chart(reservation_figures.budget_bars, "budget", month_label=f"{budget['m
 ui.table(budget["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
 if budget["current_month"]:
-    outlook = ui.PageData(forecasts.budget_outlook, f)
-    ui.budget_outlook(outlook["burn"])
-    if len(outlook["burn"]):
-        team = st.selectbox("Burn-down of", outlook["burn"]["team"].tolist(), key="res_burn_team")
-        outlook.chart(forecast_figures.burn_down_chart, "burn_path", "burn", team=team)
+    ui.budget_outlook(data["burn"])
+    if len(data["burn"]):
+        team = st.selectbox("Burn-down of", data["burn"]["team"].tolist(), key="res_burn_team")
+        data.chart(forecast_figures.burn_down_chart, "burn_path", "burn", team=team)
         st.caption("Projected spend to month end: the team's weekly demand forecast, a seventh of its P50 a day "
-                   "(P90: the model's own misses over as many weeks), never below the committed reservations due to "
-                   "end by then (the Forecast page has the table and the weekly forecast).")
+                   "(P90: the model's own misses over as many weeks), never below what is committed — admitted "
+                   "reservations and the requests the plan above starts this month — due to end by then (the "
+                   "Forecast page has the table and the weekly forecast).")
 
 st.subheader("Current reservations")
 ui.table(data["current"], "current_reservations", "dl_res_current",

@@ -1,6 +1,8 @@
-"""What-if: try a proposed request against the gate as it stands now, without submitting it.
+"""What-if: try a proposed request against the gate as it stands now, or as the forward plan has it at a
+start time, without submitting it.
 
-The form calls lib.ledger.deciding.check_request — exactly what `python -m lib check` calls — and shows the
+The form calls lib.ledger.deciding.check_request — exactly what `python -m lib check` calls (with a start
+time, lib.ledger.plan_ledger.check_request_at, what `check --as-of` calls) — and shows the
 decision, every reason with its fix, the raw and calibrated estimate, and the request JSON ready
 for `python -m lib submit`. The result stays on screen until the inputs change.
 """
@@ -11,8 +13,9 @@ import ui
 from lib.dashboard import estimate_figures, whatif
 from lib.gate.access import may
 from lib.gate.request import EARLY_STOP_MODES
-from lib.gate.terms import CAPACITIES, KINDS
+from lib.gate.terms import CAPACITIES, KINDS, InputError
 from lib.ledger.deciding import check_request
+from lib.ledger.plan_ledger import check_request_at
 
 ui.frame()
 grant = ui.require("what-if")   # planners for any team, members for their own teams
@@ -46,6 +49,9 @@ with st.form("what_if"):
     c[1].number_input("Expected interruptions", min_value=0.0, value=0.0, key="wi_expected_interruptions")
     c[2].text_input("Data snapshot", value="common-crawl-2025-04", key="wi_data_snapshot")
     c[3].number_input("Holdout reads allowed", min_value=0, value=0, step=1, key="wi_holdout_allowance")
+    c = st.columns(4)
+    c[0].date_input("Start on (UTC; empty: now)", value=None, key="whatif_start_day")
+    c[1].time_input("Start at (UTC)", value=None, key="whatif_start_time")
 
     if estimate_from == "pilot":
         st.markdown("**Pilot measurements**")
@@ -85,17 +91,27 @@ with st.form("what_if"):
 
 values = {k[3:]: v for k, v in st.session_state.items() if isinstance(k, str) and k.startswith("wi_")}
 request = whatif.build_request(values)
+start = whatif.start_time(st.session_state.get("whatif_start_day"), st.session_state.get("whatif_start_time"))
 
 if submitted:
     ui.require("what-if", request.get("team"))   # the team as sent, not as the select box offered it
     with ui.ledger_errors():
-        decision = check_request(request, db=ui.db_path())
-    st.session_state["whatif_result"] = {"request": request, "decision": decision}
+        try:
+            decision = (check_request(request, db=ui.db_path()) if start is None
+                        else check_request_at(request, at=start, db=ui.db_path()))
+        except InputError as exc:
+            st.error(ui.as_text(str(exc)))
+            st.stop()
+    st.session_state["whatif_result"] = {"request": request, "decision": decision, "start": start}
 
 result = st.session_state.get("whatif_result")
-if not result or result["request"] != request:
+if not result or result["request"] != request or result.get("start") != start:
     st.info("Fill in the request and press **Check this request**.")
     st.stop()
+if start is not None:
+    st.caption(f"Decided as if submitted at {start:%Y-%m-%d %H:%M} UTC, on the state the forward plan reaches by "
+               "then: what has ended by then, and what the plan starts from the queue before it "
+               "(`python -m lib check --as-of`).")
 
 decision = result["decision"]
 state = decision["state"]

@@ -82,8 +82,11 @@ def test_an_empty_period_says_what_to_do(page_ledger):
     assert any("widen the dates" in i.value for i in at.info)
 
 
-def fill_what_if(at: AppTest, *, team="speech", gpus=2, budget=60.0, estimate=20.0, run_id="whatif-1"):
+def fill_what_if(at: AppTest, *, team="speech", gpus=2, budget=60.0, estimate=20.0, run_id="whatif-1", start=None):
     at.radio(key="wi_estimate_from").set_value("estimate").run()
+    if start is not None:   # a start time (UTC): decided on the state the forward plan reaches then
+        at.date_input(key="whatif_start_day").set_value(start.date())
+        at.time_input(key="whatif_start_time").set_value(start.time())
     at.text_input(key="wi_run_id").set_value(run_id)
     at.selectbox(key="wi_team").set_value(team)
     at.selectbox(key="wi_kind").set_value("exploratory")

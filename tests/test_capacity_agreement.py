@@ -1,4 +1,4 @@
-"""The gate's "fits from" and the dashboard's earliest fit are one rule over one set of reservations."""
+"""The gate's "fits from" and the dashboard's planned start are one rule over one set of reservations."""
 from __future__ import annotations
 
 import datetime as dt
@@ -39,7 +39,7 @@ def test_the_decision_and_the_dashboard_agree_on_the_earliest_fit_with_a_future_
 
     out = reservation_queries.reservations(Filters(NOW.date() - dt.timedelta(days=1), NOW.date()), tiny_ledger, NOW)
     waiting = out["waiting"].set_index("run_id")
-    shown = waiting.loc["tiny-002", "earliest_fit"]
+    shown = waiting.loc["tiny-002", "planned_start"]     # nothing else waits: the plan starts it at the fix
     assert shown.floor("min") == pd.Timestamp(_fits_from(deferred))
     assert "tiny-later" in set(out["upcoming"]["run_id"])
     budget = out["budget"].set_index("team").loc["tiny"]

@@ -40,9 +40,13 @@ def _crafted():
     estimate = {"items_gpu_hours": {name: 1.0 + i for i, name in enumerate(h)}, "raw_gpu_hours": 45.0,
                 "median_gpu_hours": 50.0, "upper_gpu_hours": 60.0}
     reasons = pd.DataFrame({"reason": h, "requests": range(1, len(h) + 1), "previous_requests": 1})
+    start = pd.Timestamp("2026-12-15 12:00")
+    planned = pd.DataFrame({"run_id": h, "team": h, "kind": "exploratory", "gpus": 4,
+                            "planned_start": [start + pd.Timedelta(hours=i) for i in range(len(h))],
+                            "planned_end": [start + pd.Timedelta(hours=i + 5) for i in range(len(h))]})
     lost = pd.DataFrame({"team": h, "capacity": "preemptible", "attempts": 2, "lost_gpu_hours": 3.0,
                          "expected_lost_gpu_hours": 2.5, "modelled_attempts": 2})
-    return optima, curve, options, estimate, reasons, lost
+    return optima, curve, options, estimate, reasons, planned, lost
 
 
 def figures_by_builder(pages) -> dict[str, list]:
@@ -51,7 +55,7 @@ def figures_by_builder(pages) -> dict[str, list]:
     c = figure_kit.team_colours(HOSTILE)
     o, r, i, e, s = (pages[k] for k in ("overview", "reservations", "idle_capacity", "estimate_accuracy",
                                         "stops_promotion"))
-    optima, curve, options, estimate, reasons, lost = _crafted()
+    optima, curve, options, estimate, reasons, planned, lost = _crafted()
     return {
         "empty_figure": [figure_kit.empty_figure(HOSTILE[0], HOSTILE[1])],
         "reserved_vs_used": [reservation_figures.reserved_vs_used(o["daily"], c)],
@@ -79,6 +83,8 @@ def figures_by_builder(pages) -> dict[str, list]:
         "burn_down_chart": [forecast_figures.burn_down_chart(pages["plan_ahead"]["burn_path"],
                                                              pages["plan_ahead"]["burn"], t) for t in HOSTILE],
         "capacity_calendar": [reservation_figures.capacity_calendar(r["calendar"], c)],
+        "queue_schedule": [reservation_figures.queue_schedule(r["waiting"], c),
+                           reservation_figures.queue_schedule(planned, c)],
         "lost_work_bars": [recovery_figures.lost_work_bars(lost, c)],
     }
 

@@ -1,7 +1,8 @@
 """A ledger written by schema version 1 (before team colours and prices), 2 (before the audit of who
-wrote), 3 (before the weekly usage kept beside runs) or 4 (before a team's pilot scaling efficiency,
-runs' checkpoints and interruptions, and budget alerts) is upgraded, its data kept: by any write open,
-by `upgrade_ledger`, and by the app on start, whose pages only read."""
+wrote), 3 (before the weekly usage kept beside runs), 4 (before a team's pilot scaling efficiency,
+runs' checkpoints and interruptions, and budget alerts), 5 (before the cluster's windows) or 6 (before
+the queue's age and the pools) is upgraded, its data kept: by any write open, by `upgrade_ledger`, and
+by the app on start, whose pages only read."""
 from __future__ import annotations
 
 import duckdb
@@ -9,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.ledger.connection import SCHEMA_VERSION, LedgerError, open_ledger, upgrade_ledger
+from lib.ledger.state import team_policy
 from lib.ledger.teams_file import load_teams_file
 from tests.fixtures_app import ROOT, fill_ledger, page_script
 from tests.fixtures_ledger import VISION_TEAM_TOML, query, run_cli
@@ -18,6 +20,7 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
+    7: ("ALTER TABLE teams DROP COLUMN queue_max_age_days", "DROP TABLE pools"),
     6: ("DROP TABLE cluster_windows",),
     5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "ALTER TABLE teams DROP COLUMN enforce_spend_limit",
         "ALTER TABLE teams DROP COLUMN set_time_limit", "DROP TABLE interruptions",
@@ -44,9 +47,10 @@ def contents(path) -> dict:
 
 
 # the values an upgrade gives old rows in the columns it adds (teams.colour, teams.scaling_efficiency,
-# teams.enforce_spend_limit and set_time_limit, decisions.actor): NULL, but linear scaling, the spend
-# limit enforced and the time limit left alone for every team that had a policy before them
-NO_COLOUR, NO_ACTOR = None, None
+# teams.enforce_spend_limit and set_time_limit, decisions.actor, teams.queue_max_age_days): NULL, but
+# linear scaling, the spend limit enforced and the time limit left alone for every team that had a policy
+# before them (a NULL queue age reads as the default)
+NO_COLOUR, NO_ACTOR, NO_AGE = None, None, None
 LINEAR = (1.0, True, False)
 
 
@@ -77,7 +81,7 @@ def test_a_read_only_open_refuses_a_version_1_ledger_until_it_is_upgraded(v1_led
         assert con.execute("SELECT count(*) FROM teams WHERE colour IS NULL").fetchall() == \
             con.execute("SELECT count(*) FROM teams").fetchall()
         assert con.execute("SELECT count(*) FROM prices").fetchall() == [(0,)]
-    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR), "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR, NO_AGE), "decisions": (NO_ACTOR,)})
 
 
 def test_upgrade_leaves_a_missing_file_alone(tmp_path):
@@ -114,7 +118,7 @@ def test_the_app_upgrades_a_version_1_ledger_on_start_and_renders_its_pages(v1_l
         if page == "overview":   # the kept history is shown
             assert next(m.value for m in at.metric if m.label == "Runs in period") not in ("0", "—")
     assert query(v1_ledger, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR), "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(v1_ledger), new_columns={"teams": (NO_COLOUR, *LINEAR, NO_AGE), "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_its_rows(tmp_path):
@@ -127,7 +131,7 @@ def test_a_version_2_ledger_gains_the_audit_table_and_decision_actors_and_keeps_
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(path, "SELECT count(*) FROM audit") == [(0,)]
-    assert_kept(before, contents(path), new_columns={"teams": LINEAR, "decisions": (NO_ACTOR,)})
+    assert_kept(before, contents(path), new_columns={"teams": (*LINEAR, NO_AGE), "decisions": (NO_ACTOR,)})
 
 
 def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_rows(tmp_path):
@@ -136,7 +140,7 @@ def test_a_version_3_ledger_gains_the_weekly_usage_of_its_runs_and_keeps_its_row
     before = contents(path)
     assert upgrade_ledger(path) is True
     assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert_kept(before, contents(path), new_columns={"teams": LINEAR})
+    assert_kept(before, contents(path), new_columns={"teams": (*LINEAR, NO_AGE)})
     weeks = query(path, "SELECT team, week, gpu_hours FROM team_weeks ORDER BY ALL")
     assert weeks and weeks == query(path, """SELECT team, date_trunc('week', started_at)::DATE, sum(CASE WHEN ended_at
         IS NOT NULL THEN coalesce(actual_gpu_hours, 0) ELSE coalesce(reserved_gpu_hours, 0) END)
@@ -153,7 +157,7 @@ def test_a_version_4_ledger_gains_linear_scaling_and_an_unchanged_policy_keeps_i
         con.execute("UPDATE teams SET policy_version = ? WHERE team = 'vision'", [VISION_VERSION_BEFORE])
     before = contents(path)
     assert upgrade_ledger(path) is True
-    assert_kept(before, contents(path), new_columns={"teams": LINEAR})
+    assert_kept(before, contents(path), new_columns={"teams": (*LINEAR, NO_AGE)})
     for table in ("interruptions", "checkpoints", "alerts"):   # the tables version 5 added, empty
         assert query(path, f"SELECT count(*) FROM {table}") == [(0,)]
     teams_file = tmp_path / "teams.toml"
@@ -166,3 +170,16 @@ def test_a_version_4_ledger_gains_linear_scaling_and_an_unchanged_policy_keeps_i
     assert run_cli("teams", "--file", teams_file, db=path).returncode == 0
     [(version, efficiency)] = query(path, "SELECT policy_version, scaling_efficiency FROM teams WHERE team = 'vision'")
     assert version != VISION_VERSION_BEFORE and efficiency == 0.9
+
+
+def test_a_version_6_ledger_gains_the_queue_age_and_the_pools_and_reads_the_default_age(tmp_path):
+    path = tmp_path / "v6.duckdb"
+    make_version(path, 6)
+    before = contents(path)
+    assert upgrade_ledger(path) is True
+    assert query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert_kept(before, contents(path), new_columns={"teams": (NO_AGE,)})
+    assert query(path, "SELECT count(*) FROM pools") == [(0,)]
+    with open_ledger(path, read_only=True) as con:
+        team = con.execute("SELECT min(team) FROM teams").fetchone()[0]
+        assert team_policy(con, team)["queue_max_age_days"] == 14   # NULL in the old row: the default

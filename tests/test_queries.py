@@ -14,10 +14,12 @@ from lib.gate.terms import next_month_start
 from lib.dashboard.filters import Filters, default_filters
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.calibration_rows import calibration as store_calibration
+from lib.ledger.recording import canonical_json
 from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
 from lib.dashboard.whatif import build_request
 from tests.fixtures_app import PAGE_QUERIES, fill_ledger, insert_teams
 from tests.fixtures_gate import NOW
+from tests.fixtures_ledger import demo_request
 
 H = dt.timedelta(hours=1)
 
@@ -60,10 +62,15 @@ def exact(tmp_path):
         add_run(con, "vision-run", team="vision", gpus=1, reserved_from=t0, reserved_until=t0 + 2 * H,
                 reserved_gpu_hours=2.0, started_at=t0, ended_at=t0 + 2 * H, actual_gpu_hours=2.0,
                 estimated_gpu_hours=2.0, estimate_source="stated", stop_reason="completed")
-        for i, (state, codes, gpus) in enumerate([("defer", ["capacity"], 20), ("defer", ["budget"], 1)]):
+        # waiting: 16 accelerators (after waiting-2, waiting longest, takes 8 of speech's 24 for 10 h: it
+        # was deferred 12 days ago, before the period the overview counts), and one over its budget
+        for i, (codes, gpus, est, budget, waited) in enumerate([(["capacity"], 16, 10, 40, 2), (["budget"], 1, 10, 1, 2),
+                                                                (["capacity"], 8, 80, 300, 12 * 24)]):
+            request = demo_request(run_id=f"waiting-{i}", team="speech", gpus=gpus, budget_gpu_hours=budget,
+                                   estimated_gpu_hours=est, data_snapshot="speech-asr-multilingual-v3")
             con.execute("""INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, origin,
-                           request_json, decision_json) VALUES (?, ?, 'speech', 'exploratory', ?, ?, 'test', ?, '{}')""",
-                        [NOW - 2 * H, f"waiting-{i}", state, codes, f'{{"gpus": {gpus}, "capacity": "stable"}}'])
+                           request_json, decision_json) VALUES (?, ?, 'speech', 'exploratory', 'defer', ?, 'test', ?, '{}')""",
+                        [NOW - waited * H, f"waiting-{i}", codes, canonical_json(request)])
     return path
 
 
@@ -170,7 +177,7 @@ def test_a_team_filter_changes_the_numbers(exact):
         pytest.approx(everyone["current"]["reserved_gpu_hours"])
 
 
-def test_reservations_overruns_budget_and_earliest_fit(exact):
+def test_reservations_overruns_budget_and_planned_start(exact):
     out = reservation_queries.reservations(period(), exact, NOW)
     assert list(out["overruns"]["run_id"]) == ["late-early"]
     assert out["overruns"]["overrun_gpu_hours"].iloc[0] == pytest.approx(6.0)
@@ -180,10 +187,13 @@ def test_reservations_overruns_budget_and_earliest_fit(exact):
     assert budget["consumed_gpu_hours"] == pytest.approx(26 + 8)
     assert budget["remaining_gpu_hours"] == pytest.approx(9000 - 48 - 34)
     waiting = out["waiting"].set_index("run_id")
-    # speech: 32 reserved, 8 set aside for retraining -> 24 for exploratory; 8 running until NOW + 5 h
-    assert waiting.loc["waiting-0", "earliest_fit"] == pd.Timestamp(NOW + 5 * H)
-    assert pd.isna(waiting.loc["waiting-1", "earliest_fit"])
-    assert "budget" in waiting.loc["waiting-1", "fit_note"]
+    # speech: 32 reserved, 8 set aside for retraining -> 24 for exploratory; 8 running until NOW + 5 h,
+    # 8 more from the plan's start of waiting-2 now: 16 fit when "running" ends
+    assert waiting.loc["waiting-2", "planned_start"] == pd.Timestamp(NOW)
+    assert waiting.loc["waiting-0", "planned_start"] == pd.Timestamp(NOW + 5 * H)
+    assert waiting.loc["waiting-0", "ahead"] == "waiting-2"
+    assert pd.isna(waiting.loc["waiting-1", "planned_start"])
+    assert "budget" in waiting.loc["waiting-1", "note"]
     day = out["over_time"].set_index(["day", "team"])
     assert day.loc[(pd.Timestamp((NOW - dt.timedelta(days=3)).date()), "vision"), "reserved_gpus"] == \
         pytest.approx(2.0 / 24)

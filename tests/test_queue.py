@@ -1,6 +1,7 @@
-"""The queue of waiting requests on the Reservations page: every request deferred and not admitted
-since, whatever the period shown (up to QUEUE_DAYS after its latest deferral), with the earliest time
-it would fit — the very time the gate's fix names."""
+"""The queue of waiting requests on the Reservations page, read from the forward plan: every request deferred
+and not admitted since (up to its team's queue age after its first deferral), whatever the period shown,
+decided again by the gate in the order it serves them — its planned start is the gate's own fix time when
+nothing competes, and recorded reasons that have gone stale are never shown."""
 from __future__ import annotations
 
 import datetime as dt
@@ -14,6 +15,7 @@ from lib.dashboard.filters import Filters
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.deciding import submit_request
+from lib.ledger.recording import canonical_json
 from tests.fixtures_app import insert_teams, open_app
 from tests.fixtures_ledger import demo_request
 
@@ -29,11 +31,12 @@ def book(con, run_id, team, gpus, start, end, kind="exploratory", **cols):
     con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
-def defer(con, run_id, at, team="safety", kind="exploratory", gpus=4, codes=("capacity",), capacity="stable"):
-    """A recorded deferral of `run_id` at `at`."""
+def defer(con, run_id, at, team="safety", kind="exploratory", gpus=4, codes=("capacity",), capacity="stable", **req):
+    """A deferral of `run_id` recorded at `at` with the reasons `codes` (which may no longer hold)."""
+    request = demo_request(run_id=run_id, team=team, kind=kind, gpus=gpus, capacity=capacity, **req)
     con.execute("""INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, origin,
                    request_json, decision_json) VALUES (?, ?, ?, ?, 'defer', ?, 'test', ?, '{}')""",
-                [at, run_id, team, kind, list(codes), f'{{"gpus": {gpus}, "capacity": "{capacity}"}}'])
+                [at, run_id, team, kind, list(codes), canonical_json(request)])
 
 
 @pytest.fixture
@@ -60,7 +63,7 @@ def minute(t) -> str:
     return pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M")
 
 
-def test_the_queue_shows_the_gates_fix_time_to_the_minute_on_the_page(safety_ledger, monkeypatch, fresh_caches):
+def test_the_queue_plans_the_gates_fix_time_to_the_minute_on_the_page(safety_ledger, monkeypatch, fresh_caches):
     path, now = safety_ledger
     # 13 held + 4 > 16: deferred. Without the booking from tomorrow 9 + 4 would fit now; with it,
     # the first end (5 GPUs at now + 6 h 17 m) leaves 8 + 4 <= 16.
@@ -70,18 +73,19 @@ def test_the_queue_shows_the_gates_fix_time_to_the_minute_on_the_page(safety_led
 
     f = Filters(now.date() - dt.timedelta(days=3), now.date())
     row = reservation_queries.reservations(f, path).get("waiting").set_index("run_id").loc["safety-wait-001"]
-    assert minute(row["earliest_fit"]) == fits_from(decision)
-    assert row["fit_note"] == "when reservations end"
-    assert row["reason_codes"] == "capacity" and row["gpus"] == 4 and row["team"] == "safety"
+    assert minute(row["planned_start"]) == fits_from(decision)
+    assert row["note"] == "when reservations end"
+    assert row["reasons"] == "capacity" and row["gpus"] == 4 and row["team"] == "safety"
 
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
     at = open_app("reservations")
     assert not at.exception, [e.value for e in at.exception]
-    (queue,) = [d.value for d in at.dataframe if "fit_note" in d.value.columns]
+    (queue,) = [d.value for d in at.dataframe if "planned_start" in d.value.columns]
+    assert list(queue.columns[:2]) == ["planned_start", "run_id"]    # the key column first
     shown = queue.set_index("run_id").loc["safety-wait-001"]
-    assert minute(shown["earliest_fit"]) == fits_from(decision)
-    assert "1 waiting request." in [c.value for c in at.caption]
+    assert minute(shown["planned_start"]) == fits_from(decision)
+    assert any("1 waiting request, 1 planned" in c.value for c in at.caption)
 
 
 @pytest.fixture
@@ -89,36 +93,38 @@ def queue_ledger(safety_ledger):
     """safety_ledger plus deferrals of every age and fate."""
     path, now = safety_ledger
     with open_ledger(path) as con, transaction(con):
-        defer(con, "old-wait", now - 60 * 24 * H)                     # two months ago, still waiting
+        defer(con, "old-wait", now - 60 * 24 * H)                     # two months ago: expired since
         # never decided since: left the queue
         defer(con, "given-up", now - (queue_and_calendar.QUEUE_DAYS + 1) * 24 * H)
         defer(con, "old-wait", now - 3 * H)                           # deferred again since
-        defer(con, "fits-now", now - 5 * H, gpus=2)                   # 13 + 2 <= 16
-        defer(con, "prod-wait", now - 2 * H, kind="production", capacity="preemptible")
-        defer(con, "over-budget", now - 9 * H, codes=("budget",))     # waiting cannot cure it
+        defer(con, "fits-now", now - 5 * H, gpus=2)                   # recorded for capacity; 13 + 2 <= 16 now
+        defer(con, "prod-wait", now - 2 * H, kind="production", capacity="preemptible", checkpoint_supported=True)
+        defer(con, "over-budget", now - 9 * H, codes=("budget",), budget_gpu_hours=1)   # waiting cannot cure it
         defer(con, "admitted-since", now - 4 * H)
         book(con, "admitted-since", "safety", 1, now, now + H)
-        defer(con, "other-team", now - H, team="vision", gpus=200)    # above vision's 96 - 8
+        defer(con, "other-team", now - H, team="vision", gpus=200, codes=("gpu-cap", "capacity"))
     return path, now
 
 
-def test_the_queue_is_now_whatever_the_dates_and_orders_by_fit_then_wait(queue_ledger):
+def test_the_queue_is_now_whatever_the_dates_and_orders_by_planned_start_then_serve_order(queue_ledger):
     path, now = queue_ledger
     last_week = Filters(now.date() - dt.timedelta(days=7), now.date())
     out = reservation_queries.reservations(last_week, path, now)
-    q = out["waiting"]
-    assert list(q["run_id"]) == ["fits-now", "old-wait", "prod-wait", "over-budget", "other-team"]
-    assert out["queue_count"] == 5
-    row = q.set_index("run_id").loc["old-wait"]
-    assert row["first_deferred_at"] == pd.Timestamp(now - 60 * 24 * H)   # the first deferral, not the last
-    assert row["waited_hours"] == pytest.approx(60 * 24)
-    assert row["earliest_fit"] == q.set_index("run_id").loc["prod-wait", "earliest_fit"] == pd.Timestamp(now + 6 * H + ODD)
-    assert q.set_index("run_id").loc["fits-now", "earliest_fit"] == pd.Timestamp(now)
-    assert pd.isna(q.set_index("run_id").loc["over-budget", "earliest_fit"])
-    assert "needs 200 GPUs" in q.set_index("run_id").loc["other-team", "fit_note"]
+    q = out["waiting"].set_index("run_id")
+    assert list(q.index) == ["fits-now", "prod-wait", "over-budget", "other-team"]
+    assert out["queue_count"] == 4 and out["planned_count"] == 2
+    assert q.loc["fits-now", "planned_start"] == pd.Timestamp(now) and q.loc["fits-now", "reasons"] == ""
+    # behind fits-now's 2 accelerators, the production run waits for the first release
+    assert q.loc["prod-wait", "planned_start"] == pd.Timestamp(now + 6 * H + ODD)
+    assert q.loc["prod-wait", "ahead"] == "fits-now"
+    assert pd.isna(q.loc["over-budget", "planned_start"]) and "waiting will not help" in q.loc["over-budget", "note"]
+    assert "gpu-cap" in q.loc["other-team", "reasons"]
+    assert q.loc["over-budget", "waited_hours"] == pytest.approx(9)
+    # old-wait waited since its first deferral, two months: past safety's 14 days, expired
+    assert out["expired_count"] == 1 and list(out["expired"]["run_id"]) == ["old-wait"]
     # a period long ago still shows today's queue
     long_ago = Filters(now.date() - dt.timedelta(days=400), now.date() - dt.timedelta(days=300))
-    assert list(reservation_queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q["run_id"])
+    assert list(reservation_queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q.index)
 
 
 def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
@@ -128,12 +134,12 @@ def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
         reservation_queries.reservations(Filters(day, day, **kw), path, now)["waiting"]["run_id"])
     assert ids(teams=("vision",)) == ["other-team"]
     assert ids(kinds=("production",)) == ["prod-wait"]
-    assert ids(capacity="stable") == ["fits-now", "old-wait", "over-budget", "other-team"]
+    assert ids(capacity="stable") == ["fits-now", "over-budget", "other-team"]
 
 
 def test_the_queue_shows_at_most_row_limit_rows_and_counts_them_all(queue_ledger, monkeypatch):
     path, now = queue_ledger
     monkeypatch.setattr(queue_and_calendar, "ROW_LIMIT", 2)
     out = reservation_queries.reservations(Filters(now.date(), now.date()), path, now)
-    assert list(out["waiting"]["run_id"]) == ["fits-now", "old-wait"]
-    assert out["queue_count"] == 5
+    assert list(out["waiting"]["run_id"]) == ["fits-now", "prod-wait"]
+    assert out["queue_count"] == 4

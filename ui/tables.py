@@ -49,7 +49,8 @@ def show_table(df: pd.DataFrame) -> None:
     and a missing value as an empty cell, never "None". The app's one data grid
     (tests/test_grid_export.py checks that no page draws another): formula-like text cells are shown
     neutralised, as the CSV download has them, because the grid's toolbar download and a copy to the
-    clipboard take the cells as shown."""
+    clipboard take the cells as shown. A key column (labels: the queue's planned start, the burn-down's
+    run-out date) is pinned, so it stays in view however wide the table."""
     shown = safe_cells(df)
     config, longest = {}, 0
     for col in df.columns:
@@ -68,7 +69,8 @@ def show_table(df: pd.DataFrame) -> None:
 
 def _column_config(spec: labels.ColumnSpec, values: pd.Series):
     """(Streamlit column config, values to show instead or None) for one column."""
-    kind, common = spec["kind"], dict(label=neutralise(spec["label"]), help=spec["help"])
+    kind = spec["kind"]
+    common = dict(label=neutralise(spec["label"]), help=spec["help"], pinned=True if spec["key"] else None)
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     if kind == "share" and numeric:
         return st.column_config.NumberColumn(format=f"%.{spec['digits']}f%%", **common), values * 100

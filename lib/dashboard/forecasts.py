@@ -7,9 +7,11 @@ counts its actual GPU-hours; a run started but not finished by then counts its r
 Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
 Every team's model is fitted (the pooled bands of a team with a short history need them all), once per
 history: lib.planning.forecast_models caches the fits. The burn-down's spend still to come is the same
-weekly forecast (lib.planning.forecast.burn_down). Committed reservations for the burn-down are
-lib.ledger.state.held_reservations when forecasting from now (the gate's accounting); from a past
-moment, those whose window had begun and not ended. The maths is lib.planning.forecast.
+weekly forecast (lib.planning.forecast.burn_down). Its committed part, when forecasting from now, is the
+forward plan's (lib.ledger.plan_ledger.planned_holdings: the reservations the gate holds and the
+waiting requests the plan starts before the month ends, each spending what it reserves at its end);
+from a past moment, the reservations whose window had begun and not ended. The maths is
+lib.planning.forecast.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import pandas as pd
 
 from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
-from lib.ledger.state import held_reservations
+from lib.ledger.plan_ledger import planned_holdings
 from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                    pooled_ratios, team_forecast, team_models)
 
@@ -63,19 +65,21 @@ def weekly_usage(con, as_of: dt.datetime, teams: list[str] | None = None, *, liv
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["team", "week", "gpu_hours"])
 
 
-def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool) -> dict:
+def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool, holdings: list | None = None) -> dict:
     """{team: (consumed GPU-hours this month up to as_of, the reservations it holds (reserved_until,
-    GPU-hours))}, read for every team at once. `live`: the reservations the gate holds now; else
-    those held at as_of as the ledger shows them."""
+    GPU-hours))}, read for every team at once. `live`: the forward plan's reservations (`holdings`,
+    when the caller has the plan; else the plan is made here) that end or start before the month
+    ends; else those held at as_of as the ledger shows them."""
     consumed = dict(con.execute(
         "SELECT team, sum(actual_gpu_hours) FROM runs WHERE ended_at >= $start AND ended_at < $as_of "
         "AND list_contains($teams::VARCHAR[], team) GROUP BY team",
         {"start": month_start(as_of), "as_of": as_of, "teams": teams}).fetchall())
     held = {t: [] for t in teams}
     if live:
-        for r in held_reservations(con, as_of):
-            if r["team"] in held:
-                held[r["team"]].append((r["reserved_until"], r["reserved_gpu_hours"]))
+        month_end = next_month_start(as_of)
+        for h in planned_holdings(con, as_of, month_end) if holdings is None else holdings:
+            if h["team"] in held and (not h["planned"] or h["start"] < month_end):
+                held[h["team"]].append((h["end"], h["gpu_hours"]))
     else:
         for team, until, hours in con.execute("""SELECT team, reserved_until, reserved_gpu_hours FROM runs
                 WHERE list_contains($teams::VARCHAR[], team) AND reserved_gpu_hours IS NOT NULL
@@ -97,12 +101,12 @@ def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date) -
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
-             teams: list[str] | None = None, live: bool | None = None) -> dict:
+             teams: list[str] | None = None, live: bool | None = None, holdings: list | None = None) -> dict:
     """Per team: the chosen model, the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly
     capacity and the quota that would cover P90, and this month's burn-down from the same forecast
     (consumed, committed, projected month end P50/P90, projected exhaustion day). `as_of` None: now.
     `live` (default: as_of is None): the committed reservations are the gate's own (held now), not
-    reconstructed for a past moment. Also `history`: the weekly usage the forecast rests on (team,
+    reconstructed for a past moment (`holdings`: the forward plan's, when the caller has made it). Also `history`: the weekly usage the forecast rests on (team,
     week, gpu_hours). InputError for `weeks` outside 1 .. MAX_WEEKS."""
     if type(weeks) is not int or not 1 <= weeks <= MAX_WEEKS:
         raise InputError(f"weeks must be a whole number from 1 to {MAX_WEEKS}, got {weeks!r}")
@@ -113,7 +117,7 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
         names = sorted(t for t in set(usage["team"]) | set(policy) if teams is None or t in teams)
-        burn = _burn_inputs(con, [t for t in names if t in policy], as_of, live)
+        burn = _burn_inputs(con, [t for t in names if t in policy], as_of, live, holdings)
     first = week_start(as_of)
     demand = team_forecasts(usage, names, first)
     month_end = (next_month_start(as_of) - dt.timedelta(days=1)).date()
@@ -133,8 +137,9 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
 
 
 HISTORY_WEEKS_SHOWN = 26
-BURN_COLUMNS = ["team", "budget_gpu_hours", "consumed_gpu_hours", "committed_gpu_hours", "days_left",
-                "p50_month_end_gpu_hours", "p90_month_end_gpu_hours", "exhausts_p50", "exhausts_p90"]
+# the run-out dates right after the team, so they stay in view on a narrow screen
+BURN_COLUMNS = ["team", "exhausts_p50", "exhausts_p90", "budget_gpu_hours", "consumed_gpu_hours",
+                "committed_gpu_hours", "days_left", "p50_month_end_gpu_hours", "p90_month_end_gpu_hours"]
 
 
 def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -148,9 +153,11 @@ def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
+def budget_outlook(f, db=None, now: dt.datetime | None = None, holdings: list | None = None) -> dict:
     """This month's burn-down (Overview and Reservations), for the filtered teams with a policy, from
-    the live forecast: burn (one row per team) and burn_path (team, day, P50/P90)."""
-    result = forecast(db, as_of=now or utcnow(), teams=list(f.teams) or None, live=True)
+    the live forecast: burn (one row per team) and burn_path (team, day, P50/P90). `holdings`: the
+    forward plan's, when the caller has made it."""
+    result = forecast(db, as_of=now or utcnow(), teams=list(f.teams) or None, live=True, holdings=holdings)
     burn, path = _burn_frames({team: e["burn_down"] for team, e in result["teams"].items() if "burn_down" in e})
     return {"burn": burn, "burn_path": path}
 

@@ -23,11 +23,12 @@ class ColumnSpec(TypedDict):
     digits: int                 # decimals for numbers and ratios; shares are shown as % with this many
     help: str | None            # tooltip on the header
     long: bool                  # text that may run long: the table wraps it rather than cut it off
+    key: bool                   # what the table is for: pinned, so it stays in view however wide the table
 
 
 def _spec(label: str, kind: Kind = "text", digits: int = 1, help: str | None = None,
-          long: bool = False) -> ColumnSpec:
-    return {"label": label, "kind": kind, "digits": digits, "help": help, "long": long}
+          long: bool = False, key: bool = False) -> ColumnSpec:
+    return {"label": label, "kind": kind, "digits": digits, "help": help, "long": long, "key": key}
 
 
 GLOSSARY: dict[str, str] = {
@@ -46,6 +47,14 @@ GLOSSARY: dict[str, str] = {
                  "including those that start later",
     "earliest fit": "the first time a deferred request passes every capacity check, assuming each held "
                     "reservation releases at its reserved end: the same rule as the gate's fix",
+    "planned start": "when the forward plan starts a waiting request: every waiting request decided again "
+                     "by the gate, retraining first, then the longest waiting, each seeing what the plan "
+                     "started before it; reservations release at their reserved end, and budgets reset "
+                     "with the month",
+    "queue age": "a deferred request waits in the queue for its team's queue_max_age_days (default 14) "
+                 "after its first deferral, then expires: resubmit it to wait again",
+    "pool": "the accelerators the cluster has of a capacity type; the teams' quotas may add up to more "
+            "(overcommit), so a request within its quota can still find none (cluster-capacity)",
     "drift alarm": "a team × kind whose recent runs exceeded the calibrated upper bound far more often than "
                    "its level allows (at a 90% bound, about 2 of 20 are expected): its costs have probably "
                    "changed, and until the bound has caught up its requests are under-reserved",
@@ -92,7 +101,20 @@ COLUMNS: dict[str, ColumnSpec] = {
     "gpus": _spec("GPUs", "integer"), "quota_gpus": _spec("Quota (GPUs)", "integer"),
     "retraining_reserved_gpus": _spec("Set aside for retraining (GPUs)", "integer"),
     "committed_gpus": _spec("Committed (GPUs)", "integer", help=GLOSSARY["committed"]),
-    "free_gpus": _spec("Free (GPUs)", "integer"), "over_committed_gpus": _spec("Over-committed (GPUs)", "integer"),
+    "free_gpus": _spec("Free (GPUs)", "integer", help="the most accelerators the gate would admit a request "
+                       "(not retraining) of the team with, then: quota, retraining set-aside and pool"),
+    "retraining_free_gpus": _spec("Free for retraining (GPUs)", "integer"),
+    "over_committed_gpus": _spec("Over-committed (GPUs)", "integer"),
+    "pool": _spec("Pool", help=GLOSSARY["pool"]), "pool_gpus": _spec("Pool (GPUs)", "integer", help=GLOSSARY["pool"]),
+    "pool_held_gpus": _spec("Held in the pool (GPUs)", "integer"), "held_gpus": _spec("Held (GPUs)", "integer"),
+    "window_gpus": _spec("Scheduler's reservations (GPUs)", "integer"),
+    "quotas_gpus": _spec("Quotas of all teams (GPUs)", "integer"),
+    "overcommit_ratio": _spec("Quotas ÷ pool", "ratio", 2, help=GLOSSARY["pool"]),
+    "teams_above_pool": _spec("Teams whose quota exceeds the pool", long=True),
+    "ahead": _spec("Ahead of it", long=True, help="the requests the plan starts before it that hold what it "
+                   "needs (its team's quota or budget, or its pool)"),
+    "reasons": _spec("Reasons now", long=True, help="what `python -m lib check` gives the request now"),
+    "blocking": _spec("Reasons at its last try", long=True),
     "holdout_reads": _spec("Holdout reads", "integer"), "holdout_allowance": _spec("Holdout reads allowed", "integer"),
     "censored_runs": _spec("Censored runs", "integer", help=GLOSSARY["censored run"]),
     "backtest_checked": _spec("Backtest runs", "integer"), "interruptions": _spec("Interruptions", "integer"),
@@ -135,7 +157,10 @@ COLUMNS: dict[str, ColumnSpec] = {
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
     "adapted_since": _spec("Bound adapted since (UTC)", "datetime", help=GLOSSARY["adapted bound"]),
     "drift_since": _spec("Exceeding since (UTC)", "datetime"),
-    "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"]),
+    "earliest_fit": _spec("Earliest fit (UTC)", "datetime", help=GLOSSARY["earliest fit"], key=True),
+    "planned_start": _spec("Planned start (UTC)", "datetime", help=GLOSSARY["planned start"], key=True),
+    "planned_end": _spec("Planned end (UTC)", "datetime"), "waiting_since": _spec("Waiting since (UTC)", "datetime"),
+    "expires_at": _spec("Expires (UTC)", "datetime", help=GLOSSARY["queue age"]),
     # money (the currency is said beside the table)
     "price_per_gpu_hour": _spec("Price per GPU-hour", "number", 2), "reserved_cost": _spec("Reserved cost", "number", 2),
     "used_cost": _spec("Used cost", "number", 2), "idle_cost": _spec("Idle cost", "number", 2),
@@ -148,7 +173,7 @@ COLUMNS: dict[str, ColumnSpec] = {
     "quota_for_p90_gpus": _spec("Quota for P90 (GPUs)", "integer"), "days_left": _spec("Days left", "integer"),
     "p50_month_end_gpu_hours": _spec("Month end, P50 (GPU-h)", "number"),
     "p90_month_end_gpu_hours": _spec("Month end, P90 (GPU-h)", "number"),
-    "exhausts_p50": _spec("Budget used up, P50", "date"), "exhausts_p90": _spec("Budget used up, P90", "date"),
+    "exhausts_p50": _spec("Budget used up, P50", "date", key=True), "exhausts_p90": _spec("Budget used up, P90", "date"),
     # budget alerts
     "raised_at": _spec("Raised (UTC)", "datetime"), "alert": _spec("Alert"),
     "percent_used": _spec("Budget used (%)", "number", 0), "sent_at": _spec("Sent (UTC)", "datetime"),

@@ -8,7 +8,6 @@ import plotly.graph_objects as go
 
 from lib.dashboard.figure_kit import day_axis, empty_figure, titled_figure, team_colour
 from lib.dashboard.figure_text import shows_text_as_typed
-from lib.dashboard.labels import ALL_TEAMS
 
 
 @shows_text_as_typed
@@ -97,20 +96,48 @@ def overrun_bars(by_team: pd.DataFrame, colours: dict | None = None) -> go.Figur
 
 @shows_text_as_typed
 def capacity_calendar(calendar: pd.DataFrame, colours: dict | None = None) -> go.Figure:
-    """Accelerators committed per team and day ahead (bars: the peak held that day by admitted,
-    unfinished reservations, as the gate counts them) against each team's quota (dashed).
-    calendar: lib.dashboard.queue_and_calendar.capacity_calendar (rows of the pooled team are left out)."""
-    title = "Committed accelerators per day ahead against quota (GPUs, peak held in the day)"
-    teams = calendar[calendar["team"] != ALL_TEAMS] if not calendar.empty else calendar
-    if teams.empty:
+    """Accelerators committed per team and day ahead (bars: what admitted reservations and the forward
+    plan's starts hold at the day's start, as the gate counts them) against each team's quota (dashed).
+    calendar: lib.dashboard.queue_and_calendar.forward_view's calendar (one row per team and day is
+    drawn: the capacity types differ only in what is free)."""
+    title = "Committed accelerators per day ahead against quota (GPUs, at the day's start)"
+    if calendar.empty:
         return empty_figure(title, "no team policies for these teams")
+    teams = calendar.drop_duplicates(["day", "team"])
     fig = titled_figure(title, barmode="group", xaxis_title="day (UTC)", yaxis_title="GPUs committed")
     for team, g in teams.groupby("team", sort=True):
         c = team_colour(colours, team)
         fig.add_bar(x=g["day"], y=g["committed_gpus"], name=team, marker_color=c, legendgroup=team,
-                    customdata=g[["quota_gpus", "free_gpus"]].to_numpy(),
+                    customdata=g[["quota_gpus", "free_gpus", "retraining_free_gpus"]].to_numpy(),
                     hovertemplate="%{fullData.name}, %{x|%b %d}: %{y} GPUs committed, quota %{customdata[0]}, "
-                                  "free %{customdata[1]}<extra></extra>")
+                                  "free %{customdata[1]} (retraining %{customdata[2]})<extra></extra>")
         fig.add_scatter(x=g["day"], y=g["quota_gpus"], name=f"{team} quota", mode="lines", legendgroup=team,
                         line=dict(color=c, dash="dash", shape="hvh"))
     return day_axis(fig, teams["day"])
+
+
+@shows_text_as_typed
+def queue_schedule(waiting: pd.DataFrame, colours: dict | None = None) -> go.Figure:
+    """The queue as a schedule: each waiting request the forward plan starts, from its planned start to
+    its estimated end (a line per request, a marker at the start sized by its accelerators), one row
+    per team, coloured by team. waiting: lib.dashboard.queue_and_calendar.forward_view's queue."""
+    title = "The queue as the gate would serve it: planned starts (UTC)"
+    planned = waiting[waiting["planned_start"].notna()] if not waiting.empty else waiting
+    if planned.empty:
+        return empty_figure(title, "no waiting request starts within the plan")
+    fig = titled_figure(title, xaxis_title="planned start → estimated end (UTC)", yaxis_title="team")
+    for team, g in planned.groupby("team", sort=True):
+        c = team_colour(colours, team)
+        xs, ys = [], []
+        for start, end in zip(g["planned_start"], g["planned_end"]):
+            xs += [start, end, None]
+            ys += [team, team, None]
+        fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(color=c, width=2), opacity=0.5, name=team,
+                        legendgroup=team, showlegend=False, hoverinfo="skip")
+        fig.add_scatter(x=g["planned_start"], y=[team] * len(g), mode="markers", name=team, legendgroup=team,
+                        marker=dict(color=c, size=[6 + min(int(n), 16) for n in g["gpus"].fillna(1)]),
+                        customdata=g[["run_id", "gpus", "kind"]].to_numpy(),
+                        hovertemplate="%{customdata[0]} (%{customdata[2]}, %{customdata[1]} GPUs): "
+                                      "starts %{x|%b %d %H:%M}<extra>%{fullData.name}</extra>")
+    fig.update_xaxes(type="date")
+    return fig

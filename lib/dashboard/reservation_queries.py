@@ -1,5 +1,6 @@
 """The Reservations page's read model: reservations against quota over the period, this month's
-budget, current and upcoming reservations, overruns, the capacity calendar and the request queue.
+budget and its burn-down, current and upcoming reservations, overruns, and the forward plan (the
+queue, the capacity calendar, the pools: lib.dashboard.queue_and_calendar).
 """
 from __future__ import annotations
 
@@ -7,23 +8,24 @@ import datetime as dt
 
 from lib.dashboard.budget_queries import budget_of_month, shared_budget
 from lib.dashboard.filters import Filters
-from lib.dashboard.labels import ALL_TEAMS, REQUESTED_LABEL
-from lib.dashboard.queue_and_calendar import capacity_calendar, request_queue
+from lib.dashboard.labels import REQUESTED_LABEL
+from lib.dashboard.forecasts import budget_outlook
+from lib.dashboard.queue_and_calendar import forward_view
 from lib.dashboard.reading import frame, period_params, reader
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.terms import utcnow
-from lib.ledger.state import held_reservations
 
 
 def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """Per team: average reserved GPUs per day against its quota; this month's budget (see
-    `monthly_budget`); current and upcoming reservations; overruns; the capacity calendar
-    (`capacity_calendar`); and the queue of waiting requests with the earliest time each would fit
-    (`waiting`, at most ROW_LIMIT rows of `queue_count`).
+    `monthly_budget`) and its burn-down (`burn`, `burn_path`: lib.dashboard.forecasts, on the plan's
+    reservations); current and upcoming reservations; overruns; how often a pool, not a quota,
+    deferred a request in the period (`blocked`); and the forward plan (`forward_view`: the queue,
+    the calendar, the pools, the expired requests).
 
     The date filter applies to the charts and tables of the period only: the budget is this month's,
-    and the calendar and the queue are "now". The calendar ignores the kind and capacity filters
-    (the gate counts every kind against the quota); the queue applies them."""
+    and the plan starts now. The calendar ignores the kind and capacity filters (the gate counts
+    every kind against the quota); the queue applies them."""
     now = now or utcnow()
     where, p = f.where("r")
     p.update(period_params(f), now=now)
@@ -65,13 +67,18 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        held = held_reservations(con, now)
-        all_quotas = frame(con, "SELECT team, reserved_gpus, retraining_reserved_gpus FROM teams")
-        waiting, queue_count = request_queue(con, f, held, all_quotas, now)
-    calendar = capacity_calendar(held, quotas, now)
+        blocked = frame(con, f"""SELECT count(*) FILTER (WHERE list_contains(d.reason_codes, 'cluster-capacity')
+                   AND NOT list_has_any(d.reason_codes, ['capacity', 'retraining-protection'])) AS by_pool_only,
+                 count(*) FILTER (WHERE list_has_any(d.reason_codes, ['capacity', 'retraining-protection']))
+                   AS by_quota, count(*) AS deferred
+                 FROM decisions d JOIN teams t ON t.team = d.team
+                 WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {twhere}""",
+                        {**tp, "start": p["start"], "end": p["end"]})
+        view = forward_view(con, f, now)
+    calendar = view["calendar"]
+    outlook = budget_outlook(f, db, now, view["holdings"])
     budget = shared_budget(budget, f, now)   # the authority's numbers, when the cluster names one
-    return {"over_time": over_time, "quotas": quotas, **budget, "current": current, "upcoming": upcoming,
-            "overrun_by_team": overrun_by_team, "overruns": overruns, "calendar": calendar,
-            "over_committed_teams": sorted(set(calendar.loc[(calendar["over_committed_gpus"] > 0)
-                                                            & (calendar["team"] != ALL_TEAMS), "team"])),
-            "waiting": waiting, "queue_count": queue_count}
+    return {"over_time": over_time, "quotas": quotas, **budget, **outlook, "current": current, "upcoming": upcoming,
+            "overrun_by_team": overrun_by_team, "overruns": overruns, "blocked": blocked.iloc[0].to_dict(),
+            **{k: v for k, v in view.items() if k != "holdings"},
+            "over_committed_teams": sorted(set(calendar.loc[calendar["over_committed_gpus"] > 0, "team"]))}

@@ -8,6 +8,7 @@ so lib.gate.request validates it exactly as it would a JSON file. The fields, an
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 
@@ -31,6 +32,12 @@ def _typed(key, v):
     if key in NUMBER_FIELDS:
         return _num(key, v)
     return bool(v) if key in BOOLEAN_FIELDS else v
+
+
+def start_time(day: dt.date | None, at: dt.time | None) -> dt.datetime | None:
+    """The form's start (naive UTC): the day at the time of day (midnight when none); None without a
+    day, meaning now."""
+    return None if day is None else dt.datetime.combine(day, at or dt.time())
 
 
 def build_request(v: dict) -> dict:

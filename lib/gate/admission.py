@@ -15,7 +15,7 @@ import math
 from datetime import datetime
 
 from lib.gate.calibration import calibrate
-from lib.gate.capacity import capacity_fit
+from lib.gate.capacity import capacity_fit, pool_room
 from lib.gate.contracts import Alternative, Calibration, Decision, Note, Policy, Reason, Request, State
 from lib.gate.estimate import estimate_request, throughput_ratio
 from lib.gate.reasons import in_order, note, reason
@@ -273,8 +273,13 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
         if r["kind"] == "retraining":
             in_use_retraining += r["gpus"]
 
-    def fits_at():  # when every capacity check passes (the same rule the dashboard shows)
-        return capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus)
+    pool = (state.get("pools") or {}).get(req["capacity"])
+    fit: list = []
+
+    def fits_at():  # when every capacity check passes (the same rule the dashboard shows), reckoned once
+        if not fit:
+            fit.append(capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus, pool, req["team"], wall_h))
+        return fit[0]
     if kind == "retraining":
         # experiments' holdings never defer scheduled retraining: they are preempted instead
         if in_use_retraining + gpus > reserved_gpus:
@@ -298,6 +303,12 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
                                  f"accelerators left to experiments ({set_aside} set aside for retraining)",
                                  when or fits_at(), on_gpus))
 
+    if pool is not None:
+        room, _, windows = pool_room(pool, req["team"], kind, now, wall_h)
+        if gpus > room:
+            add(_pool_reason(pool, gpus, room, windows, fits_at(), on_gpus))
+            reasons[:] = in_order(reasons)   # cluster-capacity comes before retraining-protection
+
     # checks above append in the documented order of lib.gate.reasons.CODES (a test holds them to it)
     reserved = judged if not reasons else None
     return _decision(req, "defer" if reasons else "admit", reasons, policy=policy, estimate=est, notes=notes, now=now,
@@ -307,6 +318,21 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
 def _tenth_up(x: float) -> float:
     """x rounded up to a tenth (a budget that surely fits), without overflowing for huge x."""
     return math.ceil(x * 10) / 10 if x < 1e300 else x
+
+
+def _pool_reason(pool, gpus: int, room: int, windows, fits_at: datetime | None, on_gpus) -> Reason:
+    """cluster-capacity: the pool (every team's reservations, less the scheduler's windows) has no room
+    for the whole run, whatever the team's quota leaves it; the numbers and the fix as
+    `_capacity_reason`'s, with the pool's `room` for the run as what is free, and the windows named."""
+    r = _capacity_reason("cluster-capacity", gpus, pool["gpus"], pool["gpus"] - room,
+                         f"accelerators of the {pool['name']} pool (held by every team, or by the scheduler, "
+                         "during the run)", fits_at, on_gpus)
+    if windows:
+        r["message"] += "; the scheduler's reservations then: " + ", ".join(
+            f"{w['name']!r} {w['gpus']} from {w['start'].isoformat(timespec='minutes')} to "
+            f"{w['end'].isoformat(timespec='minutes')}" for w in windows[:3]) + (
+            f" and {len(windows) - 3} more" if len(windows) > 3 else "")
+    return r
 
 
 def _alternative(n: int, est, runtime_cap: float, requested_h: float) -> tuple[Alternative, str, bool]:

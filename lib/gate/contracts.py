@@ -96,6 +96,7 @@ class Policy(TypedDict):
     scaling_efficiency: NotRequired[float]
     enforce_spend_limit: NotRequired[bool]
     set_time_limit: NotRequired[bool]
+    queue_max_age_days: NotRequired[int]   # days a deferred request waits in the queue before it expires
 
 
 class Reservation(TypedDict):
@@ -108,6 +109,21 @@ class Reservation(TypedDict):
     run_id: NotRequired[str]
     team: NotRequired[str]
     reserved_from: NotRequired[datetime | None]
+    capacity: NotRequired[Capacity]   # the pool it holds accelerators in (lib.gate.capacity, pools)
+
+
+class PoolState(TypedDict):
+    """One pool of the cluster's physical accelerators (a capacity type, `[pools.<type>]` in
+    data/teams.toml): its `gpus`, every team's reservations held on it (as quotas count them), and
+    the scheduler's windows that may take accelerators out of it. `timeline`, when a caller deciding
+    many requests has it: lib.gate.capacity.holdings_timeline, from a time at or before the decision's,
+    of the reservations the decided request counts (lib.gate.capacity.pool_counted: for retraining,
+    not its own team's experiments)."""
+    name: str
+    gpus: int
+    reservations: list[Reservation]
+    windows: list[CapacityWindow]
+    timeline: NotRequired[list[TimelineStep]]
 
 
 class TimelineStep(TypedDict):
@@ -185,7 +201,8 @@ class ExpectedInterruptions(TypedDict):
 
 class State(TypedDict, total=False):
     """A team's state at decision time; a missing key means: now = the current time, no
-    reservations, nothing spent, no snapshots, calibration from calibration_history (default none)."""
+    reservations, nothing spent, no snapshots, calibration from calibration_history (default none),
+    no pool (only the team's quota limits it)."""
     now: datetime
     reservations: list[Reservation]
     period_spent_gpu_hours: float
@@ -193,6 +210,7 @@ class State(TypedDict, total=False):
     calibration: Calibration | None
     calibration_history: list[CalibrationRow]
     interruption_rate: InterruptionRate | None
+    pools: dict[str, PoolState]   # capacity type -> its pool; absent or without the type: no pool check
 
 
 class Alternative(TypedDict):

@@ -23,6 +23,8 @@ CODES: dict[str, str] = {
     "memory": "the pilot's peak memory does not fit the requested accelerator memory",
     "no-recovery": "interruptions are expected (or capacity is preemptible) and the job cannot checkpoint",
     "capacity": "the team's concurrent reservations plus this request exceed its reserved accelerators",
+    "cluster-capacity": "every team's reservations in the request's pool (less the scheduler's own reservations) "
+                        "plus this request exceed the pool's physical accelerators, even within the team's quota",
     "retraining-protection": "the request would take accelerators set aside for scheduled retraining",
 }
 ORDER: dict[str, int] = {code: i for i, code in enumerate(CODES)}

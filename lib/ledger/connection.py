@@ -28,7 +28,7 @@ import duckdb
 from lib.gate.terms import number_problem
 from lib.ledger import team_weeks
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 DEFAULT_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
@@ -246,6 +246,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS scaling_efficiency DOUBLE DEFAULT 1.0",
         "ALTER TABLE teams ADD COLUMN IF NOT EXISTS enforce_spend_limit BOOLEAN DEFAULT true",
         "ALTER TABLE teams ADD COLUMN IF NOT EXISTS set_time_limit BOOLEAN DEFAULT false"),
+    # 6: the cluster_windows table (new tables only)
+    6: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS queue_max_age_days INTEGER",),  # 7: the queue's age (+ pools)
 }
 
 

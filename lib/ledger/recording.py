@@ -54,7 +54,8 @@ def booked_reservation(request: Request, decision: Decision, now: datetime) -> R
             # whole seconds: schedulers report start times in whole seconds, and a job started in the
             # second it was admitted must not look as if it started before its reservation
             "reserved_from": now.replace(microsecond=0),
-            "reserved_until": now + timedelta(hours=wall_h) if wall_h is not None else None}
+            "reserved_until": now + timedelta(hours=wall_h) if wall_h is not None else None,
+            "capacity": request["capacity"]}
 
 
 def record_decision(con, request: Request, decision: Decision, origin: str, now: datetime, *,

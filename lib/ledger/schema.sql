@@ -6,7 +6,7 @@
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
 -- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency,
 -- teams.enforce_spend_limit and teams.set_time_limit and the checkpoints, interruptions and alerts
--- tables; version 6 the cluster_windows table.
+-- tables; version 6 the cluster_windows table; version 7 teams.queue_max_age_days and the pools table.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -41,7 +41,18 @@ CREATE TABLE IF NOT EXISTS teams (
     -- spend limit; and lowered to the calibrated upper wall clock plus a margin. An upgraded ledger
     -- has them without NOT NULL (as scaling_efficiency); the gate reads NULL as the default.
     enforce_spend_limit             BOOLEAN NOT NULL DEFAULT true,
-    set_time_limit                  BOOLEAN NOT NULL DEFAULT false
+    set_time_limit                  BOOLEAN NOT NULL DEFAULT false,
+    -- days a deferred request waits in the queue before it expires (version 7; NULL in older rows:
+    -- the default, lib.ledger.teams_file.LATER_KEYS)
+    queue_max_age_days              INTEGER
+);
+
+-- The cluster's physical accelerators per pool (version 7): one row per capacity type with a
+-- [pools.<type>] table in data/teams.toml (source 'teams-file'). No row: no pool check for that type.
+CREATE TABLE IF NOT EXISTS pools (
+    pool        VARCHAR PRIMARY KEY CHECK (pool IN ('stable', 'preemptible')),
+    gpus        INTEGER NOT NULL CHECK (gpus >= 0),
+    source      VARCHAR NOT NULL
 );
 
 -- GPU-hour prices from data/teams.toml [prices] (version 2): one row per capacity type that has a

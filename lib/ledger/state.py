@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from lib.gate.contracts import InterruptionRate, Policy, Reservation, State
+from lib.gate.contracts import CapacityWindow, InterruptionRate, Policy, PoolState, Reservation, State
 from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
-from lib.ledger.teams_file import POLICY_FIELDS
+from lib.ledger.cluster_windows import read_windows
+from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
 
 # Every team a run names: each write path registers a run's team in `teams` before the run (an
 # import refuses an unknown team unless told to create it; the gate decides only for teams with a
@@ -27,6 +28,9 @@ def team_policy(con, team) -> Policy | None:
         return None
     policy = dict(zip(cols, row))
     policy["preemptible_partitions"] = list(policy["preemptible_partitions"] or [])
+    for key, default in LATER_KEYS.items():   # NULL in rows written before the key existed
+        if policy[key] is None:
+            policy[key] = default
     return policy
 
 
@@ -42,13 +46,26 @@ def held_condition(alias: str = "r", now: str = "?") -> str:
 
 def held_reservations(con, now: datetime, team: str | None = None) -> list[Reservation]:
     """The reservations that count against quotas at `now` (see `held_condition`), of `team` or of
-    every team, ordered by run ID."""
-    sql = ("SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until FROM runs r "
+    every team, ordered by run ID, each with its capacity type (the pool it holds in)."""
+    sql = ("SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, capacity FROM runs r "
            f"WHERE {held_condition('r', '?')}" + (" AND r.team = ?" if team is not None else "")
            + " ORDER BY r.run_id")
     rows = con.execute(sql, [now] if team is None else [now, team]).fetchall()
     return [{"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]), "reserved_gpu_hours": float(r[4]),
-             "reserved_from": r[5], "reserved_until": r[6]} for r in rows]
+             "reserved_from": r[5], "reserved_until": r[6], "capacity": r[7]} for r in rows]
+
+
+def pool_sizes(con) -> dict[str, int]:
+    """The cluster's accelerators per pool (capacity type), from the ledger's pools table."""
+    return {p: int(g) for p, g in con.execute("SELECT pool, gpus FROM pools ORDER BY pool").fetchall()}
+
+
+def pool_states(sizes: dict[str, int], held: list[Reservation], windows: list[CapacityWindow]) -> dict[str, PoolState]:
+    """Each pool's state for `decide` (lib.gate.contracts.PoolState): its accelerators, the `held`
+    reservations (every team's, run-ID order) of its capacity type, and the scheduler's `windows`."""
+    return {name: {"name": name, "gpus": gpus, "reservations": [r for r in held if r.get("capacity") == name],
+                   "windows": [w for w in windows if w["pool"] in (None, name)]}
+            for name, gpus in sizes.items()}
 
 
 def team_state(con, team, now=None, *, kind: str | None = None,
@@ -59,7 +76,8 @@ def team_state(con, team, now=None, *, kind: str | None = None,
     reservations: `held_reservations` of the team. period_spent_gpu_hours: actual GPU-hours of
     the team's runs that ended in now's calendar month (UTC). calibration: the correction for the
     team's `kind` runs (see `calibration`), read scope by scope from the ledger; None when no kind
-    is given.
+    is given. pools: when the ledger has pools, each with every team's held reservations on it and
+    the scheduler's windows not ended by now (`pool_states`).
     """
     now = naive_utc(now) or utcnow()
     spent = con.execute(
@@ -68,15 +86,19 @@ def team_state(con, team, now=None, *, kind: str | None = None,
         [team, month_start(now), next_month_start(now)]).fetchone()[0]
     snapshots = {r[0] for r in con.execute(
         "SELECT snapshot FROM snapshots WHERE team = ? OR team IS NULL", [team]).fetchall()}
+    sizes = pool_sizes(con)
+    held = held_reservations(con, now) if sizes else None
     return {
         "now": now,
-        "reservations": held_reservations(con, now, team),
+        "reservations": ([r for r in held if r["team"] == team] if held is not None
+                         else held_reservations(con, now, team)),
         "period_spent_gpu_hours": float(spent),
         "snapshots": snapshots,
         "calibration_history": [],
         "calibration": (calibration(con, team, kind, now, window_days=window_days)
                         if kind is not None else None),
         "interruption_rate": interruption_rate(con, team, now, window_days=window_days),
+        **({"pools": pool_states(sizes, held, read_windows(con, now))} if sizes else {}),
     }
 
 
@@ -103,16 +125,29 @@ def interruption_rate(con, team: str, now: datetime, *,
     the team's rate when it has MIN_RATE_RUNS such runs, else everyone's; None when nobody has any
     (or no GPU-hours). source: "measured" when every run counted events, "counts" when none did,
     "mixed" otherwise."""
-    row = con.execute(
-        f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
-        f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
-        "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
-        "AND r.actual_gpu_hours > 0) "
-        "SELECT count(*) FILTER (WHERE team = $team), sum(h) FILTER (WHERE team = $team), "
-        "sum(n) FILTER (WHERE team = $team), count(*) FILTER (WHERE team = $team AND measured), "
-        "count(*), sum(h), sum(n), count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL",
-        {"team": team, "since": now - timedelta(days=window_days), "now": now}).fetchone()
-    for scope, (runs, hours, interruptions, measured) in (("team", row[:4]), ("all", row[4:])):
+    return interruption_rates(con, [team], now, window_days=window_days)[team]
+
+
+def interruption_rates(con, teams: list[str], now: datetime, *,
+                       window_days: int = CALIBRATION_WINDOW_DAYS) -> dict[str, InterruptionRate | None]:
+    """`interruption_rate` of each of `teams`, from one read of the window's runs (each team's sums and
+    everyone's, as grouping sets of one query)."""
+    sums: dict = {}
+    for team, *row in con.execute(
+            f"WITH w AS (SELECT r.team, r.actual_gpu_hours AS h, {run_interruptions()} AS n, "
+            f"m.n IS NOT NULL AS measured FROM runs r LEFT JOIN {MEASURED_EVENTS} m ON m.run_id = r.run_id "
+            "WHERE r.capacity = 'preemptible' AND r.ended_at > $since AND r.ended_at <= $now "
+            "AND r.actual_gpu_hours > 0) "
+            "SELECT CASE WHEN grouping(team) = 0 THEN team END, count(*), sum(h), sum(n), "
+            "count(*) FILTER (WHERE measured) FROM w WHERE n IS NOT NULL GROUP BY GROUPING SETS ((team), ())",
+            {"since": now - timedelta(days=window_days), "now": now}).fetchall():
+        sums[team] = row
+    everyone = sums.get(None, (0, None, None, 0))
+    return {team: _rate(sums.get(team, (0, None, None, 0)), everyone) for team in teams}
+
+
+def _rate(own: tuple, everyone: tuple) -> InterruptionRate | None:
+    for scope, (runs, hours, interruptions, measured) in (("team", own), ("all", everyone)):
         if hours and (scope == "all" or runs >= MIN_RATE_RUNS):
             return {"per_gpu_hour": float(interruptions) / float(hours), "scope": scope, "runs": int(runs),
                     "gpu_hours": float(hours), "interruptions": int(interruptions),

@@ -20,6 +20,11 @@ version and no decision changes meaning.
 `[prices]`: `currency` (a 3-letter code such as "USD") and a price per GPU-hour per capacity type
 (`stable`, `preemptible`), each optional, finite and >= 0; a price needs the currency. A capacity
 type with no price has none in the ledger, and the dashboard shows no money for it (never 0).
+
+`[pools.<capacity type>]`: `gpus`, the accelerators the cluster has of that type (a whole number
+>= 0), which every team's reservations of that type share (lib.gate.capacity: `cluster-capacity`).
+Without a pool for a type, only quotas limit its requests. A pool smaller than a team's quota is
+allowed (a warning, `pool_warnings`). Problems in `[pools]` name their line in the file.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from lib.ledger.alert_settings import AlertSettings, parse_alerts
 from lib.ledger.audit import record
 from lib.ledger.connection import transaction
 from lib.ledger.files import NotRegularFile, open_regular
+from lib.ledger.teams_pools import parse_pools, pool_warnings
 
 DEFAULT_TEAMS_FILE = Path(__file__).resolve().parents[2] / "data" / "teams.toml"
 
@@ -63,9 +69,15 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
     "enforce_spend_limit": ("bool", True),
     # Slurm: a gated job's time limit lowered to the calibrated upper wall clock plus a margin
     "set_time_limit": ("bool", False),
+    # days a deferred request waits in the queue before it expires (the forward plan)
+    "queue_max_age_days": ("int", 14),
 }
-# keys added after policy versions were in use: hashed into policy_version only off their default
-_LATER_KEYS = {"scaling_efficiency": 1.0, "enforce_spend_limit": True, "set_time_limit": False}
+# keys added after policy versions were in use: hashed into policy_version only off their default, so
+# adding one gives no team a new version (and no recorded decision a new meaning); NULL in a ledger row
+# written before the key existed reads as the default
+LATER_KEYS = {"scaling_efficiency": 1.0, "enforce_spend_limit": True, "set_time_limit": False,
+              "queue_max_age_days": 14}
+POOLS_SOURCE = "teams-file"     # pools rows this file writes (and replaces)
 INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
@@ -83,11 +95,13 @@ class Prices(TypedDict):
 
 class TeamsFile(TypedDict):
     """The whole validated file: team policies (each with its `colour`, or None), snapshots, prices,
-    alert settings (lib.ledger.alert_settings)."""
+    alert settings (lib.ledger.alert_settings), pools (capacity type -> the cluster's accelerators of
+    that type)."""
     teams: list[dict]
     snapshots: list[dict]
     prices: Prices
     alerts: AlertSettings
+    pools: dict[str, int]
 
 
 class TeamsFileError(ValueError):
@@ -178,9 +192,10 @@ def _parse_prices(doc, problems: list[str]) -> Prices:
 
 
 def policy_version(policy: dict) -> str:
-    """A short, stable hash of a team's normalized policy (policy_version itself excluded)."""
+    """A short, stable hash of a team's normalized policy (policy_version itself excluded; a LATER_KEYS
+    key only when set away from its default)."""
     body = {k: policy[k] for k in ("team", *POLICY_FIELDS)
-            if k not in _LATER_KEYS or policy[k] != _LATER_KEYS[k]}
+            if k not in LATER_KEYS or policy.get(k, LATER_KEYS[k]) != LATER_KEYS[k]}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -216,10 +231,11 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
     problems: list[str] = []
-    # [authority] names the shared authority; lib.authority.settings reads and checks it
-    unknown_top = set(doc) - {"defaults", "teams", "snapshots", "prices", "alerts", "authority"}
-    for key in sorted(unknown_top):
-        problems.append(f"top level: unknown key {key!r} (known: defaults, teams, snapshots, prices, alerts, authority)")
+    # [authority] names the shared authority (lib.authority.settings reads and checks it); [pools] the
+    # cluster's physical accelerators
+    known_top = ("defaults", "teams", "snapshots", "prices", "alerts", "authority", "pools")
+    for key in sorted(set(doc) - set(known_top)):
+        problems.append(f"top level: unknown key {key!r} (known: {', '.join(known_top)})")
 
     defaults = doc.get("defaults", {})
     if type(defaults) is not dict:
@@ -276,6 +292,9 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
             else:
                 problems.append(f"{where} {key}: required (set it here or in [defaults])")
                 ok = False
+        if ok and policy["queue_max_age_days"] < 1:
+            problems.append(f"{where} queue_max_age_days: must be at least 1 day, got {policy['queue_max_age_days']}")
+            ok = False
         if ok and policy["retraining_reserved_gpus"] > policy["reserved_gpus"]:
             problems.append(
                 f"{where} retraining_reserved_gpus: {policy['retraining_reserved_gpus']} is more than "
@@ -316,9 +335,10 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
         snapshots.append({"snapshot": name, "team": team, "created_at": created})
     prices = _parse_prices(doc.get("prices"), problems)
     alerts = parse_alerts(doc.get("alerts"), set(teams_doc), problems)
+    pools = parse_pools(doc.get("pools"), text, problems)
     if problems:
         raise TeamsFileError(path, problems)
-    return {"teams": teams, "snapshots": snapshots, "prices": prices, "alerts": alerts}
+    return {"teams": teams, "snapshots": snapshots, "prices": prices, "alerts": alerts, "pools": pools}
 
 
 def load_teams(path=None) -> tuple[list[dict], list[dict]]:
@@ -347,17 +367,20 @@ def load_teams_file(path=None) -> TeamsFile:
 
 def sync_teams(con, path=None, *, who=None) -> dict:
     """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
-    file's, in one transaction (a file that does not validate changes nothing). With `who`
+    file's, and its pools (those the file set before, source POOLS_SOURCE), in one transaction (a file
+    that does not validate changes nothing). With `who`
     (lib.ledger.audit.Who), the load is recorded in the audit in that transaction: action "teams",
     the teams inserted / updated / unchanged.
 
     Teams or snapshots that are in the ledger but not in the file (e.g. created by an import) are
     left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
     teams_updated (policy or colour changed), teams_unchanged, snapshots_inserted,
-    snapshots_updated, snapshots_unchanged, prices (capacity types priced).
+    snapshots_updated, snapshots_unchanged, prices (capacity types priced), pools (pools set) and
+    warnings (`pool_warnings`).
     """
     parsed = load_teams_file(path)
     teams, snapshots, prices = parsed["teams"], parsed["snapshots"], parsed["prices"]
+    pools = parsed["pools"]
     counts = dict.fromkeys(("teams_inserted", "teams_updated", "teams_unchanged",
                             "snapshots_inserted", "snapshots_updated", "snapshots_unchanged"), 0)
     with transaction(con):
@@ -396,10 +419,16 @@ def sync_teams(con, path=None, *, who=None) -> dict:
         for capacity, price in prices["per_gpu_hour"].items():
             con.execute("INSERT INTO prices (capacity, price_per_gpu_hour, currency) VALUES (?, ?, ?)",
                         [capacity, price, prices["currency"]])
+        con.execute(f"DELETE FROM pools WHERE source = '{POOLS_SOURCE}'")
+        for name, gpus in pools.items():
+            con.execute("INSERT INTO pools (pool, gpus, source) VALUES (?, ?, ?) ON CONFLICT (pool) DO UPDATE "
+                        "SET gpus = excluded.gpus, source = excluded.source", [name, gpus, POOLS_SOURCE])
         if who is not None:
             record(con, who, "teams", fmt="toml", inserted=counts["teams_inserted"],
                    updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
                    detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "
                           f"{counts['snapshots_updated']}, unchanged {counts['snapshots_unchanged']}")
     counts["prices"] = len(prices["per_gpu_hour"])
+    counts["pools"] = len(pools)
+    counts["warnings"] = pool_warnings(teams, pools)
     return counts

@@ -33,10 +33,8 @@ Beside this module: `replay_world` (the plain data the replay reads and returns)
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 import json
-import operator
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Iterable, Literal
@@ -47,12 +45,12 @@ from lib.gate.capacity import fit_for_reasons
 from lib.gate.contracts import Policy, Reservation
 from lib.gate.reasons import reason
 from lib.gate.terms import KINDS, month_start
+from lib.planning.holdings import Holdings
 from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
 from lib.planning.replay_report import count_decision, replay_result, team_tally
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
-_RUN_ID = operator.itemgetter(0)
 
 
 def _parse(request_json: str | None):
@@ -63,19 +61,6 @@ def _parse(request_json: str | None):
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _hold(active: dict, team: str, release: datetime | None, reservation: Reservation) -> None:
-    """Add a holder of `team`'s accelerators until `release` (None: never), kept in run-ID order."""
-    bisect.insort(active.setdefault(team, []), (reservation.get("run_id") or "", release, reservation),
-                  key=_RUN_ID)
-
-
-def _held(active: dict, team: str, now: datetime) -> list[Reservation]:
-    """The team's holders at `now` (dropping released ones), ordered by run ID as the ledger gives them."""
-    live = [h for h in active.get(team, ()) if h[1] is None or h[1] > now]
-    active[team] = live
-    return [h[2] for h in live]
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally) -> None:
@@ -134,7 +119,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
     cals = Calibrations(scopes, refresh)
     spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
-    active: dict[str, list] = {}      # team -> [(release, Reservation)]
+    active = Holdings()               # team -> its holders
     booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
     for run in runs.values():
         if not run["controlled"] and run["booked_at"] is not None:
@@ -176,7 +161,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
                 break
         while hi < len(holds) and holds[hi]["start"] <= now:
             h = holds[hi]
-            _hold(active, h["reservation"]["team"], h["release"], h["reservation"])
+            active.hold(h["reservation"]["team"], h["release"], h["reservation"])
             hi += 1
 
         if not proposed:
@@ -195,7 +180,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         run_id = request.get("run_id")
         kind = request.get("kind")
         run = runs.get(run_id) if isinstance(run_id, str) else None
-        holders = _held(active, team, now) if policy is not None else []
+        holders = active.held(team, now) if policy is not None else []
 
         if isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
             decision = reject(request, [reason(
@@ -250,7 +235,7 @@ def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, talli
     elif state == "defer" and team in policies:
         request = _parse(req["request_json"]) or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
-            _fit_wait(codes, now, request["kind"], policies[team], _held(active, team, now), request["gpus"], tally)
+            _fit_wait(codes, now, request["kind"], policies[team], active.held(team, now), request["gpus"], tally)
     count_decision(tally, state, codes, reserved, actual)
     outcomes.append((req, state, codes, reserved))
 
@@ -269,7 +254,7 @@ def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
         heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
                                             run["calibration"], run.get("interruptions"))))
     release = min(end, until) if end is not None and until is not None else (end or until)
-    _hold(active, run["team"], release, holder)
+    active.hold(run["team"], release, holder)
     booked.setdefault(run["run_id"], req["decided_at"])
 
 
@@ -289,7 +274,7 @@ def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float |
     holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
                            "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
                            "reserved_from": now.replace(microsecond=0), "reserved_until": until}
-    _hold(active, team, release, holder)
+    active.hold(team, release, holder)
     if isinstance(run_id, str):
         booked.setdefault(run_id, now)
     return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None

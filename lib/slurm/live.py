@@ -55,7 +55,7 @@ from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_l
 from lib.ledger.decider_lock import ServerLock
 from lib.ledger.deciding import LedgerFacts, decide_with
 from lib.ledger.recording import booked_reservation, canonical_json
-from lib.ledger.state import team_policy, team_state
+from lib.ledger.state import pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
 from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
@@ -150,7 +150,7 @@ class LiveGate:
                 policies = {t: team_policy(con, t) for t in teams}
                 rows = con.execute(
                     "SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
-                    "started_at IS NOT NULL FROM runs "
+                    "started_at IS NOT NULL, capacity FROM runs "
                     "WHERE reserved_gpu_hours IS NOT NULL AND ended_at IS NULL").fetchall()
                 booked = load_booked(con)
                 windows = read_windows(con, utcnow())
@@ -162,7 +162,8 @@ class LiveGate:
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
         self.held = {r[0]: {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
-                            "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6]}
+                            "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
+                            "capacity": r[8]}
                      for r in rows}
         self.started = {r[0] for r in rows if r[7]}
         self.ledger_windows: list[CapacityWindow] = windows
@@ -225,9 +226,14 @@ class LiveGate:
 
     def state(self, team: str, now: datetime, kind: str | None) -> State:
         facts = self._facts(team, kind, now)
-        held = sorted((dict(r) for r in self.held.values() if r["team"] == team
+        pools = facts.get("pools")
+        held = sorted((dict(r) for r in self.held.values() if (pools or r["team"] == team)
                        and (r["reserved_until"] is None or r["reserved_until"] > now)), key=lambda r: r["run_id"])
-        return {**facts, "now": now, "reservations": held}
+        state = {**facts, "now": now, "reservations": [r for r in held if r["team"] == team] if pools else held}
+        if pools:   # the pools' sizes as read with the facts; every team's reservations as held now, and
+            # the cluster's windows as Slurm last gave them
+            state["pools"] = pool_states({n: p["gpus"] for n, p in pools.items()}, held, self.capacity_windows(now))
+        return state
 
     def _facts(self, team: str, kind: str | None, now: datetime) -> dict:
         """What team_state reads besides the reservations (loaded with the rest; read again after

@@ -1,0 +1,112 @@
+"""What the forward plan (lib.planning.forward_plan) reads from the ledger: the queue of waiting requests,
+the reservations held, each team's spend, policy, calibration and interruption rate, the snapshots,
+the pools and the scheduler's windows, all as the gate would read them at `as_of`. Reads only.
+
+The queue: every run ID whose latest decision of the last QUEUE_DAYS days is a
+deferral and that has not been booked since (reserved, started or ended). Such a request waits since
+its first deferral in those days, and expires `queue_max_age_days` (its team's policy) after it: an
+expired request is counted and listed apart, never planned. A request deferred longer ago and never
+decided again has left the queue, so the queue costs the last QUEUE_DAYS of decisions, not the whole
+history.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from lib.gate.terms import KINDS, month_start
+from lib.ledger.calibration_rows import calibration
+from lib.ledger.cluster_windows import read_windows
+from lib.ledger.deciding import BOOKED
+from lib.ledger.replay import ledger_policies
+from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
+from lib.ledger.teams_file import LATER_KEYS
+from lib.planning.plan_world import PlanInputs, WaitingRequest
+
+QUEUE_DAYS = 90          # a deferred request not decided again for this many days has left the queue
+EXPIRED_SHOWN = 500      # expired requests listed (all are counted)
+
+# Into the temp table `plan_queue`: the waiting requests at $as_of, expired ones included (see the
+# module docstring). An admit books its run, so the latest decision that matters is among the others;
+# a run booked after a deferral was written after it, so after the horizon.
+_QUEUE_SQL = f"""CREATE OR REPLACE TEMP TABLE plan_queue AS
+  WITH recent AS (
+    SELECT x.decision_id, x.run_id, x.decided_at, x.state FROM decisions x
+    WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
+  waiting AS (
+    SELECT x.run_id, min(x.decided_at) FILTER (WHERE x.state = 'defer') AS waiting_since,
+           max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
+    FROM recent x
+    WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = x.run_id AND {BOOKED} AND r.updated_at >= $horizon)
+    GROUP BY x.run_id)
+  SELECT d.run_id, d.team, d.kind, coalesce(d.request_json->>'capacity', 'stable') AS capacity,
+         TRY_CAST(d.request_json->>'gpus' AS INTEGER) AS gpus, w.waiting_since,
+         w.waiting_since + to_days(coalesce(t.queue_max_age_days, $max_age)) AS expires_at, d.request_json
+  FROM waiting w JOIN decisions d ON d.decision_id = w.decision_id LEFT JOIN teams t ON t.team = d.team
+  WHERE d.decided_at >= $horizon AND d.state = 'defer'"""
+
+
+def _parse(text: str | None) -> dict | None:
+    try:
+        obj = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def first_run_at(con) -> datetime | None:
+    """The earliest time any run of the ledger was reserved, started or ended (None: no runs)."""
+    # each column's own minimum: DuckDB reads it from its statistics, no scan
+    return con.execute("SELECT least(min(reserved_from), min(started_at), min(ended_at)) FROM runs").fetchone()[0]
+
+
+def read_queue(con, as_of: datetime, exclude: str | None = None) -> tuple[list[WaitingRequest], dict]:
+    """(the requests waiting at as_of and not expired, {count, rows, counts}: those expired, newest
+    expiry first, at most EXPIRED_SHOWN rows, and counted per team, kind and capacity type).
+    `exclude`: a run ID left out (the request being checked)."""
+    p = {"horizon": as_of - timedelta(days=QUEUE_DAYS), "max_age": LATER_KEYS["queue_max_age_days"]}
+    con.execute(_QUEUE_SQL, p)
+    try:
+        cols = "run_id, team, kind, capacity, gpus, waiting_since, expires_at"
+        live = con.execute(f"SELECT {cols}, request_json FROM plan_queue WHERE expires_at > $as_of "
+                           "AND run_id IS DISTINCT FROM $exclude ORDER BY run_id", {"as_of": as_of, "exclude": exclude}).fetchall()
+        counts = con.execute("SELECT team, kind, capacity, count(*) FROM plan_queue WHERE expires_at <= $as_of "
+                             "AND run_id IS DISTINCT FROM $exclude GROUP BY ALL ORDER BY ALL",
+                             {"as_of": as_of, "exclude": exclude}).fetchall()
+        expired = con.execute(f"SELECT {cols} FROM plan_queue WHERE expires_at <= $as_of AND run_id IS DISTINCT FROM "
+                              "$exclude ORDER BY expires_at DESC, run_id LIMIT $n",
+                              {"as_of": as_of, "exclude": exclude, "n": EXPIRED_SHOWN}).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS plan_queue")
+    names = cols.split(", ")
+    waiting: list[WaitingRequest] = [{**dict(zip(names, r[:7])), "request": _parse(r[7])} for r in live]
+    return waiting, {"count": sum(n for *_, n in counts), "rows": [dict(zip(names, r)) for r in expired],
+                     "counts": [{"team": t, "kind": k, "capacity": c, "requests": n} for t, k, c, n in counts]}
+
+
+def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
+                     also: tuple[str, str] | None = None) -> tuple[PlanInputs, dict]:
+    """(the plan's inputs at as_of, the expired requests: see `read_queue`). `exclude`: a run ID left
+    out of the queue; `also`: a (team, kind) whose calibration is read besides the queue's (a request
+    checked against the plan)."""
+    waiting, expired = read_queue(con, as_of, exclude)
+    policies = ledger_policies(con)
+    pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in policies and w["kind"] in KINDS}
+    if also is not None and also[0] in policies and also[1] in KINDS:
+        pairs.add(also)
+    spent = {(team, month): float(hours or 0.0) for team, month, hours in con.execute(
+        "SELECT team, date_trunc('month', ended_at)::TIMESTAMP, sum(actual_gpu_hours) FROM runs "
+        "WHERE ended_at >= ? GROUP BY ALL", [month_start(as_of)]).fetchall()}
+    snapshots: dict = {}
+    for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
+        snapshots.setdefault(team, set()).add(snap)
+    # the interruption rate prices only preemptible requests' estimates
+    teams = sorted({t for t, _ in pairs} if any(w["capacity"] == "preemptible" for w in waiting)
+                   or also is not None else set())
+    inputs: PlanInputs = {
+        "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
+        "spent": spent, "snapshots": snapshots,
+        "calibrations": {(t, k): calibration(con, t, k, as_of) for t, k in sorted(pairs)},
+        "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
+        "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
+    return inputs, expired
