@@ -7,9 +7,10 @@ fields); a requeued job's attempts share its JobID, and each attempt has its own
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lib.ledger.imports import import_runs
@@ -165,11 +166,12 @@ _EARLIER = st.sampled_from(["PREEMPTED", "REQUEUED", "NODE_FAIL", "FAILED"])
 _INTERRUPTING = {"PREEMPTED", "REQUEUED", "NODE_FAIL"}
 
 
-# derandomized: random runs found a re-import of back-to-back one-minute attempts that updates the run
-# (an open defect of the attempt matching, said in the closing note); CI runs the fixed examples
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(attempts=st.lists(st.tuples(_EARLIER, st.integers(1, 600), st.integers(0, 120)), min_size=1, max_size=5),
        last_minutes=st.integers(1, 600), gpus=st.integers(1, 8), order=st.randoms(use_true_random=False))
+# found by Hypothesis: the lost GPU-hours summed in another order on the re-import differed in the last bit
+@example(attempts=[("PREEMPTED", 1, 0), ("PREEMPTED", 1, 0), ("PREEMPTED", 221, 0), ("PREEMPTED", 111, 0),
+                   ("PREEMPTED", 1, 0)], last_minutes=1, gpus=1, order=random.Random(0))
 def test_attempts_in_any_line_order_make_one_run_and_reimport_changes_nothing(tmp_path_factory, attempts,
                                                                               last_minutes, gpus, order):
     """Whatever the lines' order (sacct's, or a file concatenated by hand), a job's attempts fold into

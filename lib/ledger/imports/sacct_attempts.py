@@ -20,6 +20,7 @@ recorded (the merge never lowers the ledger's).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import defaultdict
 
 from lib.gate.terms import ATTEMPT_MATCH_TOLERANCE, INTERRUPTING_EVENTS
@@ -88,13 +89,15 @@ def interruptions(cur, rows: list[dict], report: ImportReport) -> list[dict]:
     these are recorded; NULL for a job of one line) and notes what it found in `report`."""
     ids = sorted({r["run_id"] for r in rows if r["_attempts"] is not None})
     held: dict[str, list[dt.datetime]] = defaultdict(list)   # interrupting events the ledger holds
-    totals: dict[str, list] = defaultdict(lambda: [0, 0.0])   # run -> [interruptions, lost GPU-hours]
+    # run -> [interruptions, the lost GPU-hours of each]: summed by math.fsum, exactly rounded whatever
+    # the order, so a re-import that adds nothing gives the very float the first import stored
+    totals: dict[str, list] = defaultdict(lambda: [0, []])
     saves: dict[str, list[dt.datetime]] = defaultdict(list)
     if ids:
         for run_id, event, at, lost in cur.execute(
                 "SELECT run_id, event, occurred_at, lost_gpu_hours FROM interruptions "
                 "WHERE run_id IN (SELECT unnest(?))", [ids]).fetchall():
-            totals[run_id][1] += lost
+            totals[run_id][1].append(lost)
             if event in INTERRUPTING_EVENTS:
                 held[run_id].append(at)
                 totals[run_id][0] += 1
@@ -120,8 +123,8 @@ def interruptions(cur, rows: list[dict], report: ImportReport) -> list[dict]:
                 a["attempt_gpu_hours"], (a["occurred_at"] - kept_at).total_seconds() / 3600.0 * a["gpus"])
             new.append({**a, "run_id": run_id, "lost_gpu_hours": lost})
             total[0] += 1
-            total[1] += lost
-        row["interruptions"], row["act_lost_work_gpu_hours"] = total
+            total[1].append(lost)
+        row["interruptions"], row["act_lost_work_gpu_hours"] = total[0], math.fsum(total[1])
     if new or seen:
         report.notes.append(f"{len(new) + seen} interrupted attempts of requeued jobs: {len(new)} new "
                             f"interruptions, {seen} already in the ledger")
