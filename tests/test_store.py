@@ -19,7 +19,7 @@ POLICY_KEYS = {"team", "reserved_gpus", "retraining_reserved_gpus", "max_gpus_pe
                "max_gpu_mem_gb", "max_runtime_hours", "monthly_budget_gpu_hours",
                "pilot_required_above_gpu_hours", "budget_basis_production",
                "budget_basis_exploratory", "budget_basis_retraining", "preemptible_partitions",
-               "policy_version", "scaling_efficiency", "enforce_spend_limit", "set_time_limit"}
+               "policy_version", "scaling_efficiency", "enforce_spend_limit", "set_time_limit", "queue_max_age_days"}
 
 
 def _insert_run(con, run_id, **cols):
