@@ -70,7 +70,7 @@ def test_team_state_counts_only_active_reservations_this_month_and_usable_snapsh
     assert state["reservations"][0] == {"run_id": "active", "team": "tiny", "kind": "exploratory",
                                         "gpus": 2, "reserved_gpu_hours": 8.0,
                                         "reserved_from": NOW - timedelta(hours=1),
-                                        "reserved_until": NOW + timedelta(hours=3)}
+                                        "reserved_until": NOW + timedelta(hours=3), "capacity": "stable"}
     # every run of the team that ended this month (3 + 7 + 1), not 'last-month'
     assert state["period_spent_gpu_hours"] == 11.0
     assert state["snapshots"] == {"tiny-data-v1", "shared-v1"}
