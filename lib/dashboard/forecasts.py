@@ -24,8 +24,9 @@ from lib.ledger.state import held_reservations
 from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                    pooled_ratios, team_forecast, team_models)
 
-METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level or a damped trend, either with "
-          "the year-end weeks) whose own backtest missed least; P50/P90 from that model's own past errors "
+METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level, a trend in the log of demand, or "
+          "their mean, the default; any with the year-end weeks) whose own backtest missed least; P50/P90 from "
+          "that model's own past errors "
           "(empirical quantiles of actual ÷ forecast per horizon)")
 
 

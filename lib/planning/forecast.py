@@ -2,9 +2,9 @@
 for both, as plain numbers.
 
 Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they
-started. Each team's model is the candidate (a level, a damped trend, either with the year-end weeks)
-whose own backtest missed least (lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the
-week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
+started. Each team's model is the candidate (a level, a trend in log demand, their mean — the default —
+any with the year-end weeks) whose own backtest missed least (lib.planning.forecast_models). P50 and
+P90 at horizon h (h = 1 is the week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
 ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last 52 origins (sample
 quantiles that cover what they say: `_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon
 borrows the pooled ratios of every team. The band
