@@ -27,9 +27,9 @@ from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamFo
                                    pooled_ratios, team_forecast, team_models)
 
 CACHE_SUFFIX = ".forecast-models.json"   # beside the ledger: its teams' fitted models (lib.planning.forecast_cache)
-METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level, a trend in the log of demand, or "
-          "their mean, the default; any with the year-end weeks) whose own backtest missed least; P50/P90 from "
-          "that model's own past errors "
+METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level, a damped trend, a trend in the log "
+          "of demand, or their mean, the default; any with the year-end weeks) whose own backtest missed least; "
+          "P50/P90 from that model's own past errors "
           "(empirical quantiles of actual ÷ forecast per horizon)")
 
 

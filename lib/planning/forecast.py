@@ -2,15 +2,15 @@
 for both, as plain numbers.
 
 Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they
-started. Each team's model is the candidate (a level, a trend in log demand, their mean — the default —
-any with the year-end weeks) whose own backtest missed least (lib.planning.forecast_models). P50 and
-P90 at horizon h (h = 1 is the week after the last complete one) are its point forecast times the 50th
-and 90th percentiles of the ratios actual ÷ forecast the chosen model made h weeks ahead over the team's
-last 52 origins (sample quantiles that cover what they say: `_quantiles`); a team with fewer than
-MIN_RATIOS ratios at a horizon borrows the pooled ratios of every team. The band is therefore as wide as
-the model's own past misses, whatever their shape (Hyndman & Athanasopoulos, "Forecasting: Principles
-and Practice", 3rd ed., §5.5 empirical prediction intervals). The quota that
-would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
+started. Each team's model is the candidate (a level, a damped trend, a trend in log demand, their mean —
+the default — any with the year-end weeks) whose own backtest missed least
+(lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the week after the last complete one)
+are its point forecast times the 50th and 90th percentiles of the ratios actual ÷ forecast the chosen
+model made h weeks ahead over the team's last 52 origins (sample quantiles that cover what they say:
+`_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon borrows the pooled ratios of every
+team. The band is therefore as wide as the model's own past misses, whatever their shape (Hyndman &
+Athanasopoulos, "Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals).
+The quota that would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
 
 Budget burn-down (one month, UTC): spend is counted when a run ends (as the gate counts a team's
 monthly spend), demand when it starts. A run's GPU-hours enter spend one run-duration after they enter
