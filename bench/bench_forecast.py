@@ -3,7 +3,7 @@ smoothing with α 0.3 (old) and the naive baseline side by side, in one run — 
 run's end relates to demand counted at its start.
 
     python -m bench.bench_forecast [--db PATH] [--seeds 5] [--noise 0.1 0.2] [--origins 26] [--weeks 26]
-                                   [--no-demo] [--cost]
+                                   [--no-demo] [--cost | --cost-only] [--old REV] [--repeat 3]
 
 1. Generated histories (tests/fixtures_forecast.py), per noise level (log-sd of the weekly noise) and
    seed: three years of a team growing 40 % a year, a team with a step up and a year-end dip, and a
@@ -19,13 +19,17 @@ MdAPE of a forecaster that knew the expected demand) and the models chosen.
 3. Spend and demand on the ledger: per team and complete month, GPU-hours of runs that ended in it ÷
    GPU-hours of runs that started in it, and the GPU-hour-weighted run duration; today's burn-down weekly
    rate beside the weekly P50, new and old (the old burn-down: k-day sums of the last 91 days' spend).
-4. With --cost: statsmodels' cold import, a team's fit, and `python -m lib forecast` beyond process
-   start (its wall time less that of `python -m lib --help`) on the ledger.
+4. With --cost (--cost-only: nothing else): statsmodels' cold import, a team's fit, and `python -m lib
+   forecast` beyond process start (its wall time less that of `python -m lib --help`) on the ledger, the
+   old code (git revision --old, before the model cache) and the new side by side: with no model cache
+   file, with the one the last forecast left, and with one team's entry taken out of it.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,10 +43,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.dashboard.forecasts import forecast, week_start, weekly_usage  # noqa: E402
+from lib.dashboard.forecasts import forecast, model_cache, week_start, weekly_usage  # noqa: E402
 from lib.gate.terms import month_start, next_month_start, utcnow  # noqa: E402
 from lib.ledger.connection import open_ledger  # noqa: E402
-from lib.planning import forecast_models  # noqa: E402
+from lib.planning import forecast_cache, forecast_models  # noqa: E402
 from lib.planning.forecast import MAX_WEEKS, naive_forecast, team_forecast  # noqa: E402
 from lib.planning.forecast_models import fit_team  # noqa: E402
 from tests.fixtures_forecast import KINDS, expected_demand, generated_histories  # noqa: E402
@@ -50,6 +54,7 @@ from tests.fixtures_forecast import KINDS, expected_demand, generated_histories 
 HISTORY_WEEKS = 156                 # generated histories: three years
 LAST_MONDAY = dt.date(2026, 11, 23)
 SHOWN_HORIZONS = (1, 2, 3, 4, 6, 8, 10, 13, 17, 21, 26)
+OLD_REV = "7a3e3be"                 # the forecast before the log-trend candidates and the model cache
 
 
 # --------------------------------------------------------------------------- the old method, for comparison
@@ -115,7 +120,7 @@ def generated(seeds: int, noise: float, origins: int, weeks: int) -> tuple[dict,
     """Per horizon the scored rows (all kinds), per kind the rows plus the noise floor's errors, and the
     models chosen per kind."""
     by_h = {h: [] for h in range(1, weeks + 1)}
-    by_kind = {k: {"rows": [], "floor": []} for k in KINDS}
+    by_kind = {k: {"rows": [], "floor": [], "seeds": {}} for k in KINDS}
     chosen = Counter()
     for seed in range(seeds):
         series = generated_histories(seed, HISTORY_WEEKS, LAST_MONDAY, noise)
@@ -134,6 +139,7 @@ def generated(seeds: int, noise: float, origins: int, weeks: int) -> tuple[dict,
                     row = (actual, new[h - 1]["p50_gpu_hours"], new[h - 1]["p90_gpu_hours"], *old[h - 1], n50, n90)
                     by_h[h].append(row)
                     by_kind[kind]["rows"].append(row)
+                    by_kind[kind]["seeds"].setdefault(seed, []).append(row)
                     median = expected[kind][origin + h - 1] * np.exp(-noise ** 2 / 2)
                     by_kind[kind]["floor"].append(abs(median - actual) / actual)
     return by_h, by_kind, chosen
@@ -148,6 +154,9 @@ def kind_table(by_kind: dict, chosen: Counter) -> list[str]:
         models = ", ".join(f"{m} {n}" for (k, m), n in sorted(chosen.items()) if k == kind)
         lines.append(f"{kind:>9} | {s['mdape_new']:>14.1%} {s['mdape_old']:>6.1%} {s['mdape_naive']:>6.1%} "
                      f"{float(np.median(d['floor'])):>6.1%} | {-gain_new:>+13.0%} {-gain_old:>+6.0%} | {models}")
+    for kind, d in by_kind.items():
+        gains = [1 - (s := score(rows))["mdape_new"] / s["mdape_naive"] for rows in d["seeds"].values()]
+        lines.append(f"{kind:>9} | new vs naive per seed: " + " ".join(f"{-g:+.0%}" for g in gains))
     grow, steady = score(by_kind["growing"]["rows"]), score(by_kind["steady"]["rows"])
     lines.append("P50 error at least 15 % below naive on the growing team: "
                  f"{'met' if grow['mdape_new'] <= 0.85 * grow['mdape_naive'] else 'NOT met'}; "
@@ -237,16 +246,27 @@ def spend_and_demand(db, now: dt.datetime) -> list[str]:
 
 # --------------------------------------------------------------------------- 4. cost
 
-def wall(cmd: list[str], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def wall(cmd: list[str], cwd=ROOT) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, capture_output=True)
+    return time.perf_counter() - t
 
 
-def cost(db) -> list[str]:
+def old_tree(rev: str) -> Path:
+    """The code at git revision `rev`, unpacked in a temp dir (its `python -m lib` is the old command)."""
+    out = Path(tempfile.mkdtemp()) / "old"
+    out.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
+def cost(db, old_rev: str, repeat: int) -> list[str]:
+    """statsmodels' import, a team's fits, and `python -m lib forecast` beyond process start (its wall time
+    less that of `python -m lib --help` from the same tree), old (`old_rev`) vs new, interleaved, median of
+    `repeat`: with no model cache file (the first forecast after every team's history changed), with the
+    file the last forecast left (no history changed), and with one team's entry taken out of it (one
+    team's history changed: that team is fitted, so statsmodels is imported)."""
     py = sys.executable
     imp = ("import time, pandas, duckdb; t = time.perf_counter(); "
            "import statsmodels.tsa.exponential_smoothing.ets; print(time.perf_counter() - t)")
@@ -254,19 +274,50 @@ def cost(db) -> list[str]:
     with open_ledger(db, read_only=True) as con:
         usage = weekly_usage(con, utcnow(), live=True)
     first = week_start(utcnow())
-    fits = []
+    forecast_models._blas_threads()                 # imports statsmodels: the fits below are fits only
+    fits, keys = [], []
     for _, g in usage.groupby("team"):
         forecast_models._fit_cached.cache_clear()
         t = time.perf_counter()
         fit_team(g["gpu_hours"].to_numpy(float), first - dt.timedelta(weeks=1))
         fits.append(time.perf_counter() - t)
-    help_s = wall([py, "-m", "lib", "--help"])
-    fc_s = wall([py, "-m", "lib", "--db", str(db), "forecast", "--weeks", str(MAX_WEEKS)])
-    return [f"statsmodels ETS cold import (pandas and duckdb loaded): median {statistics.median(imports):.2f} s",
-            f"one team's fits (2 ETS fits + backtest), {len(fits)} teams: median {statistics.median(fits) * 1000:.0f} ms, "
-            f"total {sum(fits):.2f} s",
-            f"python -m lib forecast --weeks {MAX_WEEKS}: {fc_s:.2f} s, beyond process start "
-            f"(less `python -m lib --help`, {help_s:.2f} s): {fc_s - help_s:.2f} s (goal < 3 s)"]
+        keys.append(forecast_cache.model_key(g["gpu_hours"].to_numpy(float), first - dt.timedelta(weeks=1)))
+    old = old_tree(old_rev)
+    cache = model_cache(db)
+    cmd = [py, "-m", "lib", "--db", str(Path(db).resolve()), "forecast", "--weeks", str(MAX_WEEKS)]
+    help_cmd = [py, "-m", "lib", "--help"]
+    wall(cmd)                                       # leaves the cache file of every team's current history
+    full = cache.read_text()
+    entries = json.loads(full)["entries"]
+    assert keys[0] in entries, "the forecast left no entry for the first team's history"
+    one_out = json.dumps({"format": forecast_cache.FORMAT,
+                          "entries": {k: v for k, v in entries.items() if k != keys[0]}})
+    cases = (("no model cache file (every history changed)", None),
+             ("the cache file the last forecast left (none changed)", full),
+             ("one team's entry taken out (its history changed)", one_out))
+    lines = [f"statsmodels ETS cold import (pandas and duckdb loaded): median {statistics.median(imports):.2f} s",
+             f"one team's fits (3 ETS fits + backtest), {len(fits)} teams: "
+             f"median {statistics.median(fits) * 1000:.0f} ms, "
+             f"total {sum(fits):.2f} s",
+             f"python -m lib forecast --weeks {MAX_WEEKS} beyond process start (less `python -m lib --help`), "
+             f"median of {repeat} (goal < 3 s); old: {old_rev}",
+             f"{'case':>55} | {'old':>6} {'new':>6} | {'process start: old':>18} {'new':>5}"]
+    for name, content in cases:
+        got = {"old": [], "new": [], "old help": [], "new help": []}
+        for _ in range(repeat):
+            got["old help"].append(wall(help_cmd, old))
+            got["old"].append(wall(cmd, old))
+            got["new help"].append(wall(help_cmd))
+            if content is None:
+                cache.unlink(missing_ok=True)
+            else:
+                cache.write_text(content)
+            got["new"].append(wall(cmd))
+        m = {k: statistics.median(v) for k, v in got.items()}
+        lines.append(f"{name:>55} | {m['old'] - m['old help']:>5.2f}s {m['new'] - m['new help']:>5.2f}s | "
+                     f"{m['old help']:>17.2f}s {m['new help']:>4.2f}s")
+    lines.append(f"load average over the last minute at the end: {os.getloadavg()[0]:.1f} (2 cores)")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -278,8 +329,12 @@ def main(argv=None) -> int:
     ap.add_argument("--weeks", type=int, default=MAX_WEEKS)
     ap.add_argument("--no-demo", action="store_true", help="generated histories only")
     ap.add_argument("--cost", action="store_true", help="also time the import, the fits and the command")
+    ap.add_argument("--old", default=OLD_REV, help=f"git revision of the old command for --cost (default {OLD_REV})")
+    ap.add_argument("--cost-only", action="store_true", help="only the timings of --cost (on --db or the demo)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each command for --cost (median)")
     args = ap.parse_args(argv)
-    for noise in args.noise:
+    args.cost = args.cost or args.cost_only
+    for noise in [] if args.cost_only else args.noise:
         t0 = time.perf_counter()
         by_h, by_kind, chosen = generated(args.seeds, noise, args.origins, args.weeks)
         print("\n".join(horizon_table(by_h, f"\n== generated histories, weekly noise log-sd {noise}: {args.seeds} seeds "
@@ -293,6 +348,10 @@ def main(argv=None) -> int:
         from lib.ledger.demo import build_demo
         db = Path(tempfile.mkdtemp()) / "demo.duckdb"
         build_demo(db, now=now)
+    if args.cost_only:
+        print("\n== cost")
+        print("\n".join(cost(db, args.old, args.repeat)))
+        return 0
     t0 = time.perf_counter()
     scored, chosen = ledger_backtest(db, args.origins, args.weeks, now)
     print("\n".join(horizon_table(scored, f"\n== ledger {db}: {args.origins} origins "
@@ -302,7 +361,7 @@ def main(argv=None) -> int:
     print("\n".join(spend_and_demand(db, now)))
     if args.cost:
         print("\n== cost")
-        print("\n".join(cost(db)))
+        print("\n".join(cost(db, args.old, args.repeat)))
     return 0
 
 

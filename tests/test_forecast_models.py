@@ -35,7 +35,7 @@ def test_the_weeks_around_the_new_year_are_placed_by_their_thursday():
 
 def test_a_flat_history_forecasts_itself_with_no_spread():
     f = forecast_of([100.0] * 30)
-    assert f["model"] == "level"                                    # a tie goes to the simpler model
+    assert f["model"] == "combined"                                 # a tie keeps the default
     assert {(w["p50_gpu_hours"], w["p90_gpu_hours"]) for w in f["weeks"]} == {(100.0, 100.0)}
     assert [w["week_start"] for w in f["weeks"][:2]] == [NEXT, NEXT + dt.timedelta(weeks=1)]
     assert len(f["weeks"]) == MAX_WEEKS and f["weeks"][0]["quota_for_p90_gpus"] == 1
@@ -46,7 +46,7 @@ def test_a_growing_team_is_forecast_with_its_growth_where_the_naive_mean_lags():
     f = forecast_of(y)
     truth = BASE["growing"] * (1 + GROWTH_PER_YEAR) ** ((WEEKS - 1 + 26) / 52)   # expected 26 weeks ahead
     p50 = f["weeks"][25]["p50_gpu_hours"]
-    assert f["model"].startswith("damped-trend")
+    assert f["model"] in {"log-trend", "damped-trend", "combined"}  # a model with the growth in it
     assert abs(p50 / truth - 1) < 0.08
     assert naive_forecast(y)[0] < 0.85 * truth                     # the naive 4-week mean lags by 15 % and more
     assert f["weeks"][0]["p50_gpu_hours"] < f["weeks"][12]["p50_gpu_hours"] < p50
@@ -85,9 +85,11 @@ def test_the_forecast_from_the_last_week_is_statsmodels_own():
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel   # here: only this test compares with it
     y = generated_histories(1, 40, dt.date(2026, 10, 26), noise=0.1)["growing"]   # no year end in it
     model = fit_team(y, dt.date(2026, 10, 26))
-    trend = model["name"] == "damped-trend"
-    fitted = ETSModel(y, error="add", trend="add" if trend else None, damped_trend=trend).fit(disp=False)
-    assert np.allclose(model["point"], fitted.forecast(MAX_WEEKS), rtol=1e-9)
+    level = ETSModel(y, error="add").fit(disp=False).forecast(MAX_WEEKS)
+    damped = ETSModel(y, error="add", trend="add", damped_trend=True).fit(disp=False).forecast(MAX_WEEKS)
+    trend = np.expm1(ETSModel(np.log1p(y), error="add", trend="add").fit(disp=False).forecast(MAX_WEEKS))
+    expected = {"level": level, "damped-trend": damped, "log-trend": trend, "combined": (level + damped + trend) / 3}
+    assert np.allclose(model["point"], expected[model["name"]], rtol=1e-9)
 
 
 def test_the_same_history_gives_the_same_forecast():

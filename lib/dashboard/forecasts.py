@@ -16,18 +16,22 @@ lib.planning.forecast.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
+from lib.ledger.connection import ledger_path
 from lib.ledger.plan_ledger import planned_holdings
 from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                    pooled_ratios, team_forecast, team_models)
 
-METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level or a damped trend, either with "
-          "the year-end weeks) whose own backtest missed least; P50/P90 from that model's own past errors "
+CACHE_SUFFIX = ".forecast-models.json"   # beside the ledger: its teams' fitted models (lib.planning.forecast_cache)
+METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level, a damped trend, a trend in the log "
+          "of demand, or their mean, the default; any with the year-end weeks) whose own backtest missed least; "
+          "P50/P90 from that model's own past errors "
           "(empirical quantiles of actual ÷ forecast per horizon)")
 
 
@@ -89,15 +93,23 @@ def _burn_inputs(con, teams: list[str], as_of: dt.datetime, live: bool, holdings
     return {t: (float(consumed.get(t) or 0.0), held[t]) for t in teams}
 
 
-def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date) -> dict[str, TeamForecast]:
+def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date,
+                   cache: Path | None = None) -> dict[str, TeamForecast]:
     """The weekly forecast (MAX_WEEKS weeks from `first_week`) of each of `teams` from `usage` (every
-    team's weekly usage: a team with a short history borrows the pooled bands of them all)."""
+    team's weekly usage: a team with a short history borrows the pooled bands of them all). `cache`:
+    the file of fitted models (lib.planning.forecast_cache)."""
     series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
-    models = team_models({t: series.get(t, np.zeros(0)) for t in teams}, first_week)
+    models = team_models({t: series.get(t, np.zeros(0)) for t in teams}, first_week, cache)
     pooled = None
     if any(min(r.size for r in m["ratios"]) < MIN_RATIOS for m in models.values()):
-        pooled = pooled_ratios(team_models(series, first_week).values())
+        pooled = pooled_ratios(team_models(series, first_week, cache).values())
     return {t: team_forecast(m, first_week, pooled) for t, m in models.items()}
+
+
+def model_cache(db) -> Path:
+    """The file beside the ledger that keeps its teams' fitted models between processes."""
+    path = ledger_path(db)
+    return path.with_name(path.name + CACHE_SUFFIX)
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
@@ -119,7 +131,7 @@ def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
         names = sorted(t for t in set(usage["team"]) | set(policy) if teams is None or t in teams)
         burn = _burn_inputs(con, [t for t in names if t in policy], as_of, live, holdings)
     first = week_start(as_of)
-    demand = team_forecasts(usage, names, first)
+    demand = team_forecasts(usage, names, first, model_cache(db))
     month_end = (next_month_start(as_of) - dt.timedelta(days=1)).date()
     history = usage[usage["team"].isin(names)].reset_index(drop=True)
     out = {}

@@ -2,15 +2,15 @@
 for both, as plain numbers.
 
 Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they
-started. Each team's model is the candidate (a level, a damped trend, either with the year-end weeks)
-whose own backtest missed least (lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the
-week after the last complete one) are its point forecast times the 50th and 90th percentiles of the
-ratios actual ÷ forecast the chosen model made h weeks ahead over the team's last 52 origins (sample
-quantiles that cover what they say: `_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon
-borrows the pooled ratios of every team. The band
-is therefore as wide as the model's own past misses, whatever their shape (Hyndman & Athanasopoulos,
-"Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals). The quota that
-would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
+started. Each team's model is the candidate (a level, a damped trend, a trend in log demand, their mean —
+the default — any with the year-end weeks) whose own backtest missed least
+(lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the week after the last complete one)
+are its point forecast times the 50th and 90th percentiles of the ratios actual ÷ forecast the chosen
+model made h weeks ahead over the team's last 52 origins (sample quantiles that cover what they say:
+`_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon borrows the pooled ratios of every
+team. The band is therefore as wide as the model's own past misses, whatever their shape (Hyndman &
+Athanasopoulos, "Forecasting: Principles and Practice", 3rd ed., §5.5 empirical prediction intervals).
+The quota that would cover P90: P90 GPU-hours ÷ hours in a week, rounded up.
 
 Budget burn-down (one month, UTC): spend is counted when a run ends (as the gate counts a team's
 monthly spend), demand when it starts. A run's GPU-hours enter spend one run-duration after they enter
@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 from typing import Iterable, Sequence, TypedDict
 
 import numpy as np
 
+from lib.planning import forecast_cache
 from lib.planning.forecast_models import MAX_WEEKS, TeamModel, fit_team
 
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
@@ -59,11 +61,23 @@ class TeamForecast(TypedDict):
     sum_p90: list[float]        # per j weeks: 90th percentile of actual ÷ forecast of the j-week sums
 
 
-def team_models(series: dict[str, Sequence[float]], first_week: dt.date) -> dict[str, TeamModel]:
+def team_models(series: dict[str, Sequence[float]], first_week: dt.date,
+                cache: Path | None = None) -> dict[str, TeamModel]:
     """Each team's chosen model from its weekly GPU-hours (oldest first, the last the week before
-    `first_week`)."""
+    `first_week`). `cache`: a file of models fitted before (lib.planning.forecast_cache), read for the
+    histories it holds and rewritten when a history had to be fitted."""
     last = first_week - dt.timedelta(weeks=1)
-    return {team: fit_team(y, last) for team, y in series.items()}
+    if cache is None:
+        return {team: fit_team(y, last) for team, y in series.items()}
+    stored = forecast_cache.load(cache)
+    keys = {team: forecast_cache.model_key(y, last) for team, y in series.items()}
+    out = {team: stored.get(keys[team]) or fit_team(y, last) for team, y in series.items()}
+    if any(k not in stored for k in keys.values()):
+        for team, k in keys.items():        # the ones used now last: the most recently used are kept
+            stored.pop(k, None)
+            stored[k] = out[team]
+        forecast_cache.save(cache, stored)
+    return out
 
 
 def pooled_ratios(models: Iterable[TeamModel]) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -1,23 +1,33 @@
 """Weekly demand models of one team: candidates fitted by statsmodels' ETS, the one whose own backtest
 missed least chosen, and its backtest misses per horizon (the bands' raw material).
 
-Candidates (Hyndman & Athanasopoulos, "Forecasting: Principles and Practice", 3rd ed., §8.1 and §8.2):
-- "level": ETS(A,N,N), simple exponential smoothing with its smoothing weight fitted;
-- "damped-trend": ETS(A,Ad,N), a damped additive trend (the trend fades by φ a week, 0.8 ≤ φ ≤ 0.98);
-- either with "+year-end": the weeks around the new year (YEAR_END_WEEKS, placed by the week's Thursday
-  as ISO weeks are) forecast at the model's level times the mean ratio (geometric) each had in past years
-  to its base, the median of the four weeks a month before the new year — where that ratio is beyond what
-  weekly noise makes. Every candidate is fitted with the history's year-end weeks at their base, so a dip
-  does not drag the level of the weeks after it down.
-statsmodels fits each candidate (maximum likelihood) on the whole history; its filtered states give the
-forecast from every past week t, ŷ[t+h|t] = ℓ[t] + (φ + … + φ^h)·b[t] (the model's own forecast
-function, the same statsmodels' forecast gives from the last week), so the backtest needs no refit.
-The candidate with the least weighted absolute error Σ|y − ŷ| ÷ Σy over the last ERROR_ORIGINS origins
-and every horizon up to MAX_WEEKS wins, a more complex one (in the order level, damped trend, either with
-the year end) only if it misses at least MARGIN less than the simpler: errors over 52 overlapping origins
-differ by a few per cent between candidates that forecast alike, and a steady team's noise would otherwise
-often pick a trend. Its ratios y[t+h] / ŷ[t+h|t] are the
-bands' raw material (lib.planning.forecast). The fit is deterministic: same history, same forecast.
+Candidates (Hyndman & Athanasopoulos, "Forecasting: Principles and Practice", 3rd ed., FPP):
+- "level": ETS(A,N,N), simple exponential smoothing with its smoothing weight fitted (§8.1);
+- "damped-trend": ETS(A,Ad,N), an additive trend that fades by φ a week, 0.8 ≤ φ ≤ 0.98 (§8.2);
+- "log-trend": ETS(A,A,N), Holt's linear trend (§8.2), fitted to log(1 + y): a steady growth *rate*, as
+  a team's demand grows by a share a year, forecast back on the GPU-hour scale by exp(·) − 1 — the
+  median of the forecast distribution (§5.6), which the bands' median ratio then adjusts;
+- "combined": the mean of the three, the default (forecast combinations, §13.4; the mean of simple,
+  Holt's and damped exponential smoothing is the M3 competition's "Comb S-H-D" benchmark: Makridakis &
+  Hibon, "The M3-Competition: results, conclusions and implications", International Journal of
+  Forecasting 16(4), 2000): the level lags a growing team, a trend extrapolates a steady team's noise,
+  and their mean missed less out of sample than any one chosen alone (bench/bench_forecast.py);
+- any of them with "+year-end": the weeks around the new year (YEAR_END_WEEKS, placed by the week's
+  Thursday as ISO weeks are) forecast at the model's value times the mean ratio (geometric) each had in
+  past years to its base, the median of the four weeks a month before the new year — where that ratio
+  is beyond what weekly noise makes. Every candidate is fitted with the history's year-end weeks at
+  their base, so a dip does not drag the level of the weeks after it down.
+statsmodels fits each model (maximum likelihood) once on the whole history; its filtered states give the
+forecast from every past week t, ŷ[t+h|t] = ℓ[t] + (φ + … + φ^h)·b[t] (φ = 1 undamped; the model's own
+forecast function, the same statsmodels' forecast gives from the last week), so the backtest needs no
+refit: three fits a team. The candidate with the least weighted absolute error Σ|y − ŷ| ÷ Σy over the
+last ERROR_ORIGINS origins and every horizon up to MAX_WEEKS wins, but the combination is the default:
+another candidate (in the order level, damped trend, log-trend, then each with the year end) replaces
+the best so far only if it misses at least MARGIN less. Errors over 52 overlapping origins differ by a
+few per cent between candidates that forecast alike, and picking the single best by so little (a
+steady team's trend, a growing team's level) missed more out of sample than keeping the combination.
+Its ratios y[t+h] / ŷ[t+h|t] are the bands' raw material (lib.planning.forecast). The fit is
+deterministic: same history, same forecast.
 """
 from __future__ import annotations
 
@@ -37,11 +47,11 @@ YEAR_END_WEEKS = (-2, -1, 0, 1)   # weeks around the new year: 0 holds 1 January
 BASE_WEEKS = (-6, -5, -4, -3)     # the weeks a year end is measured against (the month before it)
 MIN_RATIO = 0.01            # a year-end week at under 1 % of its base counts as 1 %
 NO_PLACE = -99
-MARGIN = 0.05               # a candidate replaces a simpler one only if it misses at least 5 % less
+MARGIN = 0.05               # a candidate replaces the best so far only if it misses at least 5 % less
 
 
 class TeamModel(TypedDict):
-    name: str                   # the candidate chosen: level | damped-trend, either + "+year-end"
+    name: str                   # the candidate chosen: combined | level | damped-trend | log-trend, any + "+year-end"
     point: np.ndarray           # the point forecast for horizons 1..MAX_WEEKS (GPU-hours)
     ratios: list[np.ndarray]    # per horizon: actual ÷ forecast over the backtest's origins
     sums: list[np.ndarray]      # per number of weeks j: Σ actual ÷ Σ forecast over the next j weeks
@@ -81,24 +91,25 @@ def _year_ends(y: np.ndarray, mondays: Sequence[dt.date]) -> list[dict]:
     return out
 
 
-def _ets_states(z: np.ndarray, trend: bool) -> tuple[np.ndarray, np.ndarray, float]:
-    """(level after each week, trend after each week, φ) of ETS(A,N,N) or ETS(A,Ad,N) fitted to z."""
+def _ets_states(z: np.ndarray, trend: bool, damped: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+    """(level after each week, trend after each week, φ) of ETS(A,N,N), ETS(A,A,N) (`trend`) or ETS(A,Ad,N)
+    (`trend` and `damped`) fitted to z by statsmodels (maximum likelihood); φ is 1 undamped."""
     # here: statsmodels (with scipy) takes over a second to import, and only a forecast needs it
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
-    model = ETSModel(z, error="add", trend="add" if trend else None, damped_trend=trend)
+    model = ETSModel(z, error="add", trend="add" if trend else None, damped_trend=trend and damped)
     with warnings.catch_warnings():   # a flat or short history can leave the optimiser unconverged
         warnings.simplefilter("ignore")
         res = model.fit(disp=False)
     states = np.asarray(res.states, dtype=float)
     if not trend:
         return states[:, 0], np.zeros(z.size), 1.0
-    return states[:, 0], states[:, 1], float(res.params[res.param_names.index("damping_trend")])
+    phi = float(res.params[res.param_names.index("damping_trend")]) if damped else 1.0
+    return states[:, 0], states[:, 1], phi
 
 
 def _forecasts(level: np.ndarray, slope: np.ndarray, phi: float, horizons: int) -> np.ndarray:
-    """ŷ[t+h|t] for every origin t (rows) and h = 1..horizons (columns), never below zero."""
-    damp = np.cumsum(phi ** np.arange(1, horizons + 1))
-    return np.maximum(level[:, None] + slope[:, None] * damp[None, :], 0.0)
+    """ŷ[t+h|t] = ℓ[t] + (φ + … + φ^h)·b[t] for every origin t (rows) and h = 1..horizons (columns)."""
+    return level[:, None] + slope[:, None] * np.cumsum(phi ** np.arange(1, horizons + 1))[None, :]
 
 
 def _year_end_factors(y: np.ndarray, mondays: Sequence[dt.date], ends: list[dict], horizons: int,
@@ -130,7 +141,7 @@ def _year_end_factors(y: np.ndarray, mondays: Sequence[dt.date], ends: list[dict
 
 def _candidates(y: np.ndarray, mondays: Sequence[dt.date], horizons: int) -> dict[str, np.ndarray]:
     """Each candidate's forecast from every origin t (rows; the last row is the forecast from the
-    last week) for h = 1..horizons (columns). Two fits: the year-end weeks the history holds are
+    last week) for h = 1..horizons (columns). Three fits: the year-end weeks the history holds are
     fitted at their base level in every candidate (so a dip does not drag the level down after it),
     and the "+year-end" candidates also forecast them at the ratios past years had."""
     ends = _year_ends(y, mondays)
@@ -138,11 +149,13 @@ def _candidates(y: np.ndarray, mondays: Sequence[dt.date], horizons: int) -> dic
     for end in ends:
         for i, base, _ in end.values():
             z[i] = base
-    out = {}
-    for name, trend in (("level", False), ("damped-trend", True)):
-        f = _forecasts(*_ets_states(z, trend), horizons)
-        if np.isfinite(f).all():              # a fit that diverged is no candidate
-            out[name] = f
+    out = {"level": _forecasts(*_ets_states(z, False), horizons),
+           "damped-trend": _forecasts(*_ets_states(z, True, damped=True), horizons)}
+    with np.errstate(over="ignore"):          # a runaway growth rate overflows: no candidate (below)
+        out["log-trend"] = np.expm1(_forecasts(*_ets_states(np.log1p(np.maximum(z, 0.0)), True), horizons))
+    out = {name: np.maximum(f, 0.0) for name, f in out.items() if np.isfinite(f).all()}  # a diverged fit is none
+    if len(out) > 1:
+        out = {"combined": np.mean(list(out.values()), axis=0), **out}
     if ends and "level" in out:
         ahead, seen = out["level"][WARM_UP_WEEKS - 1:-1, 0], z[WARM_UP_WEEKS:]   # one week ahead, and what came
         ok = (ahead > 0) & (seen > 0)
