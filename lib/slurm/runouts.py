@@ -5,8 +5,9 @@ line (lib.slurm.hook.budget_text): never computed on an sbatch's path.
 (lib.dashboard.forecasts.budget_outlook, the one Overview and Forecast show) last gave them, or None
 before the first computation. A get that finds them older than `max_age_s` (or the month changed)
 starts one computation in a thread of its own; sbatch never waits for it. The computation reads the
-ledger in the LiveGate's turn (`ledger_turn`: the process opens the ledger once at a time) and its
-forecast fits are cached per weekly history (lib.planning.forecast_models), so a refresh after the
+ledger in the LiveGate's turn (`ledger_turn`: the process opens the ledger once at a time), fits after
+it (decisions that need the ledger never wait for a fit), and its forecast fits are cached per weekly
+history (lib.planning.forecast_models), so a refresh after the
 first costs the reads and the forward plan, not a fit.
 """
 from __future__ import annotations
@@ -72,8 +73,7 @@ def compute_runouts(db, now: dt.datetime, ledger_turn: AbstractContextManager) -
     from lib.dashboard.filters import Filters
     from lib.dashboard.forecasts import budget_outlook
     import pandas as pd
-    with ledger_turn:
-        burn = budget_outlook(Filters(date_from=now.date(), date_to=now.date()), db, now)["burn"]
+    burn = budget_outlook(Filters(date_from=now.date(), date_to=now.date()), db, now, turn=ledger_turn)["burn"]
 
     def day(v):
         return None if pd.isna(v) else v
