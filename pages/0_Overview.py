@@ -2,7 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import alerts, costs, overview_queries, reservation_figures, team_board
+from lib.dashboard import alerts, costs, estimate_queries, overview_queries, reservation_figures, team_board
 
 f = ui.frame()
 
@@ -85,9 +85,10 @@ if cur["requested_runs"]:
                "requested, not measured) and are left out of the estimate-error figures.")
 
 st.subheader("Teams this month, riskiest first")
-ui.table(board["board"], "team_board", "dl_overview_board",
-         empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.",
-         caption="Riskiest first: the earliest run-out day at P90, then at P50, then the smallest share of the "
+board_slot = st.empty()   # drawn at once, then again with the drift alarms at the end of the page
+with board_slot.container():
+    ui.show_table(board["board"])
+board_caption = ("Riskiest first: the earliest run-out day at P90, then at P50, then the smallest share of the "
                  "budget left at month end (P90). Budget left = the month's budget less what ended this month and "
                  "what admitted reservations hold (as the gate counts); month end: less the burn-down's projected "
                  "spend. Free = the capacity calendar's (Reservations), now and the fewest on the next 7 days; "
@@ -102,3 +103,10 @@ if money["per_gpu_hour"]:
     st.subheader("Cost by capacity type")
     ui.table(money["by_capacity"].round(2), "cost_by_capacity", "dl_overview_costs",
              empty="No priced capacity in this view.", caption=f"Money in {money['currency']}.")
+
+with st.spinner("Reading the calibration's drift alarms (slow on a large ledger the first time each hour)…"):
+    cal = ui.PageData(estimate_queries.calibration, f, hourly=True)   # the one Estimate accuracy shows
+with board_slot.container():
+    ui.table(team_board.with_drift(board["board"], cal["alarms"]), "team_board", "dl_overview_board",
+             empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.",
+             caption=board_caption)

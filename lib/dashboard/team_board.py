@@ -11,7 +11,9 @@ Per team (GPU-hours unless said):
   over its capacity types; fewest_free_7d_gpus: the least of that over the next 7 days (each at 00:00
   UTC), the capacity calendar Reservations shows (lib.dashboard.queue_and_calendar.forward_view);
 - queued_requests, oldest_wait_hours: the plan's queue (every waiting request of the team);
-- drift: the kinds whose calibration has a drift alarm (lib.dashboard.estimate_queries.calibration);
+- drift: the kinds whose calibration has a drift alarm (`with_drift`, from the alarms of
+  lib.dashboard.estimate_queries.calibration: a query of its own, cached hourly and shared with Estimate
+  accuracy, because its backtests cost seconds whatever the ledger's size);
 - idle_gpu_hours, idle_cost: idle reserved GPU-hours of the period's closed windows and their money at
   [prices] (lib.dashboard.costs; None when no capacity type in scope has a price).
 
@@ -25,7 +27,6 @@ import datetime as dt
 import pandas as pd
 
 from lib.dashboard import costs
-from lib.dashboard.estimate_queries import calibration
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
@@ -64,6 +65,13 @@ def _drift(alarms: pd.DataFrame) -> dict[str, str]:
     return {t: ", ".join(kinds) for t, kinds in out.items()}
 
 
+def with_drift(board: pd.DataFrame, alarms: pd.DataFrame) -> pd.DataFrame:
+    """`board` with its drift column filled from the calibration's drift alarms (team, kind,
+    drift_since): "kind since YYYY-MM-DD, ..." for a team with one, "" otherwise."""
+    drift = _drift(alarms)
+    return board.assign(drift=[drift.get(t, "") for t in board["team"]])
+
+
 def risk_order(board: pd.DataFrame) -> pd.DataFrame:
     """`board` riskiest first (see the module docstring)."""
     share = board["left_p90_month_end_gpu_hours"] / board["budget_gpu_hours"].where(board["budget_gpu_hours"] > 0)
@@ -73,7 +81,7 @@ def risk_order(board: pd.DataFrame) -> pd.DataFrame:
 
 
 def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """The board (`board`, BOARD_COLUMNS, riskiest first), the burn-down's rows (`burn`, as
+    """The board (`board`, BOARD_COLUMNS, riskiest first; drift None until `with_drift`), the burn-down's rows (`burn`, as
     forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
     `pricing_note`. Team filter applies; the period applies to the idle cost only (the budget is this
     month's, the plan starts now)."""
@@ -90,7 +98,6 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)
     burn = budget_outlook(f, db, now, view["holdings"])["burn"]
-    alarms = calibration(Filters(f.date_from, f.date_to, teams=f.teams), db, now)["alarms"]
     price = costs.pricing(f, db)
     money = costs.idle_money(price, {"by_team_capacity": idle})
     idle_cost = dict(zip(money["by_team"]["team"], money["by_team"]["idle_cost"]))
@@ -100,7 +107,6 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         if not h["planned"]:
             held[h["team"]] = held.get(h["team"], 0.0) + h["gpu_hours"]
     free = _free(view["calendar"], now.date())
-    drift = _drift(alarms)
     rows = []
     for b in burn.to_dict("records"):
         team, budget = b["team"], b["budget_gpu_hours"]
@@ -115,7 +121,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
             "free_gpus_now": now_free, "fewest_free_7d_gpus": fewest,
             "queued_requests": queue["requests"] if queue else 0,
             "oldest_wait_hours": (now - queue["waiting_since"]).total_seconds() / 3600.0 if queue else None,
-            "drift": drift.get(team, ""),
+            "drift": None,
             "idle_gpu_hours": float(idle_hours.get(team, 0.0)),
             "idle_cost": float(idle_cost.get(team, 0.0)) if price["per_gpu_hour"] else None})
     board = pd.DataFrame(rows, columns=BOARD_COLUMNS)
