@@ -73,7 +73,7 @@ def test_the_server_counts_the_admit_and_keeps_the_one_burn_downs_days_warm(near
         live.settle(seq, answered=True)
         assert month_budget(live, "vision", "exploratory", now) == (10.0, 9.0, 1.0)   # nothing left
         live.flush()
-        runouts = RunOuts(live.db, live.ledger_turn, max_age_s=0)
+        runouts = RunOuts(live.db, max_age_s=0)
         assert runouts.get(now) is None       # not computed yet: the caller never waits
         runouts.wait()
         days = runouts.get(now)

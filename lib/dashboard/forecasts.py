@@ -15,7 +15,6 @@ lib.planning.forecast.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 
 import numpy as np
@@ -102,20 +101,18 @@ def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date) -
 
 
 def forecast(db=None, *, as_of: dt.datetime | None = None, weeks: int = 8,
-             teams: list[str] | None = None, live: bool | None = None, holdings: list | None = None,
-             turn=None) -> dict:
+             teams: list[str] | None = None, live: bool | None = None, holdings: list | None = None) -> dict:
     """Per team: the chosen model, the next `weeks` weeks' P50/P90 GPU-hours with the quota's weekly
     capacity and the quota that would cover P90, and this month's burn-down from the same forecast
     (consumed, committed, projected month end P50/P90, projected exhaustion day). `as_of` None: now.
     `live` (default: as_of is None): the committed reservations are the gate's own (held now), not
     reconstructed for a past moment (`holdings`: the forward plan's, when the caller has made it). Also `history`: the weekly usage the forecast rests on (team,
-    week, gpu_hours). `turn`: a lock held while the ledger is open (the gate server's), not during the
-    fits. InputError for `weeks` outside 1 .. MAX_WEEKS."""
+    week, gpu_hours). InputError for `weeks` outside 1 .. MAX_WEEKS."""
     if type(weeks) is not int or not 1 <= weeks <= MAX_WEEKS:
         raise InputError(f"weeks must be a whole number from 1 to {MAX_WEEKS}, got {weeks!r}")
     live = as_of is None if live is None else live
     as_of = utcnow() if as_of is None else as_of
-    with turn or contextlib.nullcontext(), reader(db) as con:
+    with reader(db) as con:
         usage = weekly_usage(con, as_of, live=live)
         policy = {t: (q, b) for t, q, b in con.execute(
             "SELECT team, reserved_gpus, monthly_budget_gpu_hours FROM teams").fetchall()}
@@ -155,12 +152,11 @@ def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
             pd.DataFrame(path, columns=["team", "day", "p50_gpu_hours", "p90_gpu_hours"]))
 
 
-def budget_outlook(f, db=None, now: dt.datetime | None = None, holdings: list | None = None, turn=None) -> dict:
+def budget_outlook(f, db=None, now: dt.datetime | None = None, holdings: list | None = None) -> dict:
     """This month's burn-down (Overview and Reservations), for the filtered teams with a policy, from
     the live forecast: burn (one row per team) and burn_path (team, day, P50/P90). `holdings`: the
-    forward plan's, when the caller has made it; `turn`: see `forecast`."""
-    result = forecast(db, as_of=now or utcnow(), teams=list(f.teams) or None, live=True, holdings=holdings,
-                      turn=turn)
+    forward plan's, when the caller has made it."""
+    result = forecast(db, as_of=now or utcnow(), teams=list(f.teams) or None, live=True, holdings=holdings)
     burn, path = _burn_frames({team: e["burn_down"] for team, e in result["teams"].items() if "burn_down" in e})
     return {"burn": burn, "burn_path": path}
 

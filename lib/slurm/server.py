@@ -111,7 +111,7 @@ class GateServer:
                                 windows_interval_s=self.windows_interval_s, authority=self.authority)
                 with self._mu:
                     self.gates[key] = live
-                    self.runouts[key] = RunOuts(live.db, live.ledger_turn)
+                    self.runouts[key] = RunOuts(live.db)
                 self.runouts[key].get(utcnow())   # computed in the background before the first admit asks
             return live
 
