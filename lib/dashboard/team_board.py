@@ -81,8 +81,8 @@ def risk_order(board: pd.DataFrame) -> pd.DataFrame:
 
 
 def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """The board (`board`, BOARD_COLUMNS, riskiest first; drift None until `with_drift`), the burn-down's rows (`burn`, as
-    forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
+    """The board (`board`, BOARD_COLUMNS, riskiest first; drift None until `with_drift`), the burn-down's
+    rows (`burn`, as forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
     `pricing_note`. Team filter applies; the period applies to the idle cost only (the budget is this
     month's, the plan starts now)."""
     now = now or utcnow()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lib.gate.terms import utcnow
 
-MAX_AGE_S = 300.0     # run-out days (a day's resolution) older than this are recomputed, in the background, on the next get
+MAX_AGE_S = 300.0     # run-out days (a day's resolution) older than this: recomputed in the background on a get
 COMPUTE_TIMEOUT_S = 300.0
 NICE = 10             # the computation's lower CPU priority: decisions first
 REPO = Path(__file__).resolve().parent.parent.parent
