@@ -2,7 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import alerts, costs, forecasts, overview_queries, reservation_figures
+from lib.dashboard import alerts, costs, estimate_queries, overview_queries, reservation_figures, team_board
 
 f = ui.frame()
 
@@ -13,7 +13,14 @@ money = costs.overview_money(ui.PageData(costs.pricing, f).data, data.data)
 st.title("Overview")
 ui.caption(f"{f.describe()} · compared with {f.previous().date_from} to {f.previous().date_to}")
 
-ui.budget_outlook(ui.PageData(forecasts.budget_outlook, f)["burn"], quiet=True)
+board = ui.PageData(team_board.team_board, f)   # the forward plan and the burn-down, made once
+at_risk = team_board.runout_this_month(board["burn"])
+if at_risk:
+    st.warning(f"Budget may run out this month ({len(at_risk)} team{'' if len(at_risk) == 1 else 's'}, "
+               "earliest first):\n" + "\n".join(
+                   f"- **{ui.as_text(r['team'])}**: P90 {r['exhausts_p90']:%b %d}"
+                   + (f", P50 {r['exhausts_p50']:%b %d}" if r["exhausts_p50"] else ", not at P50")
+                   for r in at_risk))
 raised = ui.PageData(alerts.alerts_this_month, f).data
 if not raised.empty:
     with st.expander(f"Budget alerts this month: {len(raised)}", expanded=False):
@@ -77,6 +84,17 @@ if cur["requested_runs"]:
     st.caption(f"{cur['requested_runs']:,} finished runs carry only a requested estimate (time limit × GPUs: "
                "requested, not measured) and are left out of the estimate-error figures.")
 
+st.subheader("Teams this month, riskiest first")
+board_slot = st.empty()   # drawn at once, then again with the drift alarms at the end of the page
+with board_slot.container():
+    ui.show_table(board["board"])
+board_caption = ("Riskiest first: the earliest run-out day at P90, then at P50, then the smallest share of the "
+                 "budget left at month end (P90). Budget left = the month's budget less what ended this month and "
+                 "what admitted reservations hold (as the gate counts); month end: less the burn-down's projected "
+                 "spend. Free = the capacity calendar's (Reservations), now and the fewest on the next 7 days; "
+                 "queue: the forward plan's. The period applies to idle only"
+                 + (f"; money in {board['currency']}." if board["currency"] else "; no price is set, so no money."))
+
 data.chart(reservation_figures.reserved_vs_used, "daily")
 data.chart(reservation_figures.deferred_reasons, "deferred_by_reason")
 ui.table(data["deferred_by_reason"], "deferred_by_reason", "dl_overview_reasons",
@@ -85,3 +103,10 @@ if money["per_gpu_hour"]:
     st.subheader("Cost by capacity type")
     ui.table(money["by_capacity"].round(2), "cost_by_capacity", "dl_overview_costs",
              empty="No priced capacity in this view.", caption=f"Money in {money['currency']}.")
+
+with st.spinner("Reading the calibration's drift alarms (slow on a large ledger the first time each hour)…"):
+    cal = ui.PageData(estimate_queries.calibration, f, hourly=True)   # the one Estimate accuracy shows
+with board_slot.container():
+    ui.table(team_board.with_drift(board["board"], cal["alarms"]), "team_board", "dl_overview_board",
+             empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.",
+             caption=board_caption)

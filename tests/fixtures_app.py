@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from lib.dashboard import estimate_queries, idle_queries, overview_queries, reservation_queries, stop_queries
+from lib.dashboard import (estimate_queries, idle_queries, overview_queries, reservation_queries, stop_queries,
+                           team_board)
 from lib.ledger.connection import open_ledger, transaction
 
 ROOT = Path(__file__).resolve().parent.parent
 # the read models of the ledger-wide pages, each called as the page calls it: query(filters, path, now)
 PAGE_QUERIES = {"overview": overview_queries.overview, "reservations": reservation_queries.reservations,
                 "idle_capacity": idle_queries.idle_capacity, "estimate_accuracy": estimate_queries.estimate_accuracy,
-                "stops_promotion": stop_queries.stops_promotion, "calibration": estimate_queries.calibration}
+                "stops_promotion": stop_queries.stops_promotion, "calibration": estimate_queries.calibration,
+                "team_board": team_board.team_board}
 CHROMIUM = "/usr/bin/chromium"
 
 

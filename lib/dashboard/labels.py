@@ -174,6 +174,22 @@ COLUMNS: dict[str, ColumnSpec] = {
     "p50_month_end_gpu_hours": _spec("Month end, P50 (GPU-h)", "number"),
     "p90_month_end_gpu_hours": _spec("Month end, P90 (GPU-h)", "number"),
     "exhausts_p50": _spec("Budget used up, P50", "date", key=True), "exhausts_p90": _spec("Budget used up, P90", "date"),
+    # Overview's team board
+    "runs_out_p90": _spec("Runs out, P90", "date", help="the first day the burn-down's P90 projection reaches the "
+                          "month's budget; empty: not this month"),
+    "runs_out_p50": _spec("Runs out, P50", "date", help="the same at P50"),
+    "budget_left_gpu_hours": _spec("Budget left now (GPU-h)", "number", 0, help="the month's budget less what "
+                                   "ended this month and what admitted reservations hold: what the gate would "
+                                   "still admit"),
+    "left_p50_month_end_gpu_hours": _spec("Left at month end, P50 (GPU-h)", "number", 0,
+                                          help="the budget less the burn-down's projected month-end spend; "
+                                               "below 0: projected over"),
+    "left_p90_month_end_gpu_hours": _spec("Left at month end, P90 (GPU-h)", "number", 0),
+    "free_gpus_now": _spec("Free now (GPUs)", "integer", help="the capacity calendar's free accelerators now "
+                           "(the most over the team's capacity types)"),
+    "fewest_free_7d_gpus": _spec("Fewest free, next 7 days (GPUs)", "integer"),
+    "queued_requests": _spec("Waiting requests", "integer"), "oldest_wait_hours": _spec("Oldest wait (h)", "number"),
+    "drift": _spec("Drift alarm", help=GLOSSARY["drift alarm"]),
     # budget alerts
     "raised_at": _spec("Raised (UTC)", "datetime"), "alert": _spec("Alert"),
     "percent_used": _spec("Budget used (%)", "number", 0), "sent_at": _spec("Sent (UTC)", "datetime"),

@@ -49,7 +49,8 @@ def forward_view(con, f: Filters, now: dt.datetime) -> dict:
     queue's kind and capacity filters too; the dates do not: a plan starts now).
 
     waiting: the queue (at most ROW_LIMIT rows of queue_count), planned start first (never last),
-    then the order the gate serves; calendar: CALENDAR_DAYS days of `DayRow`s (over_committed_gpus:
+    then the order the gate serves; queue_by_team: {team: {requests, waiting_since (the oldest)}} over
+    the whole queue; calendar: CALENDAR_DAYS days of `DayRow`s (over_committed_gpus:
     committed beyond the quota); pools: each pool per day; overcommit: each pool's accelerators
     against the sum of every team's quota; expired: the requests that waited past their team's
     queue_max_age_days (count, and at most ROW_LIMIT rows); holdings: every reservation of the plan
@@ -59,6 +60,11 @@ def forward_view(con, f: Filters, now: dt.datetime) -> dict:
     days = max(CALENDAR_DAYS, (month_end.date() - now.date()).days)
     plan = forward_plan(inputs, days)
     queue = _kept(plan["queue"], f)
+    by_team: dict[str, dict] = {}
+    for r in queue:   # every waiting request, not only the rows shown
+        t = by_team.setdefault(r["team"], {"requests": 0, "waiting_since": r["waiting_since"]})
+        t["requests"] += 1
+        t["waiting_since"] = min(t["waiting_since"], r["waiting_since"])
     waiting = pd.DataFrame([{**r, "reasons": ", ".join(r["reasons"]), "blocking": ", ".join(r["blocking"]),
                              "ahead": _ahead(r),
                              "waited_hours": (now - r["waiting_since"]).total_seconds() / 3600.0}
@@ -80,7 +86,7 @@ def forward_view(con, f: Filters, now: dt.datetime) -> dict:
                                for name, gpus in sorted(inputs["pools"].items())],
                               columns=["pool", "gpus", "quotas_gpus", "overcommit_ratio", "teams_above_pool"])
     gone = _kept(expired["rows"], f)
-    return {"waiting": waiting, "queue_count": len(queue),
+    return {"waiting": waiting, "queue_count": len(queue), "queue_by_team": by_team,
             "planned_count": sum(r["planned_start"] is not None for r in queue),
             "calendar": calendar, "pools": pools, "overcommit": overcommit,
             "expired": pd.DataFrame(gone[:ROW_LIMIT], columns=EXPIRED_COLUMNS),

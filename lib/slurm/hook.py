@@ -11,6 +11,8 @@ It turns the job description into a gate request (lib.slurm.comment.build_reques
 submit` and the what-if form use, in one write transaction) and answers on stdout with protocol lines the Lua reads, plus an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
+    MSG <on an admit, from the warm gate server: the team's month budget left and its projected run-out
+         day, one line (`budget_text`)>
     TIME <minutes: becomes the job's time limit: the comment's runtime for a job without --time, or a
           lower one from the spend limit or the calibrated wall clock, lib.slurm.limits>
     FLAG <admin comment for a flagged job>
@@ -84,9 +86,9 @@ class Outcome:
     """What the hook answers: exit code and protocol lines."""
 
     def __init__(self, code: int, msg: str = "", *, name=None, time_min=None, flag=None,
-                 decision=None, raw_lines=None):
+                 decision=None, raw_lines=None, budget=None):
         self.code, self.msg, self.name, self.time_min, self.flag = code, msg, name, time_min, flag
-        self.decision, self.raw_lines = decision, raw_lines
+        self.decision, self.raw_lines, self.budget = decision, raw_lines, budget
 
     def lines(self) -> list[str]:
         if self.raw_lines is not None:
@@ -94,6 +96,8 @@ class Outcome:
         out = []
         if self.msg:
             out.append("MSG " + _one_line(self.msg))
+        if self.msg and self.budget:
+            out.append("MSG " + _one_line(self.budget))
         if self.name:
             out.append("NAME " + _one_line(self.name))
         if self.time_min is not None:
@@ -239,6 +243,22 @@ def outcome_for(decision: dict, *, time_to_set=None, notes=(), limit: dict | Non
     msg = (f"training-gate: {word} run {decision.get('run_id')} (team {decision.get('team')}): "
            + ("; ".join(parts) if parts else "no reason given") + extra)
     return Outcome(EXIT_REFUSED, msg, decision=decision)
+
+
+def budget_text(team: str, budget: float, left: float, runout: tuple | None) -> str:
+    """The admit's budget line: the team's month budget left (GPU-hours: budget less what ended this
+    month and what admitted reservations hold, as the gate counts them) and the burn-down's projected
+    run-out day at P50 and P90 (`runout`: (day or None, day or None); None: not known yet)."""
+    head = (f"training-gate: team {team} budget this month: {max(left, 0.0):,.1f} of {budget:,.1f} GPU-h left"
+            + (f" ({-left:,.1f} GPU-h over)" if left < 0 else ""))
+    if runout is None:
+        return head + "; projected run-out: not known yet (the burn-down is being computed)"
+    p50, p90 = runout
+    if p50 is None and p90 is None:
+        return head + "; not projected to run out this month (P50 and P90)"
+    days = [f"{d:%b %d} at {q}" for q, d in (("P50", p50), ("P90", p90)) if d is not None]
+    return (head + "; projected to run out " + ", ".join(days)
+            + ("" if p50 is not None else " (not at P50)"))
 
 
 def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Outcome:

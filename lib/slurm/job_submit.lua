@@ -176,7 +176,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if code == 0 then
     if name and name ~= "" and name ~= job_desc.name then job_desc.name = name end
     if time_min then job_desc.time_limit = time_min end
-    if msg then slurm.log_user("%s", msg) end
+    -- every MSG line: the decision, then (from the warm gate server) the team's budget line
+    for line in out:gmatch("MSG (.-)\n") do slurm.log_user("%s", line) end
     return slurm.SUCCESS
   elseif code == 1 or code == 3 then  -- refused: never accepted, whatever the failure policy
     slurm.log_user("%s", msg or "training-gate: refused (no message; see the gate's hook log)")

@@ -92,7 +92,7 @@ class LiveGate:
     def _start(self, journal_max_mb, journal_sync: str, flusher: bool) -> None:
         self.journal = None
         self.journal = Journal(journal_path(self.db), max_mb=journal_max_mb, sync=journal_sync)
-        self._mu = threading.Lock()          # the live state and the order of decisions
+        self._mu = self.decisions_turn = threading.Lock()   # the live state and the order of decisions
         self._ledger_mu = threading.Lock()   # this process opens the ledger once at a time
         self._flush_mu = threading.Lock()
         self._batch = threading.Condition()  # a batch's progress, for decisions waiting on it

@@ -56,7 +56,9 @@ from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import LedgerLocked, ledger_path
 from lib.slurm.comment import job_actor
-from lib.slurm.hook import EXIT_FAILED_REFUSED, FIELDS, Outcome, config_from_env, failure, gate
+from lib.slurm.runouts import RunOuts, month_budget
+from lib.slurm.hook import (EXIT_ADMIT, EXIT_FAILED_REFUSED, FIELDS, Outcome, budget_text, config_from_env,
+                            failure, gate)
 from lib.slurm.journal import JournalError
 from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.live import LiveGate
@@ -80,6 +82,7 @@ class GateServer:
                  flush_interval_s: float = 0.25, flag_log: str | None = None,
                  windows_interval_s: float | None = None, authority=None):
         self.gates: dict[Path, LiveGate] = {}
+        self.runouts: dict = {}      # ledger key -> RunOuts: the admit's budget line's run-out days
         self.authority = authority  # lib.authority.facts.Authority: each ledger's LiveGate gets its own connection
         self._loading: dict[Path, threading.Lock] = {}
         self._mu = threading.Lock()
@@ -108,6 +111,8 @@ class GateServer:
                                 windows_interval_s=self.windows_interval_s, authority=self.authority)
                 with self._mu:
                     self.gates[key] = live
+                    self.runouts[key] = RunOuts(live.db)
+                self.runouts[key].get(utcnow())   # computed in the background before the first admit asks
             return live
 
     def close(self) -> None:
@@ -166,6 +171,7 @@ class GateServer:
         fields = {k: got.get(k) for k in FIELDS}
         config = {**config_from_env({}), **config, "flag_log": self.flag_log}
         ticket: list = []
+        asked: list = []   # the request decided (its kind: the facts the budget line reads)
         try:
             live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
         except Exception as exc:  # the ledger cannot be loaded (locked, missing) or another server has it
@@ -175,11 +181,29 @@ class GateServer:
                 decision, seq = live.decide(request, now=utcnow().replace(microsecond=0), origin="slurm",
                                             write=True, caller=caller, actor=job_actor(fields))
                 ticket.append(seq)
+                asked.append(request)
                 return decision
             outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions,
                            policy_of=live.policy)
+            if outcome.code == EXIT_ADMIT and outcome.decision and asked:
+                outcome.budget = self._budget_line(live, outcome.decision, asked[0].get("kind"))
         sent = _send(conn, _hook_answer(outcome))
         return (live, ticket[0], sent) if ticket and ticket[0] is not None else None
+
+    def _budget_line(self, live: LiveGate, decision: dict, kind: str | None) -> str | None:
+        """The admit's budget line (lib.slurm.hook.budget_text): the month's budget left as this gate
+        counts it now, and the run-out days kept warm (lib.slurm.runouts); None when it cannot be said."""
+        team, now = decision.get("team"), utcnow()
+        try:
+            numbers = month_budget(live, team, kind, now)
+            if numbers is None:
+                return None
+            days = self.runouts[_ledger_key(live.db)].get(now)
+        except Exception as exc:  # the answer goes out without the line, never refused for it
+            print(f"lib.slurm.server: no budget line: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return None
+        budget, spent, held = numbers
+        return budget_text(team, budget, budget - spent - held, None if days is None else days.get(team, (None, None)))
 
     def _op(self, conn, op: str, config: dict, caller):
         try:
