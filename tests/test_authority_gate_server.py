@@ -29,7 +29,12 @@ def start(monkeypatch, url, cluster, ledger, sock, **extra) -> GateServerProcess
     for key in ("GATE_AUTHORITY_OFFLINE_SHARE",):
         if key not in extra:
             monkeypatch.delenv(key, raising=False)
-    return GateServerProcess(ledger, sock)
+    server = GateServerProcess(ledger, sock)
+    # warm: its ledger loaded and the authority asked once (a what-if: nothing written), so a burst
+    # races two ready servers rather than one and one still starting
+    ask(server.sock, {"op": "check", "db": str(server.db.resolve()), "request": json.dumps(shared_request("warm"))},
+        timeout_s=60)
+    return server
 
 
 def submit(server: GateServerProcess, request: dict):
@@ -129,9 +134,10 @@ def settle_and_fill(monkeypatch, url, ledgers: dict, servers: dict, tmp_path, qu
 def test_two_servers_bursting_for_one_team_never_over_book_it(postgres_server, authority_db, tmp_path,
                                                               monkeypatch, what):
     url = postgres_server.url(authority_db)
-    # 16 callers x 3 requests on each cluster (96 in all) of 2 GPUs and 10 GPU-h; room for 20 of them
-    ledgers = make_clusters(tmp_path, url, **({"quota": 40, "budget": 100_000} if what == "quota"
-                                              else {"quota": 100_000, "budget": 200}))
+    # 16 callers x 3 requests on each cluster (96 in all) of 2 GPUs and 10 GPU-h; room for 56 of them:
+    # more than one cluster asks for (48), so both must admit some however the machine schedules them
+    ledgers = make_clusters(tmp_path, url, **({"quota": 112, "budget": 100_000} if what == "quota"
+                                              else {"quota": 100_000, "budget": 560}))
     servers = {c: start(monkeypatch, url, c, ledgers[c], tmp_path / f"{c}.sock") for c in ledgers}
     answers: dict = {}
     try:
@@ -144,12 +150,11 @@ def test_two_servers_bursting_for_one_team_never_over_book_it(postgres_server, a
         logs = {c: s.stop() for c, s in servers.items()}
     assert len(answers) == 96 and all(a[1] is not None and a[1][0] == 0 for a in answers.values()), logs
     admitted = {(c, r) for r, (c, got) in answers.items() if got[1]["state"] == "admit"}
-    assert len(admitted) == 20
+    assert len(admitted) == 56
     assert {r["code"] for _, got in answers.values() if got[1]["state"] == "defer" for r in got[1]["reasons"]} \
         == {"capacity" if what == "quota" else "period-budget"}
     check_cluster_ledgers(answers, ledgers)
     assert set(pg(url, "SELECT cluster, run_id FROM training_gate.holds WHERE released_at IS NULL")) == admitted
-    assert all(len([a for a in admitted if a[0] == c]) > 0 for c in ledgers), "one cluster took everything"
 
 
 def test_kill_9_of_one_server_and_a_postgres_restart_mid_burst_keep_the_team_within_its_quota(
