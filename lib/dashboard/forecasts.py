@@ -152,7 +152,6 @@ def _burn_frames(burns: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
             pd.DataFrame(path, columns=["team", "day", "p50_gpu_hours", "p90_gpu_hours"]))
 
 
-def budget_outlook(f, db=None, now: dt.datetime | None = None) -> dict:
 def budget_outlook(f, db=None, now: dt.datetime | None = None, holdings: list | None = None) -> dict:
     """This month's burn-down (Overview and Reservations), for the filtered teams with a policy, from
     the live forecast: burn (one row per team) and burn_path (team, day, P50/P90). `holdings`: the
