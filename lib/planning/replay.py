@@ -41,13 +41,13 @@ from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
-from lib.gate.capacity import fit_for_reasons
+from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
 from lib.gate.contracts import Policy, Reservation
 from lib.gate.reasons import reason
 from lib.gate.terms import KINDS, month_start
 from lib.planning.holdings import Holdings
 from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
-from lib.planning.replay_report import count_decision, replay_result, team_tally
+from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
@@ -71,6 +71,7 @@ def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None
                             policy["retraining_reserved_gpus"], holders, gpus, pool, team, hours)
     if at is None:
         tally["never_fits_by_waiting"] += 1
+        tally["needs_change"] += bool(set(decision_codes) - WAIT_CURES - MONTH_CURES)
     else:
         tally["waits_hours"].append((at - now).total_seconds() / 3600.0)
 
@@ -137,8 +138,9 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     current = _Setting(policies if baseline is None else baseline, {}, world_pools, windows)
     shared = proposal.key() == current.key()
     common = (requests, world, refresh, max_runs, window_days, say)
-    proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45))
-    base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25))
+    fitted: dict = {}
+    proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted)
+    base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
     recorded = _run(*common, _Setting(current.policies, {}, world_pools, windows), mode="recorded",
                     skip=skip, span=(0.75, 0.2))
@@ -148,15 +150,16 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
 
 
 def _run(requests, world, refresh, max_runs, window_days, say, setting: _Setting, *, mode: str,
-         span: tuple[float, float], skip: set = frozenset()) -> dict:
+         span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None) -> dict:
     """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
     request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
-    recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded)."""
+    recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
+    `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
     policies, levels = setting.policies, setting.levels
     runs, snapshots = world["runs"], world["snapshots"]
     scopes = CalibrationScopes(max_runs, window_days)
     rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-    cals = Calibrations(scopes, refresh)
+    cals = Calibrations(scopes, refresh, shared)
     spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
     active = Holdings()               # team -> its holders
     booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
@@ -328,3 +331,21 @@ def _admit(request, run, decision, now, active, setting, booked, dynamic, seq) -
     if isinstance(run_id, str):
         booked.setdefault(run_id, now)
     return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
+
+
+def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
+                    pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
+                    refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
+                    window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None) -> dict:
+    """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
+    team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
+    for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
+    across its passes of this window (calibrations by the rows they were fitted on)."""
+    if refresh == "auto":
+        refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
+    say = progress or (lambda fraction, message: None)
+    setting = _Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
+    done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
+                shared=fitted)
+    return {"overall": tally_summary(merged_tally(done["tallies"])),
+            "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}

@@ -18,7 +18,7 @@ CHANGED_LISTED = 500        # changed decisions listed one by one (all are count
 def empty_tally() -> dict:
     return {"admit": 0, "defer": 0, "reject": 0, "deferrals_by_reason": Counter(),
             "reserved_gpu_hours": 0.0, "used_gpu_hours": 0.0, "idle_gpu_hours": 0.0,
-            "budget_breaches": 0, "waits_hours": [], "never_fits_by_waiting": 0}
+            "budget_breaches": 0, "waits_hours": [], "never_fits_by_waiting": 0, "needs_change": 0}
 
 
 def team_tally(tallies: dict, team) -> dict:
@@ -69,10 +69,12 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 def tally_summary(t: dict) -> dict:
     """A tally as reported: counts, reasons sorted, idle share, the deferral share (deferred / decided),
     and the waits (hours): median to the earliest fit of the deferred requests that waiting would
-    cure, and mean and P90 over every request (`wait_measures`)."""
+    cure, and mean and P90 (`wait_measures`) over the admitted and deferred requests but those that
+    need a changed request (`needs_change`: a reason only a change cures, such as budget or a cap),
+    which never wait for anything. never_fits_by_waiting counts those too."""
     waits = t["waits_hours"]
     decided = t["admit"] + t["defer"] + t["reject"]
-    mean, p90 = wait_measures(t["admit"], waits, t["never_fits_by_waiting"])
+    mean, p90 = wait_measures(t["admit"], waits, t["never_fits_by_waiting"] - t["needs_change"])
     return {
         "admit": t["admit"], "defer": t["defer"], "reject": t["reject"],
         "deferrals_by_reason": dict(sorted(t["deferrals_by_reason"].items())),
@@ -87,6 +89,7 @@ def tally_summary(t: dict) -> dict:
         "p90_wait_hours": _round(p90),
         "deferred_with_fit": len(waits),
         "never_fits_by_waiting": t["never_fits_by_waiting"],
+        "needs_change": t["needs_change"],
     }
 
 
@@ -95,7 +98,7 @@ def merged_tally(tallies: dict) -> dict:
     out = empty_tally()
     for t in tallies.values():
         for key in ("admit", "defer", "reject", "reserved_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
-                    "budget_breaches", "never_fits_by_waiting"):
+                    "budget_breaches", "never_fits_by_waiting", "needs_change"):
             out[key] += t[key]
         out["deferrals_by_reason"].update(t["deferrals_by_reason"])
         out["waits_hours"].extend(t["waits_hours"])
