@@ -15,7 +15,7 @@ from lib.ledger.connection import LedgerError
 from lib.dashboard import replay_figures, replay_view, settings
 from lib.dashboard.costs import money_text
 from lib.gate.terms import CAPACITIES
-from lib.ledger.replay import ledger_teams_file, policy_to_toml, propose, read_window, replay_ledger
+from lib.ledger.replay import held_p90, ledger_teams_file, policy_to_toml, propose, read_window, replay_ledger
 from lib.ledger.teams_file import TeamsFileError
 from lib.planning.replay_report import team_table
 
@@ -56,12 +56,12 @@ def window_bounds(window) -> tuple[dt.datetime, dt.datetime] | None:
 
 st.date_input("Window (UTC dates, both included; default: the sidebar's period)", value=(f.date_from, f.date_to),
               key="pr_window")
-policy_tab, capacity_tab = st.tabs(["Policy proposal", "Capacity what-if"])
+policy_tab, capacity_tab, sizing_tab = st.tabs(["Policy proposal", "Capacity what-if", "Quota right-sizing"])
 
 
-def record_export() -> None:
+def record_export(changed_key: str = "pr_changed") -> None:
     """The download is a policy export: the ledger's audit records who took it, and which teams it changes."""
-    changed = st.session_state.get("pr_changed") or []
+    changed = st.session_state.get(changed_key) or []
     try:
         record_export_in(ui.db_path(), ui.who_writes(grant, "teams.toml"),
                          detail="changes " + (", ".join(changed) if changed else "no team"))
@@ -270,3 +270,47 @@ with capacity_tab:
             st.warning(f"Week of {out['week_start']:%Y-%m-%d}: the demand forecast's P90, every team added up, "
                        f"{out['p90_gpu_hours']:,.0f} GPU-hours, first exceeds {against}: "
                        f"{out['pool_gpu_hours_per_week']:,.0f} GPU-hours a week.")
+
+
+def recommend_cuts(bounds) -> None:
+    with st.status("Replaying each team's cut…", expanded=True) as status:
+        bar = st.progress(0.0, text="reading the ledger")
+        with ui.ledger_errors():
+            data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
+            held = held_p90(ui.db_path(), start=bounds[0], end=bounds[1])
+            sizing = replay_view.right_sizing(data, held, progress=ui.import_progress(bar))
+        status.update(label=f"Replayed {len(sizing['edits']):,} cut(s) against the baseline", state="complete",
+                      expanded=False)
+    proposed = propose(policies, sizing["edits"])
+    for p in proposed:
+        p["colour"] = policies[p["team"]].get("colour")
+    st.session_state["pr_sizing"] = sizing
+    st.session_state["pr_sizing_toml"] = policy_to_toml(proposed, snapshots, prices)
+    st.session_state["pr_sizing_changed"] = sorted(sizing["edits"])
+
+
+with sizing_tab:
+    st.caption("Which quotas can be cut, and what would that cost the teams? Each team could give back its quota "
+               "less the accelerators it held at its 90th percentile over the window (sampled hourly; never below "
+               "its retraining set-aside). Each cut is proved by replaying the window with that team's quota cut "
+               "and every other policy as it is, against the baseline (the current policy, same engine).")
+    if st.button("Recommend quota cuts", key="pr_sizing_go"):
+        bounds = window_bounds(st.session_state["pr_window"])
+        if bounds is None:
+            st.error("Pick the window's first and last day.")
+        else:
+            recommend_cuts(bounds)
+    sizing = st.session_state.get("pr_sizing")
+    if sizing is not None:
+        ui.table(sizing["rows"], "quota_right_sizing", "dl_pr_sizing", empty="No team policies.",
+                 caption="Per team: quota, P90 held, accelerators it could give back, and the replay of that cut — "
+                         "the team's admits, deferrals and P90 wait, and the other teams' admits, baseline vs with "
+                         "the cut.")
+        st.markdown("**The proof: every team's measures in the replay of each cut**")
+        ui.table(sizing["proof"], "quota_cut_proof", "dl_pr_sizing_proof",
+                 empty="No team holds less than its quota at its 90th percentile: nothing to give back.")
+        if sizing["edits"]:
+            st.download_button("Download the cut as a teams.toml proposal",
+                               st.session_state["pr_sizing_toml"].encode("utf-8"), file_name="teams.toml",
+                               mime="application/toml", key="dl_pr_sizing_toml", on_click=record_export,
+                               args=("pr_sizing_changed",))

@@ -284,3 +284,19 @@ def test_the_page_lists_every_problem_of_an_invalid_proposal(submitted_ledger, m
     shown = at.error[0].value.replace("\\", "").replace("\u2060", "")
     assert "[teams.beta] retraining_reserved_gpus: 9 is more than reserved_gpus 6" in shown
     assert not at.metric
+
+
+def test_the_page_recommends_quota_cuts_and_offers_them_as_teams_toml(submitted_ledger, monkeypatch, fresh_caches):
+    db, first, last = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    at.date_input(key="pr_window").set_value((first.date(), last.date())).run()
+    at.button(key="pr_sizing_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    rows = at.session_state["pr_sizing"]["rows"]
+    assert set(rows["team"]) == {"alpha", "beta", "gamma"}
+    shown = [df.value for df in at.dataframe if "give_back_gpus" in df.value.columns]
+    assert shown and list(shown[0]["team"]) == list(rows["team"])
+    proposed = {t["team"]: t for t in parse_teams(at.session_state["pr_sizing_toml"])[0]}
+    for _, r in rows.iterrows():
+        assert proposed[r["team"]]["reserved_gpus"] == r["quota_gpus"] - r["give_back_gpus"]
+    assert any(b.label == "Download the cut as a teams.toml proposal" for b in at.get("download_button"))

@@ -143,3 +143,45 @@ def test_a_pool_given_twice_is_refused(submitted_ledger):
     db, _, _ = submitted_ledger
     out = run_cli("replay", "--pool", "stable=4", "--pool", "stable=8", db=db)
     assert out.returncode == 2 and out.stdout == "" and "--pool stable given twice" in out.stderr
+
+
+def test_the_p90_held_is_the_hourly_samples_90th_percentile(submitted_ledger):
+    from lib.ledger.replay import held_p90
+    db, first, last = submitted_ledger
+    start = first.replace(minute=0, second=0, microsecond=0)
+    end = start + timedelta(days=10)
+    got = held_p90(db, start=start, end=end)
+    spans = query(db, "SELECT team, gpus, reserved_from, coalesce(least(ended_at, reserved_until), ended_at, "
+                      "reserved_until) FROM runs WHERE reserved_gpu_hours IS NOT NULL")
+    hours = [start + timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
+    for team in ("alpha", "beta", "gamma"):
+        samples = sorted(sum(g for t, g, s, e in spans if t == team and s <= h and (e is None or e > h))
+                         for h in hours)
+        assert got[team] == samples[math.ceil(0.9 * len(samples)) - 1]
+    assert any(v > 0 for v in got.values())
+
+
+def test_each_quota_cut_is_proved_by_the_replay_of_that_cut_alone(submitted_ledger):
+    from lib.dashboard.replay_view import right_sizing
+    from lib.ledger.replay import held_p90, read_window
+    db, first, last = submitted_ledger
+    w = window(first, last)
+    data = read_window(db, **w)
+    held = held_p90(db, **w)
+    sizing = right_sizing(data, held)
+    rows = sizing["rows"].set_index("team")
+    policies = data[2]
+    for team, p in policies.items():
+        keep = max(held[team], p["retraining_reserved_gpus"])
+        assert rows.loc[team, "give_back_gpus"] == max(0, p["reserved_gpus"] - keep)
+    cut = [t for t in policies if rows.loc[t, "give_back_gpus"] > 0]
+    assert cut and set(sizing["edits"]) == set(cut)
+    for team in cut:   # the same numbers as the full replay (baseline beside it) of that team's cut
+        proposal = {**teams()[team], "reserved_gpus": int(rows.loc[team, "proposed_quota_gpus"])}
+        full = {t["team"]: t for t in replay_ledger(db, [proposal], **w)["teams"]}
+        assert rows.loc[team, "admitted"] == full[team]["baseline"]["admit"]
+        assert rows.loc[team, "admitted_with_cut"] == full[team]["proposed"]["admit"]
+        assert rows.loc[team, "others_admitted_with_cut"] == sum(
+            v["proposed"]["admit"] for t, v in full.items() if t != team)
+        proof = sizing["proof"][(sizing["proof"]["team_cut"] == team) & (sizing["proof"]["measure"] == "deferred")]
+        assert dict(zip(proof["team"], proof["with_cut"])) == {t: v["proposed"]["defer"] for t, v in full.items()}

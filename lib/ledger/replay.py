@@ -312,3 +312,22 @@ def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, di
     prices = {"currency": price_rows[0][2] if price_rows else None,
               "per_gpu_hour": {c: p for c, p, _ in price_rows}}
     return policies, snaps, prices
+
+
+def held_p90(db=None, *, start: datetime, end: datetime, timeout_s: float = 10.0) -> dict[str, int]:
+    """Per team of the ledger: the 90th percentile (nearest rank) of the accelerators its reservations
+    held over [start, end), sampled at every hour's start (a reservation holds from reserved_from until
+    its run ended or its window passed, whichever first; a team holding nothing in an hour counts 0)."""
+    sql = """
+    WITH hours AS (SELECT unnest(generate_series($start, $end - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR)) AS t),
+    spans AS (SELECT team, gpus, reserved_from AS s, coalesce(least(ended_at, reserved_until), ended_at,
+                     reserved_until, $end) AS e
+              FROM runs WHERE reserved_gpu_hours IS NOT NULL AND reserved_from < $end
+              AND (ended_at IS NULL OR ended_at > $start) AND (reserved_until IS NULL OR reserved_until > $start)),
+    held AS (SELECT h.t, sp.team, sum(sp.gpus) AS gpus FROM hours h JOIN spans sp ON sp.s <= h.t AND sp.e > h.t
+             GROUP BY ALL)
+    SELECT tm.team, quantile_disc(coalesce(held.gpus, 0), 0.9)
+    FROM teams tm CROSS JOIN hours h LEFT JOIN held ON held.team = tm.team AND held.t = h.t
+    GROUP BY tm.team ORDER BY tm.team"""
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        return {team: int(gpus or 0) for team, gpus in con.execute(sql, {"start": start, "end": end}).fetchall()}
