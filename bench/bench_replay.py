@@ -1,7 +1,10 @@
 """Policy replay speed: 100,000 recorded requests of a 1,000,000-run demo ledger, and a 4-week window of
-the default 10,000-run demo, each replayed under the ledger's own policy.
+the default 10,000-run demo, each replayed under the ledger's own policy; then the capacity what-if over
+a 4-week window of the 1,000,000-run demo: one replay with a changed pool (the baseline beside it), and
+the search for the smallest stable pool meeting a deferral-share target (the share with every quota's worth
+of accelerators, plus half a point: a target the search can reach, so it bisects all the way).
 
-    python -m bench.bench_replay [--out bench/out] [--requests 100000]
+    python -m bench.bench_replay [--out bench/out] [--requests 100000] [--skip-search]
 
 The ledgers are built once into --out with lib.ledger.demo.build_demo (replay_demo_10k.duckdb,
 replay_demo_1m.duckdb) when missing. Each case runs in its own process, so its peak memory (the
@@ -10,7 +13,8 @@ process's peak resident set, VmHWM in /proc/self/status: Python and DuckDB toget
 wall-clock seconds from opening the ledger to the finished result (lib.ledger.replay.replay_ledger),
 and the CPU seconds of that process (on a shared machine the wall clock also counts other work).
 Calibration: refresh "auto" = exact (recomputed whenever a scope it read changed) up to 20,000
-requests, else once per (team, kind, day). Targets: 100,000 requests < 30 s and < 1 GB; 4 weeks < 3 s.
+requests, else once per (team, kind, day). Targets: 100,000 requests < 30 s and < 1 GB; 4 weeks < 3 s;
+a changed pool over 4 weeks of the 1,000,000-run demo < 5 s; the smallest-pool search < 60 s.
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TARGETS = {"1m": (30.0, 1024.0), "10k": (3.0, None)}
+TARGETS = {"1m": (30.0, 1024.0), "10k": (3.0, None), "pool": (5.0, None), "search": (60.0, None)}
+POOL_CHANGE = 0.75        # the changed pool: this share of every quota together
+SEARCH_SLACK = 0.005      # the search's target: the deferral share with every quota's worth of accelerators, + this
 
 
 def ledger_for(runs: int, out: Path) -> Path:
@@ -72,14 +78,53 @@ def one_case(path: Path, requests: int | None) -> dict:
             "agreement": result["agreement"]}
 
 
+def what_if_case(path: Path, case: str) -> dict:
+    """A 4-week window up to the last decision, in this process: "pool", one replay with the stable pool
+    at POOL_CHANGE of the quotas (its baseline beside it); "search", the smallest stable pool meeting
+    a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.dashboard.replay_view.smallest_pool;
+    that first replay is not timed)."""
+    from lib.dashboard.replay_view import search_ceiling, smallest_pool
+    from lib.planning.replay import replay_proposal
+    from lib.ledger.connection import open_ledger
+    from lib.ledger.replay import DEFAULT_WINDOW, read_window, replay_ledger
+    with open_ledger(path, read_only=True, create=False) as con:
+        end = con.execute("SELECT max(decided_at) FROM decisions").fetchone()[0] + timedelta(seconds=1)
+        quotas = con.execute("SELECT sum(reserved_gpus) FROM teams").fetchone()[0]
+    if case == "search":
+        data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+        top = search_ceiling(data[2], data[1].get("pools", {}), "stable")
+        share = replay_proposal(data[0], data[2], data[1], pools={"stable": top})["overall"]["deferral_share"]
+        target = {"measure": "deferral_share", "limit": share + SEARCH_SLACK}
+    t, cpu = time.perf_counter(), time.process_time()
+    if case == "pool":
+        n = int(quotas * POOL_CHANGE)
+        result = replay_ledger(path, start=end - DEFAULT_WINDOW, end=end, pools={"stable": n})
+        detail = (f"stable={n}: admits {result['baseline']['admit']:,} -> {result['proposed']['admit']:,}, "
+                  f"3 passes")
+        requests = result["requests"]
+    else:
+        data = read_window(path, start=end - DEFAULT_WINDOW, end=end)   # timed: the page reads it too
+        found = smallest_pool(data, "stable", target)
+        detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}, "
+                  f"{len(found['tried'])} replays")
+        requests = len(data[0])
+    return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
+            "peak_mb": peak_rss_mb(), "detail": detail}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--skip-search", action="store_true", help="leave out the smallest-pool search (minutes)")
     ap.add_argument("--one", nargs=2, metavar=("LEDGER", "REQUESTS"), help=argparse.SUPPRESS)
+    ap.add_argument("--what-if", nargs=2, metavar=("LEDGER", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one_case(Path(args.one[0]), int(args.one[1]) or None)))
+        return
+    if args.what_if:
+        print(json.dumps(what_if_case(Path(args.what_if[0]), args.what_if[1])))
         return
     cases = [("1m", ledger_for(1_000_000, args.out), args.requests),
              ("10k", ledger_for(10_000, args.out), 0)]
@@ -95,6 +140,16 @@ def main() -> None:
         window = f"last {n:,}" if n else "4 weeks"
         print(f"{name + ' runs':<9}{window:<18}{r['requests']:>10,}{r['seconds']:>9.2f}{r['cpu']:>7.1f}{r['peak_mb']:>9.0f}  "
               f"{r['refresh']} ({r['calibrations']:,} fits){'':<4}{target:>20}")
+    print(f"\n{'what-if':<9}{'window':<18}{'requests':>10}{'seconds':>9}{'CPU s':>7}{'peak MB':>9}  {'detail':<48}"
+          f"{'target':>16}")
+    for case in ("pool",) + (() if args.skip_search else ("search",)):
+        out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--what-if", str(cases[0][1]), case],
+                             cwd=ROOT, capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        limit_s = TARGETS[case][0]
+        target = f"< {limit_s:g} s: " + ("met" if r["seconds"] < limit_s else "MISSED")
+        print(f"{case:<9}{'4 weeks, 1m runs':<18}{r['requests']:>10,}{r['seconds']:>9.2f}{r['cpu']:>7.1f}"
+              f"{r['peak_mb']:>9.0f}  {r['detail']:<48}{target:>16}")
 
 
 if __name__ == "__main__":

@@ -27,13 +27,15 @@ import time
 from pathlib import Path
 
 from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
+from lib.cli_output import progress_for as _progress
 from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
 from lib.cli_plan import PLAN_COMMANDS, add_plan_parser
+from lib.cli_replay import REPLAY_COMMANDS, add_replay_parser
 from lib.cli_runs import RUN_COMMANDS, add_run_parsers
 from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli_authority import AUTHORITY_COMMANDS, add_authority_parser
 from lib.authority.settings import configured_authority
-from lib.cli_args import TIME_RANGE, level, nonneg_float, nonneg_int, positive_int, timestamp, weeks, window_end
+from lib.cli_args import TIME_RANGE, nonneg_float, nonneg_int, positive_int, timestamp, weeks
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
 from lib.gate.reasons import summary
@@ -52,36 +54,6 @@ MAX_REQUEST_BYTES = 1_000_000
 
 
 # ------------------------------------------------------------------------------ output helpers
-
-class ProgressBar:
-    """A dependency-free text progress bar on stderr: progress(fraction, message)."""
-
-    def __init__(self, stream=None, width: int = 30):
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.started = time.monotonic()
-        self._last = -1.0
-
-    def __call__(self, fraction: float, message: str = "") -> None:
-        fraction = min(1.0, max(0.0, float(fraction)))
-        if fraction < 1.0 and fraction - self._last < 0.005:
-            return
-        self._last = fraction
-        done = int(round(fraction * self.width))
-        bar = "#" * done + "-" * (self.width - done)
-        elapsed = time.monotonic() - self.started
-        line = f"\r[{bar}] {fraction * 100:5.1f}% {elapsed:6.1f}s {message[:60]:<60}"
-        self.stream.write(line)
-        if fraction >= 1.0:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
-def _progress(args):
-    if getattr(args, "progress", False) or sys.stderr.isatty():
-        return ProgressBar()
-    return None
-
 
 def read_request(source: str):
     """The request JSON from a regular file or '-' (stdin); InputError when it is unreadable (a FIFO or
@@ -339,20 +311,6 @@ def cmd_forecast(args) -> int:
     return 0
 
 
-def cmd_replay(args) -> int:
-    """The window's recorded requests decided again under the proposed policy file, as JSON: counts
-    recorded vs proposed, agreement, excluded requests and why, per-team results. Reads only."""
-    from lib.ledger.replay import replay_ledger  # here: it brings numpy (calibration)
-    proposed = load_teams_file(args.policy)["teams"]
-    levels = {t["team"]: args.calibration_level for t in proposed} if args.calibration_level else None
-    result = replay_ledger(args.db, proposed, start=args.start, end=args.end, levels=levels,
-                           refresh=args.calibration_refresh, progress=_progress(args), timeout_s=args.timeout)
-    print(dump_json(result))
-    say(f"replay: {result['requests']:,} requests, {result['excluded']['count']:,} excluded, agreement "
-        f"{result['agreement']} (recorded {result['recorded']}, proposed {result['proposed']}); nothing written")
-    return EXIT_OK
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are bad input: exit 2, one line on stderr
         say(f"{self.prog}: error: {message} (usage: {self.prog} --help)")
@@ -419,19 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--as-of", type=timestamp, default=None,
                    help=f"forecast from the ledger's data up to this ISO-8601 time ({TIME_RANGE}) only")
 
-    s = sub.add_parser("replay", parents=[common],
-                       help="replay a window's recorded requests under a proposed teams file, as JSON")
-    s.add_argument("--policy", required=True,
-                   help="the proposed policy, a regular file in the teams.toml format")
-    s.add_argument("--from", dest="start", type=timestamp, default=None,
-                   help=f"window start, ISO-8601 date or time ({TIME_RANGE}; default: 4 weeks before --to)")
-    s.add_argument("--to", dest="end", type=window_end, default=None,
-                   help=f"window end, ISO-8601 time, or a date (through its end) ({TIME_RANGE}; default: now)")
-    s.add_argument("--calibration-level", type=level, default=None,
-                   help="calibration level of the proposed teams' bounds (default 0.9)")
-    s.add_argument("--calibration-refresh", choices=("auto", "exact", "daily"), default="auto",
-                   help="recompute calibration whenever its runs change, or once a day (auto: exact up "
-                        "to 20,000 requests)")
+    add_replay_parser(sub, common)
 
     s = sub.add_parser("teams", parents=[common], help="load data/teams.toml into the ledger")
     s.add_argument("--file", default=None, help="teams file, a regular file (default data/teams.toml)")
@@ -443,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
             **PLAN_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
-            "replay": cmd_replay, **SLURM_COMMANDS, **AUTHORITY_COMMANDS}
+            **REPLAY_COMMANDS, **SLURM_COMMANDS, **AUTHORITY_COMMANDS}
 
 
 def main(argv=None) -> int:

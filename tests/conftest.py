@@ -8,7 +8,8 @@
   `(path, now)`.
 - `submitted_ledger`: a private copy of a history made only by `submit` and `finish` calls (three teams,
   deferrals for capacity and budget, a month boundary), built once per session: `(path, first, last)`
-  decision times; for the policy-replay tests.
+  decision times; for the policy-replay tests. `pooled_submitted_ledger`: the same on a stable pool
+  smaller than the quotas together (cluster-capacity deferrals), read only.
 - `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
 - `every_interface`: the app's listen address set to 0.0.0.0 (beyond loopback) for one test.
@@ -28,7 +29,7 @@ from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
 from tests.fixtures_gate import NOW
 from tests.fixtures_imports import make_import_ledger
 from tests.fixtures_ledger import BUSY_RUNS, DEMO_RUNS, TINY_TEAMS
-from tests.fixtures_replay import build_submitted_ledger
+from tests.fixtures_replay import POOLED_TEAMS, build_submitted_ledger
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +60,13 @@ def busy_ledger(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def submitted_template(tmp_path_factory):
     return build_submitted_ledger(tmp_path_factory.mktemp("submitted-template"))
+
+
+@pytest.fixture(scope="session")
+def pooled_submitted_ledger(tmp_path_factory):
+    """The submit-and-finish history on a cluster whose stable pool (12) is smaller than the teams'
+    quotas together (18), so the gate defers for cluster-capacity: (path, first, last). Read only."""
+    return build_submitted_ledger(tmp_path_factory.mktemp("pooled-template"), n=120, teams=POOLED_TEAMS)
 
 
 @pytest.fixture

@@ -43,6 +43,14 @@ monthly_budget_gpu_hours = 150
 snapshot = "shared-v1"
 """
 
+# the same teams on a cluster of 12 stable accelerators (their quotas add up to 18): the gate's own
+# decisions then include cluster-capacity deferrals
+POOLED_TEAMS = REPLAY_TEAMS + """
+[pools.stable]
+gpus = 12
+"""
+POOLED_STABLE_GPUS = 12
+
 REPLAY_START = datetime(2026, 10, 20)
 REPLAY_REQUESTS = 80
 
@@ -68,8 +76,10 @@ def preemptible(req: dict, rng: random.Random) -> dict:
     return {**req, "capacity": "preemptible", "expected_interruptions": 0.5, "pilot": pilot}
 
 
-def build_submitted_ledger(folder: Path, n: int = REPLAY_REQUESTS, seed: int = 3) -> tuple[Path, datetime, datetime]:
-    """(ledger path, first decision time, last decision time) of the scripted history."""
+def build_submitted_ledger(folder: Path, n: int = REPLAY_REQUESTS, seed: int = 3,
+                           teams: str = REPLAY_TEAMS) -> tuple[Path, datetime, datetime]:
+    """(ledger path, first decision time, last decision time) of the scripted history, under the
+    teams file text `teams`."""
     from lib.ledger.connection import open_ledger
     from lib.ledger.deciding import submit_request
     from lib.ledger.finishing import finish_run
@@ -77,7 +87,7 @@ def build_submitted_ledger(folder: Path, n: int = REPLAY_REQUESTS, seed: int = 3
 
     rng = random.Random(seed)
     teams_file = folder / "replay-teams.toml"
-    teams_file.write_text(REPLAY_TEAMS, encoding="utf-8")
+    teams_file.write_text(teams, encoding="utf-8")
     db = folder / "replay.duckdb"
     with open_ledger(db) as con:
         sync_teams(con, teams_file)

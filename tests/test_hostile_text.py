@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import lib.dashboard
+from lib.dashboard import replay_figures, replay_view
 from lib.dashboard import (estimate_figures, figure_kit, figure_text, forecast_figures, forecasts, idle_figures,
                            recovery_figures, reservation_figures, stop_figures)
 from lib.dashboard.filters import default_filters
@@ -86,7 +87,27 @@ def figures_by_builder(pages) -> dict[str, list]:
         "queue_schedule": [reservation_figures.queue_schedule(r["waiting"], c),
                            reservation_figures.queue_schedule(planned, c)],
         "lost_work_bars": [recovery_figures.lost_work_bars(lost, c)],
+        "replay_difference": [replay_figures.replay_difference(_replay_effect(), unit, c)
+                              for unit in ("decisions", "hours")],
+        "pool_measures": [replay_figures.pool_measures(_pool_rows(), 6, 4)],
     }
+
+
+def _replay_effect() -> pd.DataFrame:
+    """A replay's effect table (replay_view.difference_table) for teams with hostile names."""
+    summary = {"admit": 3, "defer": 2, "reject": 0, "deferrals_by_reason": {"capacity": 2},
+               "mean_wait_hours": 1.5, "p90_wait_hours": 4.0}
+    result = {"teams": [{"team": name, "baseline": summary,
+                         "proposed": {**summary, "admit": 2, "defer": 3, "deferrals_by_reason": {"capacity": 3},
+                                      "p90_wait_hours": 6.0}} for name in HOSTILE]}
+    return replay_view.difference_table(result)
+
+
+def _pool_rows() -> pd.DataFrame:
+    rows = [{"pool_gpus": n, "team": t, "admitted": 5, "deferred": 1, "deferral_share": 0.1,
+             "cluster_capacity_deferrals": 1, "mean_wait_hours": 2.0, "p90_wait_hours": 3.0}
+            for n in (4, 6, 8) for t in (replay_view.ALL_TEAMS, *HOSTILE)]
+    return pd.DataFrame(rows)
 
 
 # the blank figure every builder starts from: it shows only the title its builder gives it, and that

@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LIB, UI = ROOT / "lib", ROOT / "ui"
 RANK = {"gate": 0, "planning": 1, "ledger": 2, "authority": 3, "dashboard": 4, "slurm": 4, "cli": 5, "cli_args": 5,
-        "cli_output": 5, "cli_runs": 5, "cli_alerts": 5, "cli_slurm": 5, "cli_authority": 5, "cli_plan": 5,
+        "cli_output": 5, "cli_runs": 5, "cli_alerts": 5, "cli_slurm": 5, "cli_authority": 5, "cli_plan": 5, "cli_replay": 5,
         "__main__": 5}
 # the top-level names this project's own code can be imported by (pages/ is not importable)
 PROJECT = {"lib", "ui", "app", "tests", "bench"}

@@ -201,13 +201,77 @@ def test_the_page_replays_an_edited_policy_and_offers_it_as_teams_toml(submitted
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests in the window"] == str(query(db, "SELECT count(*) FROM decisions")[0][0])
     assert metrics["Excluded"] == "0" and metrics["Same decision as recorded"] != "100.0%"
+    assert metrics["Baseline decides as recorded"] == "100.0%"
+    assert int(metrics["Decisions the proposal changes"]) > 0
     tables = [df.value for df in at.dataframe]
-    per_team = tables[0]
+    effect = tables[0]   # the page leads with proposal - baseline
+    assert list(effect.columns) == ["team", "measure", "unit", "baseline", "proposed", "difference"]
+    alpha = effect[(effect["team"] == "alpha") & (effect["measure"] == "admitted")].iloc[0]
+    assert alpha["difference"] < 0 and alpha["difference"] == alpha["proposed"] - alpha["baseline"]
+    others = effect[(effect["team"] != "alpha") & (effect["unit"] == "decisions")]
+    assert len(others) > 0
+    per_team = tables[1]
     assert set(per_team["team"]) == {"alpha", "beta", "gamma"} and "deferred for capacity" in set(per_team["measure"])
-    assert len(tables[1]) > 0 and set(tables[1]["team"]) >= {"alpha"}        # the decisions that change
+    assert {"recorded", "baseline", "proposed"} <= set(per_team.columns)
+    assert len(tables[2]) > 0 and set(tables[2]["team"]) >= {"alpha"}        # the decisions that change
+    assert len(at.get("plotly_chart")) >= 2                                  # the effect's charts
     toml = at.session_state["pr_toml"]
     proposed = {t["team"]: t for t in parse_teams(toml)[0]}
     assert proposed["alpha"]["reserved_gpus"] == 2 and proposed["beta"]["reserved_gpus"] == 6
+
+
+def test_the_page_window_defaults_to_the_sidebar_period(submitted_ledger, monkeypatch, fresh_caches):
+    db, _, _ = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    sidebar = [d for d in at.sidebar.date_input]
+    assert sidebar, "the sidebar has a period"
+    assert tuple(at.date_input(key="pr_window").value) == tuple(sidebar[0].value)
+
+
+def test_an_unchanged_proposal_is_replayed_once_and_shows_no_effect(submitted_ledger, monkeypatch, fresh_caches):
+    db, first, last = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    at.date_input(key="pr_window").set_value((first.date(), last.date())).run()
+    next(b for b in at.button if b.label == "Replay").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["pr_result"]["baseline_is_proposed"] is True
+    assert any("replayed once" in i.value for i in at.info)
+    effect = at.dataframe[0].value
+    assert (effect["difference"].dropna() == 0).all()
+
+
+def test_the_page_finds_the_smallest_pool_meeting_a_target(pooled_submitted_ledger, monkeypatch, fresh_caches):
+    """The N the page finds meets the target and N - 1 does not, each checked by replaying the window
+    (more accelerators need not lower the deferral share everywhere: more admits spend budgets sooner)."""
+    from lib.dashboard.replay_view import meets
+    from lib.ledger.replay import read_window
+    from lib.planning.replay import replay_proposal
+    db, first, last = pooled_submitted_ledger
+    start, end = first.replace(hour=0, minute=0, second=0, microsecond=0), last.replace(
+        hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    requests, world, policies, _ = read_window(db, start=start, end=end)
+    share_at = {n: replay_proposal(requests, policies, world, pools={"stable": n})["overall"]["deferral_share"]
+                for n in (0, 18)}
+    assert share_at[0] > share_at[18]   # no stable accelerators at all defers most
+    limit = (share_at[0] + share_at[18]) / 2
+    at = open_replay_page(db, monkeypatch)
+    at.date_input(key="pr_window").set_value((first.date(), last.date())).run()
+    at.selectbox(key="pr_capacity").set_value("stable")
+    at.selectbox(key="pr_target").set_value("deferral_share").run()
+    at.number_input(key="pr_limit").set_value(limit * 100)
+    at.button(key="pr_search_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    found = at.session_state["pr_search"]["found"]
+    assert found is not None and 0 < found <= 18
+    target = {"measure": "deferral_share", "limit": limit}
+    assert meets(replay_proposal(requests, policies, world, pools={"stable": found})["overall"], target)
+    assert not meets(replay_proposal(requests, policies, world, pools={"stable": found - 1})["overall"], target)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[next(k for k in metrics if k.startswith("Smallest stable pool"))] == f"{found:,} GPUs"
+    assert metrics["Today's stable pool"] == "12 GPUs"
+    rows = at.session_state["pr_search"]["rows"]
+    assert found in set(rows["pool_gpus"]) and 12 in set(rows["pool_gpus"])
+    assert {"alpha", "beta", "gamma"} <= set(rows["team"])
 
 
 def test_the_page_lists_every_problem_of_an_invalid_proposal(submitted_ledger, monkeypatch, fresh_caches):
@@ -220,3 +284,19 @@ def test_the_page_lists_every_problem_of_an_invalid_proposal(submitted_ledger, m
     shown = at.error[0].value.replace("\\", "").replace("\u2060", "")
     assert "[teams.beta] retraining_reserved_gpus: 9 is more than reserved_gpus 6" in shown
     assert not at.metric
+
+
+def test_the_page_recommends_quota_cuts_and_offers_them_as_teams_toml(submitted_ledger, monkeypatch, fresh_caches):
+    db, first, last = submitted_ledger
+    at = open_replay_page(db, monkeypatch)
+    at.date_input(key="pr_window").set_value((first.date(), last.date())).run()
+    at.button(key="pr_sizing_go").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    rows = at.session_state["pr_sizing"]["rows"]
+    assert set(rows["team"]) == {"alpha", "beta", "gamma"}
+    shown = [df.value for df in at.dataframe if "give_back_gpus" in df.value.columns]
+    assert shown and list(shown[0]["team"]) == list(rows["team"])
+    proposed = {t["team"]: t for t in parse_teams(at.session_state["pr_sizing_toml"])[0]}
+    for _, r in rows.iterrows():
+        assert proposed[r["team"]]["reserved_gpus"] == r["quota_gpus"] - r["give_back_gpus"]
+    assert any(b.label == "Download the cut as a teams.toml proposal" for b in at.get("download_button"))

@@ -17,7 +17,8 @@ from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, calibration_params,
                                          cut_params, newest_cutoffs)
-from lib.ledger.state import KNOWN_TEAMS, MEASURED_EVENTS, MIN_RATE_RUNS, run_interruptions, team_policy
+from lib.ledger.cluster_windows import read_windows
+from lib.ledger.state import KNOWN_TEAMS, MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import replay
 from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
@@ -107,14 +108,14 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     for r in con.execute(
             "SELECT r.run_id, team, kind, gpus, reserved_until, reserved_gpu_hours, started_at, "
             f"ended_at, actual_gpu_hours, admitted_at, controlled, {_CALIBRATION_FLAGS}, "
-            f"{_RATE_INTERRUPTIONS} FROM replay_named r {_MEASURED}",
+            f"{_RATE_INTERRUPTIONS}, r.capacity FROM replay_named r {_MEASURED}",
             {"stops": flags["stops"], "censored": flags["censored"]}).fetchall():
         runs[r[0]] = {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": r[3], "reserved_until": r[4],
                       "reserved_gpu_hours": r[5], "started_at": r[6], "ended_at": r[7],
                       "actual_gpu_hours": r[8], "admitted_at": r[9], "controlled": bool(r[10]),
                       "booked_at": None if r[10] else (r[9] or r[6] or r[7] or _FAR_PAST),
                       "calibration": (r[11], bool(r[12])) if r[11] is not None else None,
-                      "interruptions": r[13]}
+                      "interruptions": r[13], "capacity": r[14]}
 
     first_month = month_start(start)
     window = timedelta(days=window_days)
@@ -160,10 +161,11 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     holds: list[Hold] = [
         {"start": r[5] or _FAR_PAST, "release": r[7],
          "reservation": {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
-                         "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6]}}
+                         "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
+                         "capacity": r[8]}}
         for r in run(
             f"{_CONTROLLED} SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
-            "least(ended_at, reserved_until) AS release FROM runs "
+            "least(ended_at, reserved_until) AS release, capacity FROM runs "
             "WHERE reserved_gpu_hours IS NOT NULL AND run_id NOT IN (SELECT run_id FROM controlled) "
             # released after start (least(ended_at, reserved_until) unset or later), one column at a
             # time so DuckDB skips the row groups that ended before
@@ -174,7 +176,8 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
     return {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
-            "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS}
+            "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS,
+            "pools": pool_sizes(con), "windows": read_windows(con, start)}
 
 
 READ_MEMORY_LIMIT = "256MB"   # DuckDB's buffer limit while a replay reads its world
@@ -182,23 +185,42 @@ READ_MEMORY_LIMIT = "256MB"   # DuckDB's buffer limit while a replay reads its w
 
 def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,
                   levels: dict[str, float] | None = None, refresh="auto", progress=None,
-                  timeout_s: float = 10.0) -> ReplayResult:
+                  timeout_s: float = 10.0, pools: dict[str, int] | None = None) -> ReplayResult:
     """Replay the ledger's recorded requests of [start, end) (default: the 4 weeks up to now) under
     the `proposed` team policies (teams-file dicts; every other team keeps its ledger policy), with
-    calibration `levels` per team. Opens the ledger read-only; writes nothing."""
+    calibration `levels` per team and the pools `pools` (capacity type -> accelerators, instead of
+    the ledger's [pools]); and beside it the baseline, the ledger's own policies and pools replayed by
+    the same engine (one pass when the proposal is the same). Opens the ledger read-only; writes nothing."""
+    if progress:
+        progress(0.0, "reading the ledger")
+    requests, world, current, window = read_window(db, start=start, end=end, now=now, timeout_s=timeout_s)
+    return replay_read(requests, world, current, proposed, levels=levels, refresh=refresh, pools=pools,
+                       window=window, progress=progress)
+
+
+def replay_read(requests: list[RecordedRequest], world: World, current: dict[str, Policy],
+                proposed: list[dict] | None = None, *, levels=None, refresh="auto", pools=None, window=None,
+                progress=None) -> ReplayResult:
+    """`replay_ledger` on a window already read (read_world; `current`: the ledger's policies), so that
+    several proposals over one window read the ledger once."""
+    policies = dict(current)
+    for t in proposed or ():
+        policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
     say = progress or (lambda fraction, message: None)
+    say(0.05, f"replaying {len(requests):,} requests")
+    return replay(requests, policies, world, levels=levels, refresh=refresh, window=window, progress=say,
+                  baseline=current, pools=pools)
+
+
+def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0):
+    """(requests, world, the ledger's policies, window) of a replay of [start, end), read once."""
     start, end = window_bounds(start, end, now)
-    say(0.0, "reading the ledger")
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
-        policies = ledger_policies(con)
+        current = ledger_policies(con)
         # DuckDB's cache of the blocks read is not needed once the world is in Python's hands
         con.execute(f"SET memory_limit = '{READ_MEMORY_LIMIT}'")
         requests, world = read_world(con, start, end)
-    for t in proposed or ():
-        policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
-    say(0.05, f"replaying {len(requests):,} requests")
-    return replay(requests, policies, world, levels=levels, refresh=refresh,
-                  window={"from": start, "to": end}, progress=say)
+    return requests, world, current, {"from": start, "to": end}
 
 
 # ------------------------------------------------------------------------------ teams file
@@ -290,3 +312,22 @@ def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, di
     prices = {"currency": price_rows[0][2] if price_rows else None,
               "per_gpu_hour": {c: p for c, p, _ in price_rows}}
     return policies, snaps, prices
+
+
+def held_p90(db=None, *, start: datetime, end: datetime, timeout_s: float = 10.0) -> dict[str, int]:
+    """Per team of the ledger: the 90th percentile (nearest rank) of the accelerators its reservations
+    held over [start, end), sampled at every hour's start (a reservation holds from reserved_from until
+    its run ended or its window passed, whichever first; a team holding nothing in an hour counts 0)."""
+    sql = """
+    WITH hours AS (SELECT unnest(generate_series($start, $end - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR)) AS t),
+    spans AS (SELECT team, gpus, reserved_from AS s, coalesce(least(ended_at, reserved_until), ended_at,
+                     reserved_until, $end) AS e
+              FROM runs WHERE reserved_gpu_hours IS NOT NULL AND reserved_from < $end
+              AND (ended_at IS NULL OR ended_at > $start) AND (reserved_until IS NULL OR reserved_until > $start)),
+    held AS (SELECT h.t, sp.team, sum(sp.gpus) AS gpus FROM hours h JOIN spans sp ON sp.s <= h.t AND sp.e > h.t
+             GROUP BY ALL)
+    SELECT tm.team, quantile_disc(coalesce(held.gpus, 0), 0.9)
+    FROM teams tm CROSS JOIN hours h LEFT JOIN held ON held.team = tm.team AND held.t = h.t
+    GROUP BY tm.team ORDER BY tm.team"""
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        return {team: int(gpus or 0) for team, gpus in con.execute(sql, {"start": start, "end": end}).fetchall()}

@@ -41,13 +41,13 @@ from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
-from lib.gate.capacity import fit_for_reasons
+from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
 from lib.gate.contracts import Policy, Reservation
 from lib.gate.reasons import reason
 from lib.gate.terms import KINDS, month_start
 from lib.planning.holdings import Holdings
 from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
-from lib.planning.replay_report import count_decision, replay_result, team_tally
+from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
@@ -63,12 +63,15 @@ def _parse(request_json: str | None):
     return obj if isinstance(obj, dict) else None
 
 
-def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally) -> None:
-    """Record the wait (hours) until a deferred request's earliest fit (lib.gate.capacity.fit_for_reasons)."""
+def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
+              hours: float = 0.0) -> None:
+    """Record the wait (hours) until a deferred request's earliest fit (lib.gate.capacity.fit_for_reasons,
+    in its pool too when the replay has one)."""
     at, _ = fit_for_reasons(now, decision_codes, kind, policy["reserved_gpus"],
-                            policy["retraining_reserved_gpus"], holders, gpus)
+                            policy["retraining_reserved_gpus"], holders, gpus, pool, team, hours)
     if at is None:
         tally["never_fits_by_waiting"] += 1
+        tally["needs_change"] += bool(set(decision_codes) - WAIT_CURES - MONTH_CURES)
     else:
         tally["waits_hours"].append((at - now).total_seconds() / 3600.0)
 
@@ -84,40 +87,79 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
         return f"team {team!r} has no policy (neither proposed nor in the ledger)"
     return None
 
+class _Setting:
+    """What one pass decides under: team -> Policy, team -> calibration level, pool -> accelerators
+    (and the scheduler's windows), and the pools' reservations as the pass moves."""
+    __slots__ = ("policies", "levels", "pools", "windows", "held")
+
+    def __init__(self, policies: dict[str, Policy], levels: dict[str, float], pools: dict[str, int], windows):
+        self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
+        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
+
+    def key(self) -> tuple:
+        return (self.policies, {t: self.levels.get(t, DEFAULT_LEVEL) for t in self.policies}, self.pools)
+
+    def hold(self, release, holder: Reservation) -> None:
+        if holder.get("capacity") in self.pools:
+            self.held.hold(holder["capacity"], release, holder)
+
+    def pool_states(self, now) -> dict | None:
+        """The `pools` of the state decide takes at now (lib.gate.contracts.PoolState), None without pools."""
+        if not self.pools:
+            return None
+        return {name: {"name": name, "gpus": gpus, "reservations": self.held.held(name, now), "windows": self.windows}
+                for name, gpus in self.pools.items()}
+
+
 def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
-           window_days: int = DEFAULT_WINDOW_DAYS, progress=None) -> ReplayResult:
+           window_days: int = DEFAULT_WINDOW_DAYS, progress=None, baseline: dict[str, Policy] | None = None,
+           pools: dict[str, int] | None = None) -> ReplayResult:
     """Decide `requests` (recorded decisions, in time order) again under `policies` (team -> Policy,
-    the proposed ones with the ledger's for every other team) in the replay world of `world`.
+    the proposed ones with the ledger's for every other team) in the replay world of `world`, and
+    again under the `baseline` policies (the ledger's own; default `policies`) with the world's own
+    pools, by the same engine, so that proposed - baseline is the proposal's effect alone.
 
-    levels: team -> calibration level (default lib.gate.calibration.DEFAULT_LEVEL). refresh: how
-    often calibration is recomputed ("auto": exact up to AUTO_EXACT_UP_TO requests, else daily).
-    progress(fraction, message) is called now and then. Returns the counts, agreement, exclusions
-    and per-team results (see ReplayResult).
+    levels: team -> calibration level of the proposal (default lib.gate.calibration.DEFAULT_LEVEL;
+    the baseline's are the default). pools: capacity type -> accelerators the proposal has instead
+    of the world's `pools` (a capacity what-if). refresh: how often calibration is recomputed
+    ("auto": exact up to AUTO_EXACT_UP_TO requests, else daily). When the proposal equals the
+    baseline, one pass serves both. progress(fraction, message) is called now and then. Returns the
+    counts, agreement, exclusions and per-team results (see ReplayResult).
     """
     requests = list(requests)
     levels = levels or {}
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
-    proposed = _run(requests, policies, world, levels, refresh, max_runs, window_days, say, mode="proposed")
+    world_pools, windows = world.get("pools", {}), world.get("windows", [])
+    proposal = _Setting(policies, levels, {**world_pools, **(pools or {})}, windows)
+    current = _Setting(policies if baseline is None else baseline, {}, world_pools, windows)
+    shared = proposal.key() == current.key()
+    common = (requests, world, refresh, max_runs, window_days, say)
+    fitted: dict = {}
+    proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted)
+    base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
-    recorded = _run(requests, policies, world, levels, refresh, max_runs, window_days, say, mode="recorded",
-                    skip=skip)
+    recorded = _run(*common, _Setting(current.policies, {}, world_pools, windows), mode="recorded",
+                    skip=skip, span=(0.75, 0.2))
     say(1.0, "replay done")
-    return replay_result(requests, proposed, recorded, policies, levels, refresh, window)
+    return replay_result(requests, proposed, recorded, policies, levels, refresh, window, baseline=base,
+                         shared=shared, pools=(proposal.pools, current.pools))
 
 
-def _run(requests, policies, world, levels, refresh, max_runs, window_days, say, *, mode: str,
-         skip: set = frozenset()) -> dict:
-    """One pass over the replay world: mode "proposed" decides every request with `decide`; mode
-    "recorded" takes each recorded decision as it was (to measure the recorded waits), leaving out
-    the decision IDs in `skip` (those the proposed pass excluded)."""
+def _run(requests, world, refresh, max_runs, window_days, say, setting: _Setting, *, mode: str,
+         span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None) -> dict:
+    """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
+    request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
+    recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
+    `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
+    policies, levels = setting.policies, setting.levels
     runs, snapshots = world["runs"], world["snapshots"]
     scopes = CalibrationScopes(max_runs, window_days)
     rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-    cals = Calibrations(scopes, refresh)
+    cals = Calibrations(scopes, refresh, shared)
     spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
     active = Holdings()               # team -> its holders
     booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
@@ -130,7 +172,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     hi = ei = 0
     tallies: dict[str, dict] = {}
     outcomes: list = []
-    proposed = mode == "proposed"
+    proposed = mode != "recorded"
     n = len(requests)
 
     def end_run(e) -> None:
@@ -146,8 +188,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
-            say((0.05 if proposed else 0.75) + (0.7 if proposed else 0.2) * i / max(n, 1),
-                f"{'replaying' if proposed else 'recorded waits'}: {i:,} of {n:,} requests")
+            say(span[0] + span[1] * i / max(n, 1), f"{mode}: {i:,} of {n:,} requests")
         # everything that happened by now, in time order: ends (background and replayed), then holds
         while True:
             t_static = ends[ei][0] if ei < len(ends) else None
@@ -162,16 +203,17 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         while hi < len(holds) and holds[hi]["start"] <= now:
             h = holds[hi]
             active.hold(h["reservation"]["team"], h["release"], h["reservation"])
+            setting.hold(h["release"], h["reservation"])
             hi += 1
 
         if not proposed:
-            _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip)
+            _recorded_step(req, now, setting, runs, active, booked, dynamic, seq, tallies, outcomes, skip)
             seq += 1
             continue
         request = _parse(req["request_json"])
         why = _exclusion(req, request, policies)
         if why is not None:
-            _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+            _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
             seq += 1
             outcomes.append((req, None, why, None))
             continue
@@ -181,6 +223,7 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         kind = request.get("kind")
         run = runs.get(run_id) if isinstance(run_id, str) else None
         holders = active.held(team, now) if policy is not None else []
+        pools = None
 
         if isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
             decision = reject(request, [reason(
@@ -195,11 +238,14 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
                         "period_spent_gpu_hours": float(spent[(team, month_start(now))]),
                         "snapshots": snaps, "calibration_history": [], "calibration": cal,
                         "interruption_rate": rates.rate(team, now) if policy is not None else None}
+            pools = setting.pool_states(now)
+            if pools is not None:
+                state_in["pools"] = pools
             decision = decide(request, policy, state_in)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
-                _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+                _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
                 seq += 1
                 outcomes.append((req, None, "the recorded request is not a complete request: "
                                  + "; ".join(f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300],
@@ -208,20 +254,22 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
 
         actual = None
         if state == "admit":
-            actual = _admit(request, run, decision, now, active, booked, dynamic, seq)
+            actual = _admit(request, run, decision, now, active, setting, booked, dynamic, seq)
             seq += 1
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
-            _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team))
+            _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
+                      (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
         count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
 
 
-def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip) -> None:
+def _recorded_step(req, now, setting, runs, active, booked, dynamic, seq, tallies, outcomes, skip) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
     did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
+    policies = setting.policies
     if req["decision_id"] in skip:
-        _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+        _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
         outcomes.append((req, None, "excluded", None))
         return
     state, codes, reserved = req["state"], list(req["reason_codes"] or []), req["reserved_gpu_hours"]
@@ -230,17 +278,19 @@ def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, talli
     run = runs.get(req["run_id"])
     actual = None
     if state == "admit" and run is not None:
-        _keep_recorded(req, run, active, booked, dynamic, seq)
+        _keep_recorded(req, run, active, setting, booked, dynamic, seq)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
         request = _parse(req["request_json"]) or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
-            _fit_wait(codes, now, request["kind"], policies[team], active.held(team, now), request["gpus"], tally)
+            pool = (setting.pool_states(now) or {}).get(request.get("capacity", "stable"))
+            _fit_wait(codes, now, request["kind"], policies[team], active.held(team, now), request["gpus"], tally,
+                      pool, team)
     count_decision(tally, state, codes, reserved, actual)
     outcomes.append((req, state, codes, reserved))
 
 
-def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
+def _keep_recorded(req, run, active, setting, booked, dynamic, seq) -> None:
     """An excluded request keeps its recorded effect on the replay world: an admit whose run the
     ledger knows holds its accelerators and spends as recorded (the replay cannot decide it again)."""
     if req["state"] != "admit" or run is None or not run["controlled"]:
@@ -248,17 +298,18 @@ def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
     holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
                            "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
                            "reserved_from": req["decided_at"].replace(microsecond=0),
-                           "reserved_until": run["reserved_until"]}
+                           "reserved_until": run["reserved_until"], "capacity": run.get("capacity", "stable")}
     end, until = run["ended_at"], run["reserved_until"]
     if end is not None:
         heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
                                             run["calibration"], run.get("interruptions"))))
     release = min(end, until) if end is not None and until is not None else (end or until)
     active.hold(run["team"], release, holder)
+    setting.hold(release, holder)
     booked.setdefault(run["run_id"], req["decided_at"])
 
 
-def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float | None:
+def _admit(request, run, decision, now, active, setting, booked, dynamic, seq) -> float | None:
     """Book a request the replay admits: it holds its accelerators from `now` until its recorded run's
     end shifted to this admission, or its reserved window's end (now + the decision's wall hours) when
     that comes first or the run never ended; the run spends its actual at that shifted end. Returns
@@ -273,8 +324,28 @@ def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float |
         release = min(end, until)
     holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
                            "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
-                           "reserved_from": now.replace(microsecond=0), "reserved_until": until}
+                           "reserved_from": now.replace(microsecond=0), "reserved_until": until,
+                           "capacity": request.get("capacity", "stable")}
     active.hold(team, release, holder)
+    setting.hold(release, holder)
     if isinstance(run_id, str):
         booked.setdefault(run_id, now)
     return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
+
+
+def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
+                    pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
+                    refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
+                    window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None) -> dict:
+    """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
+    team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
+    for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
+    across its passes of this window (calibrations by the rows they were fitted on)."""
+    if refresh == "auto":
+        refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
+    say = progress or (lambda fraction, message: None)
+    setting = _Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
+    done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
+                shared=fitted)
+    return {"overall": tally_summary(merged_tally(done["tallies"])),
+            "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}

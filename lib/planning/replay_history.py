@@ -21,6 +21,7 @@ class CalibrationScopes:
         self.max_runs, self.window = max_runs, timedelta(days=window_days)
         self.rows: dict = {}
         self.version: Counter = Counter()
+        self.content: Counter = Counter()   # scope -> XOR of its rows' hashes: equal rows, equal content
 
     def _dq(self, key) -> deque:
         dq = self.rows.get(key)
@@ -31,9 +32,13 @@ class CalibrationScopes:
     def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
             censored: bool) -> None:
         row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
-                          "ended_at": ended_at, "kind": kind})
+                          "ended_at": ended_at, "kind": kind}, hash((ended_at, kind, estimated, actual, censored)))
         for key in ((team, kind), (team,), ()):
-            self._dq(key).append(row)
+            dq = self._dq(key)
+            if len(dq) == dq.maxlen:   # the oldest leaves as this one enters
+                self.content[key] ^= dq[0][2]
+            dq.append(row)
+            self.content[key] ^= row[2]
             self.version[key] += 1
 
     def prune(self, key, now: datetime) -> None:
@@ -41,15 +46,25 @@ class CalibrationScopes:
         dq = self.rows.get(key)
         since = now - self.window
         while dq and dq[0][0] <= since:
-            dq.popleft()
+            self.content[key] ^= dq.popleft()[2]
             self.version[key] += 1
+
+    def fingerprint(self, team: str, kind: str, now: datetime) -> tuple:
+        """What the calibration of (team, kind) at `now` reads, in a few numbers: each scope's row count and
+        content hash (after pruning to the window). Passes over one window with the same fingerprint
+        have the same rows, so the same calibration."""
+        out = []
+        for key in ((team, kind), (team,), ()):
+            self.prune(key, now)
+            out.append((len(self.rows.get(key, ())), self.content[key]))
+        return tuple(out)
 
     def scoped(self, team: str, kind: str, now: datetime, read: list):
         """(scope name, rows) in fallback order, lazily; appends each scope key read to `read`."""
         for name, key in (("team×kind", (team, kind)), ("team", (team,)), ("all", ())):
             self.prune(key, now)
             read.append(key)
-            yield name, [r for _, r in self.rows.get(key, ())]
+            yield name, [r[1] for r in self.rows.get(key, ())]
 
 
 class InterruptionRates:
@@ -88,11 +103,14 @@ class InterruptionRates:
 
 class Calibrations:
     """Calibration per request, recomputed only when needed: whenever a scope it read changed
-    ("exact"), or once per (team, kind, level, UTC day) ("daily")."""
+    ("exact"), or once per (team, kind, level, UTC day) ("daily"). `shared`: calibrations by the
+    rows they were fitted on (`CalibrationScopes.fingerprint`), kept across the passes of one
+    window (a baseline and its proposals), so a pass fits only what its own admits changed."""
 
-    def __init__(self, scopes: CalibrationScopes, refresh: Refresh):
+    def __init__(self, scopes: CalibrationScopes, refresh: Refresh, shared: dict | None = None):
         self.scopes, self.refresh = scopes, refresh
         self.cache: dict = {}
+        self.shared = {} if shared is None else shared
         self.computed = 0
 
     def get(self, team: str, kind: str, level: float, now: datetime) -> Calibration:
@@ -111,8 +129,13 @@ class Calibrations:
                 else:
                     return cal
         read: list = []
-        cal = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
-        self.computed += 1
+        seen = (team, kind, level, self.scopes.fingerprint(team, kind, now))
+        cal = self.shared.get(seen)
+        if cal is None:
+            cal = self.shared[seen] = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
+            self.computed += 1
+        else:
+            read += [(team, kind), (team,), ()]
         stamp = now.date() if self.refresh == "daily" else tuple((k, self.scopes.version[k]) for k in read)
         self.cache[key] = (stamp, cal)
         return cal

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, NotRequired, TypedDict
 
-from lib.gate.contracts import Reservation
+from lib.gate.contracts import CapacityWindow, Reservation
 
 Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay)
 
@@ -43,6 +43,7 @@ class RunRecord(TypedDict):
     booked_at: datetime | None
     calibration: tuple[float, bool] | None
     interruptions: NotRequired[int | None]   # when it counts in the preemptible interruption rate
+    capacity: NotRequired[str]               # the capacity type (pool) it holds in; default stable
 
 
 class Hold(TypedDict):
@@ -66,12 +67,17 @@ class World(TypedDict):
     snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
     rate_base: NotRequired[dict[str, tuple[int, float, int]]]  # team -> (runs, GPU-hours, interruptions)
     min_rate_runs: NotRequired[int]         # runs a team needs before its own rate is used
+    pools: NotRequired[dict[str, int]]      # capacity type -> the cluster's accelerators (the ledger's [pools])
+    windows: NotRequired[list[CapacityWindow]]   # the scheduler's windows not ended by the window's start
 
 
 class TeamResult(TypedDict):
-    """One team's replay, proposed vs recorded (same keys under each)."""
+    """One team's replay: recorded, baseline (the current policy replayed) and proposed, same keys under
+    each (lib.planning.replay_report.tally_summary)."""
     team: str
+    policy_version: str | None
     recorded: dict
+    baseline: dict
     proposed: dict
 
 
@@ -80,10 +86,17 @@ class ReplayResult(TypedDict):
     window: dict
     requests: int
     replayable: int
-    recorded: dict
-    proposed: dict
-    agreement: float | None
+    recorded: dict                  # state -> count: as recorded
+    baseline: dict                  # state -> count: the current policy replayed by the same engine
+    proposed: dict                  # state -> count: the proposal replayed
+    overall: dict                   # recorded/baseline/proposed -> every team's tally_summary together
+    agreement: float | None         # share of replayed requests the proposal decides as recorded
     reason_agreement: float | None
+    baseline_agreement: float | None   # share the baseline decides as recorded (the replay's own fidelity)
+    baseline_reason_agreement: float | None
+    proposed_vs_baseline_changed: int  # requests whose state the proposal changes from the baseline
+    baseline_is_proposed: bool      # the proposal is the current policy: one pass served both
+    pools: dict                     # proposed/baseline -> capacity type -> accelerators
     changed: dict
     changed_requests: list[dict]
     excluded: dict
