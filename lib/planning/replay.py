@@ -27,32 +27,28 @@ request although it was not rejected, a team without a policy) is *excluded* wit
 left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
 recorded), since the replay cannot say what else would have happened. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 
-Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_history`
+Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_state`
+(the replay world as time moves forward, and the state each request is decided under; the demo
+history drives it too), `replay_history`
 (what it learns from the runs finished so far: calibration rows, interruption rates, calibration),
 `replay_report` (its per-team tallies, the result and the result's table rows).
 """
 from __future__ import annotations
 
-import bisect
-import heapq
 import json
-import operator
-from collections import Counter
-from datetime import datetime, timedelta
 from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.capacity import fit_for_reasons
-from lib.gate.contracts import Policy, Reservation
+from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
-from lib.gate.terms import KINDS, month_start
-from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
+from lib.gate.terms import KINDS
 from lib.planning.replay_report import count_decision, replay_result, team_tally
+from lib.planning.replay_state import WorldState
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
-_RUN_ID = operator.itemgetter(0)
 
 
 def _parse(request_json: str | None):
@@ -63,19 +59,6 @@ def _parse(request_json: str | None):
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _hold(active: dict, team: str, release: datetime | None, reservation: Reservation) -> None:
-    """Add a holder of `team`'s accelerators until `release` (None: never), kept in run-ID order."""
-    bisect.insort(active.setdefault(team, []), (reservation.get("run_id") or "", release, reservation),
-                  key=_RUN_ID)
-
-
-def _held(active: dict, team: str, now: datetime) -> list[Reservation]:
-    """The team's holders at `now` (dropping released ones), ordered by run ID as the ledger gives them."""
-    live = [h for h in active.get(team, ()) if h[1] is None or h[1] > now]
-    active[team] = live
-    return [h[2] for h in live]
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally) -> None:
@@ -129,65 +112,25 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
     """One pass over the replay world: mode "proposed" decides every request with `decide`; mode
     "recorded" takes each recorded decision as it was (to measure the recorded waits), leaving out
     the decision IDs in `skip` (those the proposed pass excluded)."""
-    runs, snapshots = world["runs"], world["snapshots"]
-    scopes = CalibrationScopes(max_runs, window_days)
-    rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-    cals = Calibrations(scopes, refresh)
-    spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
-    active: dict[str, list] = {}      # team -> [(release, Reservation)]
-    booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
-    for run in runs.values():
-        if not run["controlled"] and run["booked_at"] is not None:
-            booked[run["run_id"]] = run["booked_at"]
-    dynamic: list = []                # heap of (time, seq, End) for replay-admitted runs
-    seq = 0
-    holds, ends = world["holds"], world["ends"]
-    hi = ei = 0
+    runs = world["runs"]
+    proposed = mode == "proposed"
+    ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days)
     tallies: dict[str, dict] = {}
     outcomes: list = []
-    proposed = mode == "proposed"
     n = len(requests)
-
-    def end_run(e) -> None:
-        ended_at, team, kind, actual, cal, interruptions = e
-        if actual is not None:
-            spent[(team, month_start(ended_at))] += actual
-        if proposed and actual is not None:
-            if cal is not None:
-                scopes.add(ended_at, team, kind, cal[0], actual, cal[1])
-            if interruptions is not None:
-                rates.add(ended_at, team, actual, interruptions)
-
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
             say((0.05 if proposed else 0.75) + (0.7 if proposed else 0.2) * i / max(n, 1),
                 f"{'replaying' if proposed else 'recorded waits'}: {i:,} of {n:,} requests")
-        # everything that happened by now, in time order: ends (background and replayed), then holds
-        while True:
-            t_static = ends[ei][0] if ei < len(ends) else None
-            t_dyn = dynamic[0][0] if dynamic else None
-            if t_static is not None and t_static <= now and (t_dyn is None or t_static <= t_dyn):
-                end_run(ends[ei])
-                ei += 1
-            elif t_dyn is not None and t_dyn <= now:
-                end_run(heapq.heappop(dynamic)[2])
-            else:
-                break
-        while hi < len(holds) and holds[hi]["start"] <= now:
-            h = holds[hi]
-            _hold(active, h["reservation"]["team"], h["release"], h["reservation"])
-            hi += 1
-
+        ws.advance(now)
         if not proposed:
-            _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip)
-            seq += 1
+            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip)
             continue
         request = _parse(req["request_json"])
         why = _exclusion(req, request, policies)
         if why is not None:
-            _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
-            seq += 1
+            ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
             outcomes.append((req, None, why, None))
             continue
         team = request.get("team")
@@ -195,27 +138,20 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
         run_id = request.get("run_id")
         kind = request.get("kind")
         run = runs.get(run_id) if isinstance(run_id, str) else None
-        holders = _held(active, team, now) if policy is not None else []
+        holders = ws.held(team, now) if policy is not None else []
 
-        if isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
+        if ws.is_booked(run_id, now) and policy is not None:
             decision = reject(request, [reason(
                 "invalid-request", f"run_id {run_id!r} already holds a reservation or has run",
                 fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now)
             state, codes, reserved = "reject", ["invalid-request"], None
         else:
-            cal = (cals.get(team, kind, levels.get(team, DEFAULT_LEVEL), now)
-                   if policy is not None and kind in KINDS else None)
-            snaps = snapshots.get(None, set()) | snapshots.get(team, set()) if isinstance(team, str) else set()
-            state_in = {"now": now, "reservations": holders,
-                        "period_spent_gpu_hours": float(spent[(team, month_start(now))]),
-                        "snapshots": snaps, "calibration_history": [], "calibration": cal,
-                        "interruption_rate": rates.rate(team, now) if policy is not None else None}
+            state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
             decision = decide(request, policy, state_in)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
-                _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
-                seq += 1
+                ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
                 outcomes.append((req, None, "the recorded request is not a complete request: "
                                  + "; ".join(f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300],
                                  None))
@@ -223,20 +159,19 @@ def _run(requests, policies, world, levels, refresh, max_runs, window_days, say,
 
         actual = None
         if state == "admit":
-            actual = _admit(request, run, decision, now, active, booked, dynamic, seq)
-            seq += 1
+            actual = ws.admit(request, run, decision, now)
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
             _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team))
         count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
-    return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
+    return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
 
 
-def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, tallies, outcomes, skip) -> None:
+def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
     did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
     if req["decision_id"] in skip:
-        _keep_recorded(req, runs.get(req["run_id"]), active, booked, dynamic, seq)
+        ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
         outcomes.append((req, None, "excluded", None))
         return
     state, codes, reserved = req["state"], list(req["reason_codes"] or []), req["reserved_gpu_hours"]
@@ -245,51 +180,11 @@ def _recorded_step(req, now, policies, runs, active, booked, dynamic, seq, talli
     run = runs.get(req["run_id"])
     actual = None
     if state == "admit" and run is not None:
-        _keep_recorded(req, run, active, booked, dynamic, seq)
+        ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
         request = _parse(req["request_json"]) or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
-            _fit_wait(codes, now, request["kind"], policies[team], _held(active, team, now), request["gpus"], tally)
+            _fit_wait(codes, now, request["kind"], policies[team], ws.held(team, now), request["gpus"], tally)
     count_decision(tally, state, codes, reserved, actual)
     outcomes.append((req, state, codes, reserved))
-
-
-def _keep_recorded(req, run, active, booked, dynamic, seq) -> None:
-    """An excluded request keeps its recorded effect on the replay world: an admit whose run the
-    ledger knows holds its accelerators and spends as recorded (the replay cannot decide it again)."""
-    if req["state"] != "admit" or run is None or not run["controlled"]:
-        return
-    holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
-                           "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
-                           "reserved_from": req["decided_at"].replace(microsecond=0),
-                           "reserved_until": run["reserved_until"]}
-    end, until = run["ended_at"], run["reserved_until"]
-    if end is not None:
-        heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
-                                            run["calibration"], run.get("interruptions"))))
-    release = min(end, until) if end is not None and until is not None else (end or until)
-    _hold(active, run["team"], release, holder)
-    booked.setdefault(run["run_id"], req["decided_at"])
-
-
-def _admit(request, run, decision, now, active, booked, dynamic, seq) -> float | None:
-    """Book a request the replay admits: it holds its accelerators from `now` until its recorded run's
-    end shifted to this admission, or its reserved window's end (now + the decision's wall hours) when
-    that comes first or the run never ended; the run spends its actual at that shifted end. Returns
-    the run's actual GPU-hours (None: it never ran, or has not ended)."""
-    team, run_id = request["team"], request.get("run_id")
-    until = now + timedelta(hours=decision["estimate"]["wall_hours"])
-    release = until
-    if run is not None and run["ended_at"] is not None:
-        end = now + (run["ended_at"] - (run["admitted_at"] or now))
-        heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"], run["calibration"],
-                                         run.get("interruptions"))))
-        release = min(end, until)
-    holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
-                           "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
-                           "reserved_from": now.replace(microsecond=0), "reserved_until": until}
-    _hold(active, team, release, holder)
-    if isinstance(run_id, str):
-        booked.setdefault(run_id, now)
-    return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
