@@ -24,7 +24,9 @@ _RUN_ID = operator.itemgetter(0)
 
 class WorldState:
     """One pass over a replay world. `learn`: runs that end feed calibration and the interruption
-    rate (a pass that decides); without it they only spend (a pass that takes recorded decisions)."""
+    rate (a pass that decides); without it they only spend (a pass that takes recorded decisions).
+    `cals` (the calibration per request, lib.planning.replay_history.Calibrations) may be wrapped by
+    a driver that recomputes it less often."""
 
     def __init__(self, world: World, *, refresh: Refresh = "exact", learn: bool = True,
                  max_runs: int = DEFAULT_MAX_RUNS, window_days: int = DEFAULT_WINDOW_DAYS):
