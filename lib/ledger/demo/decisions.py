@@ -92,13 +92,14 @@ class _Runs:
         self.never = r["never"].tolist()
         self.pilots = {k: p[k].tolist() for k in ("p_gpus", "sps", "wc_sps", "wc_share", "peak_mem", "ckpt_s",
                                                   "steps", "interval", "eval_gh", "dl_frac", "restart_min")}
-        self.drawn = {k: r[k].to_numpy() for k in ENDING_COLUMNS}
+        self.drawn = {k: r[k].to_numpy().copy() for k in ENDING_COLUMNS}
         per_team = {t["team"]: [s["snapshot"] for s in snapshots if s["team"] in (None, t["team"])]
                     or [f"{t['team']}-data"] for t in teams}
         names = data["teams"]
         self.snap = [per_team[names[t]][int(u * len(per_team[names[t]]))]
                      for t, u in zip(self.col["team_i"], self.col["snap_u"])]
         self.changed = np.zeros(self.n, bool)
+        self.work = np.ones(self.n)   # the share of its drawn work a run kept (halved: fewer steps)
 
     def pilot_of(self, i: int) -> dict:
         p = self.pilots
@@ -247,9 +248,14 @@ def _fix(R: _Runs, i: int, policy: dict, decision: dict, rng) -> float | None:
         R.pilot[i] = True
         after = max(after, rng.uniform(*RESUBMIT_AFTER_H["no-pilot"]))
     if "runtime-cap" in codes:
-        if R.gpus[i] >= policy["max_gpus_per_job"]:
-            return None
-        R.gpus[i] = int(min(policy["max_gpus_per_job"], R.gpus[i] * 2))
+        if R.gpus[i] < policy["max_gpus_per_job"]:
+            R.gpus[i] = int(min(policy["max_gpus_per_job"], R.gpus[i] * 2))
+        else:   # as many accelerators as the cap allows already: half the steps
+            R.work[i] /= 2
+            R.col["est"][i] /= 2
+            R.pilots["steps"][i] = max(1, R.pilots["steps"][i] // 2)
+            for k in ("full", "drawn_actual", "a_ckpt", "a_eval", "a_lost", "a_retry"):
+                R.drawn[k][i] /= 2
         R.changed[i] = True
         after = max(after, rng.uniform(*RESUBMIT_AFTER_H["runtime-cap"]))
     return after
@@ -302,7 +308,7 @@ def _finish(data: dict, R: _Runs, admitted, booked, raw, items, pilot_from, now:
         "i": runs["i"].to_numpy(), "team_i": runs["team_i"].to_numpy(), "kind_i": runs["kind_i"].to_numpy(),
         "cap_i": runs["cap_i"].to_numpy(), "gpus": gpus, "gpu_mem_gb": runs["gpu_mem_gb"].to_numpy(),
         "est": est, "src_i": np.where(pilot, SOURCES.index("pilot"), SOURCES.index("stated")),
-        **{k: runs[k].to_numpy().copy() for k in _EST_COLUMNS},
+        **{k: runs[k].to_numpy() * R.work for k in _EST_COLUMNS},
         "budget": budget, "max_rt": runs["max_rt"].to_numpy(),
         "reserved_from": res_from, "reserved_until": res_until,
         "reserved_gh": np.array([b["reserved_gpu_hours"] if b else 0.0 for b in booked]),
