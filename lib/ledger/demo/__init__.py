@@ -40,6 +40,7 @@ __all__ = ["build_demo", "ensure_demo_history", "already_holds", "NotNew", "gene
 
 DEFAULT_RUNS = 10_000
 CHUNK_RUNS = 1_000_000   # runs generated and inserted at a time by build_demo
+DECIDING = 0.8           # the share of a chunk's progress its decisions take (the rest: its insert)
 DEMO_MEMORY_LIMIT = "1GB"  # DuckDB's buffer limit while building (it writes or spills beyond)
 
 
@@ -74,35 +75,41 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
         if only_into_new and (held := already_holds(con)):
             raise NotNew(f"the ledger already holds {held}")
         counts.update(sync_teams(con, teams_file))
-        # the next chunk is generated (and its deferrals decided, in Python) in a thread while
-        # DuckDB, which releases the GIL, inserts this one
+        # the next chunk is generated and decided (in Python) in a thread while DuckDB, which
+        # releases the GIL, inserts this one; a chunk's share of the bar: DECIDING for its decisions
+        # (reported while nothing else draws the bar: the first chunk), the rest for its insert
+        def step(part: float, message: str, k: int, offset: int, size: int) -> None:
+            where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
+            say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
+
+        def deciding(done: int, of: int) -> None:
+            step(DECIDING * done / of, f"deciding requests: {done:,} of {of:,}", 0, 0, chunks[0][0])
         with ThreadPoolExecutor(1) as pool:
-            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0], days, world, runs)
+            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0], days, world, runs, deciding)
             for k, (size, offset, *_) in enumerate(chunks):
-                def step(part: float, message: str, k=k, offset=offset, size=size) -> None:
-                    where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
-                    say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
-                step(0.0, f"generating {size:,} runs and deciding their requests")
+                def inserting(part: float, message: str, k=k, offset=offset, size=size) -> None:
+                    step(DECIDING + (1 - DECIDING) * part, message, k, offset, size)
+                step(0.0, f"generating {size:,} runs and deciding their requests", k, offset, size)
                 data = ahead.result()
                 if k + 1 < len(chunks):
-                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1], days, world, runs)
+                    ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1], days, world, runs, None)
                 # one transaction per chunk: DuckDB keeps a transaction's rows (and its key index)
                 # in memory until it commits
                 with transaction(con):
                     if k == 0:
-                        step(0.01, "removing the previous demo")
+                        inserting(0.01, "removing the previous demo")
                         counts["deleted_runs"] = con.execute(
                             "SELECT count(*) FROM runs WHERE source = 'demo'").fetchall()[0][0]
                         con.execute("DELETE FROM pilots WHERE run_id IN (SELECT run_id FROM runs WHERE source = 'demo')")
                         con.execute("DELETE FROM runs WHERE source = 'demo'")
                         con.execute("DELETE FROM decisions WHERE origin = 'demo'")
-                    insert_chunk(con, data, names, snapshots, counts, step)
+                    insert_chunk(con, data, names, snapshots, counts, inserting)
                     team_weeks.rebuild(con)
                     if k + 1 == len(chunks):
                         record(con, who or command_line(), "demo", inserted=counts["runs"],
                                detail=f"{runs:,} runs over {days} days, seed {seed}; replaced "
                                       f"{counts['deleted_runs']:,} earlier demo runs")
-                    step(0.95, "committing")
+                    inserting(0.95, "committing")
                 del data
     say(1.0, f"demo ledger built: {counts['runs']:,} runs")
     return counts
@@ -119,13 +126,14 @@ def _chunks(runs: int, seed: int) -> list[tuple[int, int, object, bool, tuple[in
 
 
 def _prepare(teams: list[dict], snapshots: list[dict], now: datetime, chunk: tuple, days: int, world,
-             total: int) -> dict:
+             total: int, progress) -> dict:
     """One chunk's requests generated (`generate`) and decided in time order under `world`
-    (`decisions.decide_chunk`): its admitted runs, their pilots and every decision."""
+    (`decisions.decide_chunk`, calling progress(done, of) now and then): its admitted runs, their
+    pilots and every decision."""
     size, offset, seed, last, part = chunk
     data = generate(teams, snapshots, size, seed, now, offset=offset, active=last, days=days, part=part,
                     total=total)
-    decide_chunk(data, teams, snapshots, now, world, seed)
+    decide_chunk(data, teams, snapshots, now, world, seed, progress)
     return data
 
 

@@ -128,7 +128,7 @@ class _Runs:
 
 
 def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: datetime, world: WorldState,
-                 seed) -> None:
+                 seed, progress=None) -> None:
     """Decide the chunk's requests in time order under `world` (carried from chunk to chunk), and
     replace data["runs"] and data["pilots"] by the admitted runs and their pilots, with
     data["decisions"] every decision made (admits and deferrals) and data["active"] the runs not
@@ -160,8 +160,12 @@ def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: date
                      finite_number(decision["reserved_gpu_hours"]), decision["policy_version"],
                      canonical_json(req), canonical_json(decision)))
 
+    done, of = 0, len(events)
     while events:
         at, flawed, i = heapq.heappop(events)
+        done += 1
+        if progress is not None and done % 2000 == 0:
+            progress(min(done, of), of)
         world.advance(at)
         if flawed:
             j, later, ri, ti, ki, lo, hi, _, judged = flaws[i]

@@ -85,6 +85,6 @@ DEFER_WEIGHTS = {"no-snapshot": 0.06, "no-pilot": 0.16, "budget": 0.30, "gpu-cap
 RESUBMIT_AFTER_H = {"budget": (0.1, 6.0), "no-pilot": (2.0, 24.0), "runtime-cap": (0.2, 4.0), "wait": (0.02, 1.0)}
 EXACT_DAYS = 29       # days before now over which a request's calibration is exactly the replay's
 CHECKED_SHARE = 0.9   # the share of runs whose team checks the request on the what-if form before submitting
-MAX_ATTEMPTS = 12     # a run deferred this many times is given up (never admitted, no run row)
+MAX_ATTEMPTS = 60     # a run deferred this many times is given up (never admitted, no run row)
 DEFER_CODES = tuple(c for c in CODES if c in DEFER_WEIGHTS)   # in the order decisions list them
 DEFER_P = np.array([DEFER_WEIGHTS[c] for c in DEFER_CODES])
