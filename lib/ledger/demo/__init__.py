@@ -75,9 +75,10 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
         if only_into_new and (held := already_holds(con)):
             raise NotNew(f"the ledger already holds {held}")
         counts.update(sync_teams(con, teams_file))
-        # the next chunk is generated and decided (in Python) in a thread while DuckDB, which
-        # releases the GIL, inserts this one; a chunk's share of the bar: DECIDING for its decisions
-        # (reported while nothing else draws the bar: the first chunk), the rest for its insert
+        # the first chunk is generated and decided here, reporting its decisions on the bar (a UI's
+        # bar is drawn from this thread only); each next one in a thread while DuckDB, which
+        # releases the GIL, inserts this one. A chunk's share of the bar: DECIDING for its
+        # decisions, the rest for its insert
         def step(part: float, message: str, k: int, offset: int, size: int) -> None:
             where = f" (runs {offset + 1:,}-{offset + size:,} of {runs:,})" if len(chunks) > 1 else ""
             say(0.05 + 0.9 * (k + part) / len(chunks), message + where)
@@ -85,12 +86,13 @@ def build_demo(db=None, runs: int = DEFAULT_RUNS, seed: int = 0, progress=None, 
         def deciding(done: int, of: int) -> None:
             step(DECIDING * done / of, f"deciding requests: {done:,} of {of:,}", 0, 0, chunks[0][0])
         with ThreadPoolExecutor(1) as pool:
-            ahead = pool.submit(_prepare, teams, snapshots, now, chunks[0], days, world, runs, deciding)
+            ahead = None
             for k, (size, offset, *_) in enumerate(chunks):
                 def inserting(part: float, message: str, k=k, offset=offset, size=size) -> None:
                     step(DECIDING + (1 - DECIDING) * part, message, k, offset, size)
                 step(0.0, f"generating {size:,} runs and deciding their requests", k, offset, size)
-                data = ahead.result()
+                data = ahead.result() if ahead else _prepare(teams, snapshots, now, chunks[0], days, world,
+                                                             runs, deciding)
                 if k + 1 < len(chunks):
                     ahead = pool.submit(_prepare, teams, snapshots, now, chunks[k + 1], days, world, runs, None)
                 # one transaction per chunk: DuckDB keeps a transaction's rows (and its key index)

@@ -1,26 +1,30 @@
-"""The demo's runs, pilots and deferred requests, generated with numpy from a seed (no per-row
-Python) as tables of codes and numbers; lib.ledger.demo.insert makes the strings in SQL.
+"""The demo's requests, generated with numpy from a seed (no per-row Python) as tables of codes and
+numbers, each with what its run does once admitted; lib.ledger.demo.decisions has the gate decide them
+in time order (which sets the reservations and times), lib.ledger.demo.insert makes the strings in SQL.
 
 What it models (its numbers: lib.ledger.demo.parameters):
 
 - the teams' sizes (more runs for bigger teams) and kind mix (exploratory, production candidates,
-  scheduled retraining at a fixed time of day), growth over the history;
+  scheduled retraining at a fixed time of day), growth over the history, deadline pushes (a team's
+  handful of runs within hours); a build busier than WORK_AT_RATE runs a day has shorter runs;
 - estimates from a pilot (small error) or stated by the team (a team-specific median bias of actual /
   estimate between 0.9 and 1.6 that drifts down over time, a log-normal spread, and a long tail of
   overruns), itemised: compute + checkpoint + evaluation + data loading + restarts = the estimate;
 - stable and preemptible capacity; interruptions (Poisson, far more often on preemptible) with
   restarts, retry GPU-hours and lost work; actual items (checkpoint, retry, evaluation, lost work) are
   parts of the actual total, the rest being useful compute;
-- budget stops (actual capped at the budget, artifact incomplete, last valid checkpoint kept),
-  wall-clock stops at max_runtime_hours, early stops, failures, cancellations, out-of-memory;
-- reservations: late starts and early ends that leave reserved capacity idle, reservations never used,
-  a few runs still running and reservations starting in the future;
-- deferred requests (about 8 % of runs), most of them admitted later under the same run ID: here
-  their time, team, kind and drawn reasons; lib.ledger.demo.deferrals has the gate decide them;
+- how runs end (`ending`, with the budget and accelerators the gate admitted): budget stops (actual
+  capped at the budget, artifact incomplete, last valid checkpoint kept), wall-clock stops at
+  max_runtime_hours, early stops, failures, cancellations, out-of-memory; late starts and early ends
+  that leave reserved capacity idle, reservations never used;
+- a few runs still running and requests for later;
+- requests drawn with a flaw the gate defers (about 6 % of runs; most name a run submitted again
+  later, fixed): their time, team, kind and flaws; lib.ledger.demo.deferrals builds them;
 - a change: every run `COST_SHIFT` names (team, days ago, factor) requested in its last days needs
   that factor more (a new model family, pilots still from the old one), so the Estimate accuracy
   page shows a drift alarm and a bound that adapted;
-- pilots for pilot-estimated runs, holdout reads (a few over their allowance), full-evaluation flags.
+- pilots (for the pilot-estimated runs, and the runs the gate asks one of), holdout reads (a few over
+  their allowance), full-evaluation flags.
 
 Same seed and same `now` -> the same tables.
 """
