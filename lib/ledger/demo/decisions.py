@@ -227,7 +227,8 @@ def _run_record(R: _Runs, i: int, drawn: dict, at: datetime, held: dict, raw: fl
     if R.never[i]:
         end = held["reserved_until"]
     else:
-        end = at + timedelta(hours=col["late"][i] + actual / R.gpus[i] + int(drawn["restarts"][i]) * col["restart_h"][i])
+        wall = actual / R.gpus[i] + int(drawn["restarts"][i]) * col["restart_h"][i]
+        end = at + timedelta(hours=col["late"][i] + wall)
     if col["open"][i] or end > now:
         end = None
     preemptible = CAPACITIES[col["cap_i"][i]] == "preemptible"

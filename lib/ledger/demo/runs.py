@@ -36,11 +36,11 @@ import numpy as np
 import pandas as pd
 
 from lib.gate.terms import KINDS
-from lib.ledger.demo.parameters import (ARTIFACT_OF_STOP, BURST_HOURS, BURST_RUNS, BURST_SHARE, COST_SHIFT,
-                                        CUT_SHORT, DEFER_CODES, DEFER_P, EXPLORATORY, GPU_CHOICES, GPU_P,
-                                        CHECKED_SHARE, HISTORY_DAYS, KIND_MIX, NEVER_USED_SHARE, OTHER_KIND_MIX, PREEMPTIBLE,
-                                        PREEMPTIBLE_SHARE, PRODUCTION, RETRAINING, STABLE, STOP, TEAM_TRAITS,
-                                        WALL, WORK_AT_RATE)
+from lib.ledger.demo.parameters import (ARTIFACT_OF_STOP, BURST_HOURS, BURST_RUNS, BURST_SHARE, CHECKED_SHARE,
+                                        COST_SHIFT, CUT_SHORT, DEFER_CODES, DEFER_P, EXPLORATORY, GPU_CHOICES,
+                                        GPU_P, HISTORY_DAYS, KIND_MIX, NEVER_USED_SHARE, OTHER_KIND_MIX,
+                                        PREEMPTIBLE, PREEMPTIBLE_SHARE, PRODUCTION, RETRAINING, STABLE, STOP,
+                                        TEAM_TRAITS, WALL, WORK_AT_RATE)
 
 
 def _traits(team: str, rng: np.random.Generator):
@@ -236,7 +236,7 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
     drawn = {"full": full, "drawn_actual": full * scale, "never": never, "drawn_stop": stop,
              "a_ckpt": a_ckpt, "a_eval": a_eval, "a_lost": lost, "a_retry": retry, "interrupts": interrupts,
              "skip_eval": skip_eval, "ckpt_ok": ckpt_ok, "u_eval": rng.random(n), "drawn_reads": reads,
-             "steps_u": rng.integers(2_000, 200_000, n), "max_rt": max_rt}
+             "max_rt": max_rt}
 
     # ---- when: submitted at t_sub (hours relative to now); the gate sets the reservation -----------
     wall_est = est_wall * np.where(kind_i == PRODUCTION, 1.15, 1.05)
@@ -301,14 +301,15 @@ def generate(teams: list[dict], snapshots: list[dict], runs: int, seed, now: dat
 
 
 ENDING_COLUMNS = ("full", "drawn_actual", "never", "drawn_stop", "a_ckpt", "a_eval", "a_lost", "a_retry",
-                  "interrupts", "skip_eval", "ckpt_ok", "u_eval", "drawn_reads", "steps_u", "max_rt", "ckpt_step_u")
+                  "interrupts", "skip_eval", "ckpt_ok", "u_eval", "drawn_reads", "max_rt", "ckpt_step_u")
 
 
 def ending(c: dict, budget: np.ndarray, gpus: np.ndarray) -> dict:
-    """How the runs whose ENDING_COLUMNS of generate's runs are `c` (name -> array) ended with the `budget` (GPU-hours) and `gpus` the gate
-    admitted them with: a run needing more than its budget, or than its wall clock allows on its
-    accelerators, stops there (budget or wall-clock, censored); the items, interruptions, holdout
-    reads and checkpoint follow. Arrays by row; actual GPU-hours as "actual"."""
+    """How the runs ended whose ENDING_COLUMNS (of generate's runs) are `c` (name -> array), with the
+    `budget` (GPU-hours) and `gpus` the gate admitted them with: a run needing more than its budget,
+    or than its wall clock allows on its accelerators, stops there (budget or wall-clock, censored);
+    the items, interruptions, holdout reads and checkpoint follow. Arrays by row; actual GPU-hours
+    as "actual"."""
     never, full, stop = c["never"], c["full"], c["drawn_stop"]
     limit_wall = gpus * c["max_rt"]
     limit = np.minimum(budget, limit_wall)
