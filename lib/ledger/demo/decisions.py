@@ -282,7 +282,8 @@ def _resubmit(R: _Runs, i: int, policy: dict, decision: dict, at: datetime, hold
                 return None
             R.gpus[i], R.changed[i] = int(quota), True
             fit = at
-        return max(fit, at) + timedelta(hours=max(after, rng.uniform(*RESUBMIT_AFTER_H["wait"])))
+        wait = RESUBMIT_AFTER_H["month" if codes & MONTH_CURES else "wait"]
+        return max(fit, at) + timedelta(hours=max(after, rng.uniform(*wait)))
     return at + timedelta(hours=after)
 
 
