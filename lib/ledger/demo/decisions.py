@@ -199,6 +199,9 @@ def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: date
             raw[i] = decision["estimate"]["raw_gpu_hours"]
             if R.pilot[i]:
                 items[i] = estimate_items(decision["estimate"]["items_gpu_hours"])
+            if raw[i] != col["est"][i] and col["est"][i] > 0:
+                # what it needs is drawn against its estimate: a pilot's estimate is the gate's
+                _scale_work(R, i, raw[i] / col["est"][i])
             if R.changed[i]:
                 _settle(drawn, R, i)
             world.admit(req, _run_record(R, i, drawn, at, booked[i], raw[i], now), decision, at)
@@ -210,6 +213,14 @@ def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: date
     data["decisions"] = pd.DataFrame(rows, columns=["decided_at", "run_id", "team", "kind", "state", "reason_codes",
                                                     "judged_gpu_hours", "reserved_gpu_hours", "policy_version",
                                                     "request_json", "decision_json"])
+
+
+def _scale_work(R: _Runs, i: int, factor: float) -> None:
+    """Run i's estimate and what it needs (its drawn actual and items) times `factor`."""
+    R.col["est"][i] *= factor
+    for k in ("full", "drawn_actual", "a_ckpt", "a_eval", "a_lost", "a_retry"):
+        R.drawn[k][i] *= factor
+    R.changed[i] = True
 
 
 def _settle(drawn: dict, R: _Runs, i: int) -> None:
@@ -257,10 +268,8 @@ def _fix(R: _Runs, i: int, policy: dict, decision: dict, rng) -> float | None:
             R.gpus[i] = int(min(policy["max_gpus_per_job"], R.gpus[i] * 2))
         else:   # as many accelerators as the cap allows already: half the steps
             R.work[i] /= 2
-            R.col["est"][i] /= 2
             R.pilots["steps"][i] = max(1, R.pilots["steps"][i] // 2)
-            for k in ("full", "drawn_actual", "a_ckpt", "a_eval", "a_lost", "a_retry"):
-                R.drawn[k][i] /= 2
+            _scale_work(R, i, 0.5)
         R.changed[i] = True
         after = max(after, rng.uniform(*RESUBMIT_AFTER_H["runtime-cap"]))
     return after
