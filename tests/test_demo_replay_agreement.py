@@ -12,7 +12,7 @@ from lib.ledger.demo import build_demo
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import REPO, run_cli
 
-RUNS, DAYS = 3000, 120   # about 25 requests a day: some 700 in the replay's four weeks
+RUNS, DAYS = 3000, 120   # about 25 runs a day: some 1,100 requests in the replay's four weeks
 
 
 @pytest.fixture(scope="module")
