@@ -27,27 +27,25 @@ request although it was not rejected, a team without a policy) is *excluded* wit
 left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
 recorded), since the replay cannot say what else would have happened. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 
-Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_history`
+Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_state`
+(the replay world as time moves forward, and the state each request is decided under; the demo
+history drives it too), `replay_history`
 (what it learns from the runs finished so far: calibration rows, interruption rates, calibration),
 `replay_report` (its per-team tallies, the result and the result's table rows).
 """
 from __future__ import annotations
 
-import heapq
 import json
-from collections import Counter
-from datetime import datetime, timedelta
 from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
-from lib.gate.contracts import Policy, Reservation
+from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
-from lib.gate.terms import KINDS, month_start
-from lib.planning.holdings import Holdings
-from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
+from lib.gate.terms import KINDS
 from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
+from lib.planning.replay_state import Setting, WorldState
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
@@ -87,30 +85,6 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
         return f"team {team!r} has no policy (neither proposed nor in the ledger)"
     return None
 
-class _Setting:
-    """What one pass decides under: team -> Policy, team -> calibration level, pool -> accelerators
-    (and the scheduler's windows), and the pools' reservations as the pass moves."""
-    __slots__ = ("policies", "levels", "pools", "windows", "held")
-
-    def __init__(self, policies: dict[str, Policy], levels: dict[str, float], pools: dict[str, int], windows):
-        self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
-        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
-
-    def key(self) -> tuple:
-        return (self.policies, {t: self.levels.get(t, DEFAULT_LEVEL) for t in self.policies}, self.pools)
-
-    def hold(self, release, holder: Reservation) -> None:
-        if holder.get("capacity") in self.pools:
-            self.held.hold(holder["capacity"], release, holder)
-
-    def pool_states(self, now) -> dict | None:
-        """The `pools` of the state decide takes at now (lib.gate.contracts.PoolState), None without pools."""
-        if not self.pools:
-            return None
-        return {name: {"name": name, "gpus": gpus, "reservations": self.held.held(name, now), "windows": self.windows}
-                for name, gpus in self.pools.items()}
-
-
 def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
@@ -134,87 +108,47 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
     world_pools, windows = world.get("pools", {}), world.get("windows", [])
-    proposal = _Setting(policies, levels, {**world_pools, **(pools or {})}, windows)
-    current = _Setting(policies if baseline is None else baseline, {}, world_pools, windows)
+    proposal = Setting(policies, levels, {**world_pools, **(pools or {})}, windows)
+    current = Setting(policies if baseline is None else baseline, {}, world_pools, windows)
     shared = proposal.key() == current.key()
     common = (requests, world, refresh, max_runs, window_days, say)
     fitted: dict = {}
     proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted)
     base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
-    recorded = _run(*common, _Setting(current.policies, {}, world_pools, windows), mode="recorded",
+    recorded = _run(*common, Setting(current.policies, {}, world_pools, windows), mode="recorded",
                     skip=skip, span=(0.75, 0.2))
     say(1.0, "replay done")
     return replay_result(requests, proposed, recorded, policies, levels, refresh, window, baseline=base,
                          shared=shared, pools=(proposal.pools, current.pools))
 
 
-def _run(requests, world, refresh, max_runs, window_days, say, setting: _Setting, *, mode: str,
+def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting, *, mode: str,
          span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None) -> dict:
     """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
     request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
     recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
     `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
     policies, levels = setting.policies, setting.levels
-    runs, snapshots = world["runs"], world["snapshots"]
-    scopes = CalibrationScopes(max_runs, window_days)
-    rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-    cals = Calibrations(scopes, refresh, shared)
-    spent: Counter = Counter()        # (team, month start) -> GPU-hours ended in that month
-    active = Holdings()               # team -> its holders
-    booked: dict[str, datetime] = {}  # run ID -> when it became booked (replay world)
-    for run in runs.values():
-        if not run["controlled"] and run["booked_at"] is not None:
-            booked[run["run_id"]] = run["booked_at"]
-    dynamic: list = []                # heap of (time, seq, End) for replay-admitted runs
-    seq = 0
-    holds, ends = world["holds"], world["ends"]
-    hi = ei = 0
+    runs = world["runs"]
+    proposed = mode != "recorded"
+    ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
+                    setting=setting, shared=shared)
     tallies: dict[str, dict] = {}
     outcomes: list = []
-    proposed = mode != "recorded"
     n = len(requests)
-
-    def end_run(e) -> None:
-        ended_at, team, kind, actual, cal, interruptions = e
-        if actual is not None:
-            spent[(team, month_start(ended_at))] += actual
-        if proposed and actual is not None:
-            if cal is not None:
-                scopes.add(ended_at, team, kind, cal[0], actual, cal[1])
-            if interruptions is not None:
-                rates.add(ended_at, team, actual, interruptions)
-
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
             say(span[0] + span[1] * i / max(n, 1), f"{mode}: {i:,} of {n:,} requests")
-        # everything that happened by now, in time order: ends (background and replayed), then holds
-        while True:
-            t_static = ends[ei][0] if ei < len(ends) else None
-            t_dyn = dynamic[0][0] if dynamic else None
-            if t_static is not None and t_static <= now and (t_dyn is None or t_static <= t_dyn):
-                end_run(ends[ei])
-                ei += 1
-            elif t_dyn is not None and t_dyn <= now:
-                end_run(heapq.heappop(dynamic)[2])
-            else:
-                break
-        while hi < len(holds) and holds[hi]["start"] <= now:
-            h = holds[hi]
-            active.hold(h["reservation"]["team"], h["release"], h["reservation"])
-            setting.hold(h["release"], h["reservation"])
-            hi += 1
-
+        ws.advance(now)
         if not proposed:
-            _recorded_step(req, now, setting, runs, active, booked, dynamic, seq, tallies, outcomes, skip)
-            seq += 1
+            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip)
             continue
         request = _parse(req["request_json"])
         why = _exclusion(req, request, policies)
         if why is not None:
-            _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
-            seq += 1
+            ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
             outcomes.append((req, None, why, None))
             continue
         team = request.get("team")
@@ -222,31 +156,22 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: _Setting
         run_id = request.get("run_id")
         kind = request.get("kind")
         run = runs.get(run_id) if isinstance(run_id, str) else None
-        holders = active.held(team, now) if policy is not None else []
+        holders = ws.held(team, now) if policy is not None else []
         pools = None
 
-        if isinstance(run_id, str) and run_id in booked and booked[run_id] <= now and policy is not None:
+        if ws.is_booked(run_id, now) and policy is not None:
             decision = reject(request, [reason(
                 "invalid-request", f"run_id {run_id!r} already holds a reservation or has run",
                 fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now)
             state, codes, reserved = "reject", ["invalid-request"], None
         else:
-            cal = (cals.get(team, kind, levels.get(team, DEFAULT_LEVEL), now)
-                   if policy is not None and kind in KINDS else None)
-            snaps = snapshots.get(None, set()) | snapshots.get(team, set()) if isinstance(team, str) else set()
-            state_in = {"now": now, "reservations": holders,
-                        "period_spent_gpu_hours": float(spent[(team, month_start(now))]),
-                        "snapshots": snaps, "calibration_history": [], "calibration": cal,
-                        "interruption_rate": rates.rate(team, now) if policy is not None else None}
-            pools = setting.pool_states(now)
-            if pools is not None:
-                state_in["pools"] = pools
+            state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
+            pools = state_in.get("pools")
             decision = decide(request, policy, state_in)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
-                _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
-                seq += 1
+                ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
                 outcomes.append((req, None, "the recorded request is not a complete request: "
                                  + "; ".join(f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300],
                                  None))
@@ -254,22 +179,20 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: _Setting
 
         actual = None
         if state == "admit":
-            actual = _admit(request, run, decision, now, active, setting, booked, dynamic, seq)
-            seq += 1
+            actual = ws.admit(request, run, decision, now)
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
             _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
                       (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
         count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
-    return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": cals.computed}
+    return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
 
 
-def _recorded_step(req, now, setting, runs, active, booked, dynamic, seq, tallies, outcomes, skip) -> None:
+def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
     did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
-    policies = setting.policies
     if req["decision_id"] in skip:
-        _keep_recorded(req, runs.get(req["run_id"]), active, setting, booked, dynamic, seq)
+        ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
         outcomes.append((req, None, "excluded", None))
         return
     state, codes, reserved = req["state"], list(req["reason_codes"] or []), req["reserved_gpu_hours"]
@@ -278,59 +201,16 @@ def _recorded_step(req, now, setting, runs, active, booked, dynamic, seq, tallie
     run = runs.get(req["run_id"])
     actual = None
     if state == "admit" and run is not None:
-        _keep_recorded(req, run, active, setting, booked, dynamic, seq)
+        ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
         request = _parse(req["request_json"]) or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
-            pool = (setting.pool_states(now) or {}).get(request.get("capacity", "stable"))
-            _fit_wait(codes, now, request["kind"], policies[team], active.held(team, now), request["gpus"], tally,
+            pool = (ws.pool_states(now) or {}).get(request.get("capacity", "stable"))
+            _fit_wait(codes, now, request["kind"], policies[team], ws.held(team, now), request["gpus"], tally,
                       pool, team)
     count_decision(tally, state, codes, reserved, actual)
     outcomes.append((req, state, codes, reserved))
-
-
-def _keep_recorded(req, run, active, setting, booked, dynamic, seq) -> None:
-    """An excluded request keeps its recorded effect on the replay world: an admit whose run the
-    ledger knows holds its accelerators and spends as recorded (the replay cannot decide it again)."""
-    if req["state"] != "admit" or run is None or not run["controlled"]:
-        return
-    holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
-                           "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
-                           "reserved_from": req["decided_at"].replace(microsecond=0),
-                           "reserved_until": run["reserved_until"], "capacity": run.get("capacity", "stable")}
-    end, until = run["ended_at"], run["reserved_until"]
-    if end is not None:
-        heapq.heappush(dynamic, (end, seq, (end, run["team"], run["kind"], run["actual_gpu_hours"],
-                                            run["calibration"], run.get("interruptions"))))
-    release = min(end, until) if end is not None and until is not None else (end or until)
-    active.hold(run["team"], release, holder)
-    setting.hold(release, holder)
-    booked.setdefault(run["run_id"], req["decided_at"])
-
-
-def _admit(request, run, decision, now, active, setting, booked, dynamic, seq) -> float | None:
-    """Book a request the replay admits: it holds its accelerators from `now` until its recorded run's
-    end shifted to this admission, or its reserved window's end (now + the decision's wall hours) when
-    that comes first or the run never ended; the run spends its actual at that shifted end. Returns
-    the run's actual GPU-hours (None: it never ran, or has not ended)."""
-    team, run_id = request["team"], request.get("run_id")
-    until = now + timedelta(hours=decision["estimate"]["wall_hours"])
-    release = until
-    if run is not None and run["ended_at"] is not None:
-        end = now + (run["ended_at"] - (run["admitted_at"] or now))
-        heapq.heappush(dynamic, (end, seq, (end, team, run["kind"], run["actual_gpu_hours"], run["calibration"],
-                                         run.get("interruptions"))))
-        release = min(end, until)
-    holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
-                           "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
-                           "reserved_from": now.replace(microsecond=0), "reserved_until": until,
-                           "capacity": request.get("capacity", "stable")}
-    active.hold(team, release, holder)
-    setting.hold(release, holder)
-    if isinstance(run_id, str):
-        booked.setdefault(run_id, now)
-    return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
 
 
 def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
@@ -344,7 +224,7 @@ def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy]
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
-    setting = _Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
+    setting = Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
     done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
                 shared=fitted)
     return {"overall": tally_summary(merged_tally(done["tallies"])),

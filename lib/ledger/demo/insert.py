@@ -1,8 +1,8 @@
-"""One generated chunk of the demo into the ledger's tables: its runs (in reservation order), their
-pilots, the admit of every run (the full request as a submit records it, with its pilot for a
-pilot-estimated run) and the deferred decisions (in decision order), each table with one
-INSERT ... SELECT from the registered DataFrame; the strings (run IDs, teams, kinds, stop reasons,
-job names, the requests and decisions as JSON) are made in SQL from the chunk's codes.
+"""One decided chunk of the demo into the ledger's tables: its admitted runs (in reservation order),
+their pilots and every decision (in decision order: the gate's, with the full request as a submit
+records it), each table with one INSERT ... SELECT from the registered DataFrame; the runs' strings
+(run IDs, teams, kinds, stop reasons, job names, the pilots as JSON) are made in SQL from the chunk's
+codes.
 """
 from __future__ import annotations
 
@@ -22,16 +22,6 @@ KIND_LETTERS = {"exploratory": "x", "production": "p", "retraining": "r"}   # a 
 
 def _sql_list(values) -> str:
     return "[" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + "]"
-
-
-def _snapshot_sql(teams: list[str], snapshots: list[dict]) -> str:
-    """SQL expression picking a data snapshot for a run from its team's (and shared) snapshots."""
-    per_team = []
-    for name in teams:
-        snaps = [s["snapshot"] for s in snapshots if s["team"] in (None, name)] or [f"{name}-data"]
-        per_team.append(_sql_list(snaps))
-    return (f"(list_value({', '.join(per_team)})[team_i + 1])"
-            f"[1 + floor(snap_u * len(list_value({', '.join(per_team)})[team_i + 1]))::INT]")
 
 
 def run_ids(data: dict, rows: np.ndarray) -> list[str]:
@@ -55,14 +45,14 @@ def insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], count
     step(0.05, "inserting runs")
     con.execute(f"""
         CREATE TEMP TABLE demo_ids AS
-        SELECT i, {run_id} AS run_id, {_snapshot_sql(names, snapshots)} AS snap FROM demo_runs""")
+        SELECT i, {run_id} AS run_id, snap FROM demo_runs""")
     con.register("demo_pilots", data["pilots"])
     con.execute("""
         CREATE TEMP TABLE demo_chunk_pilots AS
         SELECT d.run_id, measured_at, sps AS steps_per_second, wc_sps AS worst_case_steps_per_second,
             wc_share AS worst_case_share, peak_mem AS peak_mem_gb, ckpt_s AS checkpoint_write_s,
             steps AS planned_steps, interval AS checkpoint_interval_steps,
-            to_json(struct_pack(steps_per_second := sps, worst_case_steps_per_second := wc_sps,
+            to_json(struct_pack(gpus := p_gpus, steps_per_second := sps, worst_case_steps_per_second := wc_sps,
                 worst_case_share := wc_share, peak_mem_gb := peak_mem, checkpoint_write_s := ckpt_s,
                 planned_steps := steps, checkpoint_interval_steps := interval,
                 eval_gpu_hours := eval_gh, data_loading_fraction := dl_frac,
@@ -89,9 +79,8 @@ def insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], count
                 AS last_valid_checkpoint,
             CASE WHEN NOT active THEN full_eval END AS full_evaluation,
             CASE WHEN reads >= 0 THEN reads END AS holdout_reads, allow AS holdout_allowance,
-            'demo' AS source, coalesce(ended_at, submitted_at) AS updated_at,
-            ckpt_ok, skip_eval, exp_int, p.pilot_json
-        FROM demo_runs JOIN demo_ids d USING (i) LEFT JOIN demo_chunk_pilots p ON p.run_id = d.run_id
+            'demo' AS source, coalesce(ended_at, submitted_at) AS updated_at
+        FROM demo_runs JOIN demo_ids d USING (i)
         ORDER BY reserved_from, d.run_id""")
     con.execute(f"INSERT INTO runs ({RUN_COLUMNS}) SELECT {RUN_COLUMNS} FROM demo_chunk")
     counts["runs"] += con.execute("SELECT count(*) FROM demo_ids").fetchall()[0][0]
@@ -100,49 +89,19 @@ def insert_chunk(con, data: dict, names: list[str], snapshots: list[dict], count
                 "worst_case_share, peak_mem_gb, checkpoint_write_s, planned_steps, checkpoint_interval_steps, "
                 "pilot_json) SELECT * FROM demo_chunk_pilots")
     counts["pilots"] += len(data["pilots"])
-    step(0.35, "inserting decisions")
-    pv = "(SELECT policy_version FROM teams t WHERE t.team = r.team)"
-    # the admitted request, as a submit records it (a run that cannot checkpoint stated no
-    # interruptions: the gate would not have admitted it otherwise)
-    admit_request = (
-        "run_id := r.run_id, team := r.team, kind := r.kind, gpus := r.gpus, "
-        "gpu_mem_gb := r.gpu_mem_gb, max_runtime_hours := r.max_runtime_hours, "
-        "budget_gpu_hours := r.budget_gpu_hours, capacity := r.capacity, "
-        "data_snapshot := r.data_snapshot, checkpoint_supported := r.ckpt_ok, "
-        "expected_interruptions := CASE WHEN r.ckpt_ok THEN r.exp_int ELSE 0.0 END, "
-        "skip_full_evaluation := r.skip_eval, holdout_allowance := r.holdout_allowance, "
-        "submitted_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S')")
-    con.execute(f"""
+    n_dec, n_def = len(data["decisions"]), int((data["decisions"]["state"] == "defer").sum())
+    step(0.35, f"inserting {n_dec:,} decisions ({n_def:,} deferred)")
+    con.register("demo_decisions", data["decisions"])
+    con.execute("""
         INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours,
             reserved_gpu_hours, policy_version, origin, request_json, decision_json)
-        SELECT coalesce(r.reserved_from, r.updated_at) AS decided_at, r.run_id, r.team, r.kind,
-            'admit', []::VARCHAR[], r.reserved_gpu_hours, r.reserved_gpu_hours, {pv}, 'demo',
-            CASE WHEN r.pilot_json IS NULL THEN to_json(struct_pack({admit_request},
-                estimated_gpu_hours := r.estimated_gpu_hours))
-            ELSE to_json(struct_pack({admit_request}, pilot := r.pilot_json::JSON)) END::VARCHAR,
-            to_json(struct_pack(state := 'admit', run_id := r.run_id, team := r.team, kind := r.kind,
-                reasons := []::VARCHAR[], reserved_gpu_hours := r.reserved_gpu_hours,
-                estimate := struct_pack(source := r.estimate_source,
-                    raw_gpu_hours := r.estimated_gpu_hours, judged_gpu_hours := r.reserved_gpu_hours,
-                    wall_hours := round(epoch(r.reserved_until - r.reserved_from) / 3600, 3)),
-                decided_at := strftime(coalesce(r.reserved_from, r.updated_at), '%Y-%m-%dT%H:%M:%S'),
-                origin := 'demo'))::VARCHAR
-        FROM demo_chunk r""")   # in demo_chunk's order: reserved_from (= decided_at), run ID
-    n_def = len(data["deferred"])
-    if n_def:
-        step(0.55, f"inserting {n_def:,} deferred requests")
-        con.register("demo_deferred", data["deferred_rows"])
-        con.execute("""
-            INSERT INTO decisions (decided_at, run_id, team, kind, state, reason_codes,
-                judged_gpu_hours, reserved_gpu_hours, policy_version, origin, request_json,
-                decision_json)
-            SELECT decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, NULL,
-                policy_version, 'demo', request_json, decision_json FROM demo_deferred
-            ORDER BY decided_at, run_id""")
-    counts["decisions"] += len(data["runs"]) + n_def
+        SELECT decided_at, run_id, team, kind, state, reason_codes, judged_gpu_hours, reserved_gpu_hours,
+            policy_version, 'demo', request_json, decision_json FROM demo_decisions
+        ORDER BY decided_at, run_id""")
+    counts["decisions"] += n_dec
     counts["deferred"] += n_def
     counts["active"] += data["active"]
-    for name in ("demo_runs", "demo_pilots", "demo_deferred"):
+    for name in ("demo_runs", "demo_pilots", "demo_decisions"):
         with contextlib.suppress(Exception):
             con.unregister(name)
     for table in ("demo_ids", "demo_chunk", "demo_chunk_pilots"):

@@ -68,10 +68,25 @@ CUT_SHORT = {"early-stop": (EARLY_STOP_SHARE, (0.35, 0.85)), "failed": (0.025, (
 NEVER_USED_SHARE = 0.025   # reservations that ran nothing (stopped as cancelled)
 ARTIFACT_OF_STOP = np.array([ARTIFACT_STATUSES.index(artifact_status_for(s)) for s in STOPS])
 
+# ---- how busy teams are
+WORK_AT_RATE = 14.0   # runs a day up to which a run is as long as WALL says (the default build's rate); a
+                      # busier build's runs are shorter, so its teams' load stays within quotas and budgets
+BURST_SHARE = 0.05    # the share of runs submitted in a deadline push: a team's handful within hours,
+BURST_RUNS = 12       # about this many runs per push,
+BURST_HOURS = 3.0     # over this many hours (capacity deferrals: more than the team's quota holds)
+
 # ---- why requests are deferred
-# how often a deferral gives each reason (the gate's codes but invalid-request)
-DEFER_WEIGHTS = {"no-snapshot": 0.02, "no-pilot": 0.08, "budget": 0.17, "period-budget": 0.12,
-                 "gpu-cap": 0.04, "memory-cap": 0.02, "runtime-cap": 0.04, "memory": 0.02,
-                 "no-recovery": 0.04, "capacity": 0.39, "retraining-protection": 0.06}
+# The gate decides every request; a request is deferred for what the team's state is (capacity,
+# retraining-protection, period-budget: pushes and busy months) or for what it asks. Besides the runs,
+# some requests ask for something the gate refuses: how often each such flaw is drawn.
+DEFER_WEIGHTS = {"no-snapshot": 0.06, "no-pilot": 0.16, "budget": 0.30, "gpu-cap": 0.08,
+                 "memory-cap": 0.05, "runtime-cap": 0.08, "memory": 0.05, "no-recovery": 0.08}
+# a deferred run is submitted again, changed as the gate's fix says, after (hours): a budget raised,
+# a pilot run first; waiting (capacity, period-budget) resubmits when the gate says it fits
+RESUBMIT_AFTER_H = {"budget": (0.1, 6.0), "no-pilot": (2.0, 24.0), "runtime-cap": (0.2, 4.0), "wait": (0.02, 1.0),
+                    "month": (0.0, 48.0)}
+EXACT_DAYS = 29       # days before now over which a request's calibration is exactly the replay's
+CHECKED_SHARE = 0.9   # the share of runs whose team checks the request on the what-if form before submitting
+MAX_ATTEMPTS = 60     # a run deferred this many times is given up (never admitted, no run row)
 DEFER_CODES = tuple(c for c in CODES if c in DEFER_WEIGHTS)   # in the order decisions list them
 DEFER_P = np.array([DEFER_WEIGHTS[c] for c in DEFER_CODES])

@@ -1,0 +1,175 @@
+"""The replay world as time moves forward (lib.planning.replay's rules): which reservations hold a
+team's accelerators, what each team spent in a month, which run IDs are booked, and what calibration
+and interruption rate the runs finished so far give. `WorldState.state` is the state `decide` sees
+at a time; `admit` books a request the gate admitted. Driven one request at a time in time order:
+by the policy replay over recorded requests, and by the demo history as it generates them, so both
+decide under the same state. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from datetime import datetime, timedelta
+
+from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
+from lib.gate.contracts import Decision, Policy, PoolState, Reservation, State
+from lib.gate.terms import KINDS, month_start
+from lib.planning.holdings import Holdings
+from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
+from lib.planning.replay_world import Refresh, RunRecord, World
+
+
+class Setting:
+    """What one pass decides under: team -> Policy, team -> calibration level, pool -> accelerators
+    (and the scheduler's windows), and the pools' reservations as the pass moves."""
+    __slots__ = ("policies", "levels", "pools", "windows", "held")
+
+    def __init__(self, policies: dict[str, Policy], levels: dict[str, float], pools: dict[str, int], windows):
+        self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
+        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
+
+    def key(self) -> tuple:
+        return (self.policies, {t: self.levels.get(t, DEFAULT_LEVEL) for t in self.policies}, self.pools)
+
+    def hold(self, release, holder: Reservation) -> None:
+        if holder.get("capacity") in self.pools:
+            self.held.hold(holder["capacity"], release, holder)
+
+    def pool_states(self, now) -> dict[str, PoolState] | None:
+        """The `pools` of the state decide takes at now (lib.gate.contracts.PoolState), None without pools."""
+        if not self.pools:
+            return None
+        return {name: {"name": name, "gpus": gpus, "reservations": self.held.held(name, now), "windows": self.windows}
+                for name, gpus in self.pools.items()}
+
+
+class WorldState:
+    """One pass over a replay world. `learn`: runs that end feed calibration and the interruption
+    rate (a pass that decides); without it they only spend (a pass that takes recorded decisions).
+    `cals` (the calibration per request, lib.planning.replay_history.Calibrations) may be wrapped by
+    a driver that recomputes it less often. `setting`: the pools the pass decides with (None: none);
+    `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
+
+    def __init__(self, world: World, *, refresh: Refresh = "exact", learn: bool = True,
+                 max_runs: int = DEFAULT_MAX_RUNS, window_days: int = DEFAULT_WINDOW_DAYS,
+                 setting: Setting | None = None, shared: dict | None = None):
+        self.runs, self.snapshots, self.learn = world["runs"], world["snapshots"], learn
+        self.scopes = CalibrationScopes(max_runs, window_days)
+        self.rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
+        self.cals = Calibrations(self.scopes, refresh, shared)
+        self.setting = setting
+        self.spent: Counter = Counter()       # (team, month start) -> GPU-hours ended in that month
+        self.active = Holdings()              # team -> its holders
+        self.booked: dict[str, datetime] = {}  # run ID -> when it became booked
+        for run in self.runs.values():
+            if not run["controlled"] and run["booked_at"] is not None:
+                self.booked[run["run_id"]] = run["booked_at"]
+        self.dynamic: list = []               # heap of (time, seq, End) for runs booked by this pass
+        self.seq = 0                          # pushes so far: equal times end in booking order
+        self.holds, self.ends = world["holds"], world["ends"]
+        self.hi = self.ei = 0
+
+    def _end(self, e) -> None:
+        ended_at, team, kind, actual, cal, interruptions = e
+        if actual is None:
+            return
+        self.spent[(team, month_start(ended_at))] += actual
+        if self.learn:
+            if cal is not None:
+                self.scopes.add(ended_at, team, kind, cal[0], actual, cal[1])
+            if interruptions is not None:
+                self.rates.add(ended_at, team, actual, interruptions)
+
+    def advance(self, now: datetime) -> None:
+        """Everything that happened by `now`, in time order: run ends (background and booked), then holds."""
+        ends, dynamic = self.ends, self.dynamic
+        while True:
+            t_static = ends[self.ei][0] if self.ei < len(ends) else None
+            t_dyn = dynamic[0][0] if dynamic else None
+            if t_static is not None and t_static <= now and (t_dyn is None or t_static <= t_dyn):
+                self._end(ends[self.ei])
+                self.ei += 1
+            elif t_dyn is not None and t_dyn <= now:
+                self._end(heapq.heappop(dynamic)[2])
+            else:
+                break
+        holds = self.holds
+        while self.hi < len(holds) and holds[self.hi]["start"] <= now:
+            h = holds[self.hi]
+            self._hold(h["reservation"]["team"], h["release"], h["reservation"])
+            self.hi += 1
+
+    def _hold(self, team: str, release: datetime | None, reservation: Reservation) -> None:
+        """Add a holder of `team`'s accelerators (and of its pool's) until `release` (None: never)."""
+        self.active.hold(team, release, reservation)
+        if self.setting is not None:
+            self.setting.hold(release, reservation)
+
+    def held(self, team: str, now: datetime) -> list[Reservation]:
+        """The team's holders at `now`, ordered by run ID as the ledger gives them (read, never change)."""
+        return self.active.held(team, now)
+
+    def is_booked(self, run_id, now: datetime) -> bool:
+        """Whether `run_id` already holds a reservation or has run at `now`."""
+        return isinstance(run_id, str) and run_id in self.booked and self.booked[run_id] <= now
+
+    def state(self, team: str, kind, policy: Policy | None, level: float, now: datetime,
+              holders: list[Reservation]) -> State:
+        """The state `decide` sees for a `kind` request of `team` at `now`, `holders` holding its quota."""
+        cal = self.cals.get(team, kind, level, now) if policy is not None and kind in KINDS else None
+        snaps = self.snapshots.get(None, set()) | self.snapshots.get(team, set()) if isinstance(team, str) else set()
+        out: State = {"now": now, "reservations": holders,
+                      "period_spent_gpu_hours": float(self.spent[(team, month_start(now))]),
+                      "snapshots": snaps, "calibration_history": [], "calibration": cal,
+                      "interruption_rate": self.rates.rate(team, now) if policy is not None else None}
+        pools = self.pool_states(now)
+        if pools is not None:
+            out["pools"] = pools
+        return out
+
+    def pool_states(self, now: datetime) -> dict[str, PoolState] | None:
+        """The pools' states at `now` (None: the pass has no pools)."""
+        return None if self.setting is None else self.setting.pool_states(now)
+
+    def _push_end(self, end: datetime, team: str, run: RunRecord) -> None:
+        heapq.heappush(self.dynamic, (end, self.seq, (end, team, run["kind"], run["actual_gpu_hours"],
+                                                      run["calibration"], run.get("interruptions"))))
+        self.seq += 1
+
+    def admit(self, request: dict, run: RunRecord | None, decision: Decision, now: datetime) -> float | None:
+        """Book a request admitted at `now`: it holds its accelerators from `now` until its run's end
+        shifted to this admission (`run`'s actual duration since its admitted_at), or its reserved
+        window's end (now + the decision's wall hours) when that comes first or the run never ended;
+        the run spends its actual at that shifted end. Returns the run's actual GPU-hours (None: it
+        never ran, or has not ended)."""
+        team, run_id = request["team"], request.get("run_id")
+        until = now + timedelta(hours=decision["estimate"]["wall_hours"])
+        release = until
+        if run is not None and run["ended_at"] is not None:
+            end = now + (run["ended_at"] - (run["admitted_at"] or now))
+            self._push_end(end, team, run)
+            release = min(end, until)
+        holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
+                               "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
+                               "reserved_from": now.replace(microsecond=0), "reserved_until": until,
+                               "capacity": request.get("capacity", "stable")}
+        self._hold(team, release, holder)
+        if isinstance(run_id, str):
+            self.booked.setdefault(run_id, now)
+        return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
+
+    def keep_recorded(self, state: str, decided_at: datetime, run: RunRecord | None) -> None:
+        """A recorded decision taken as it was: an admit whose run the world knows (and whose outcome
+        is the replay's) holds its accelerators and spends as recorded."""
+        if state != "admit" or run is None or not run["controlled"]:
+            return
+        holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
+                               "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
+                               "reserved_from": decided_at.replace(microsecond=0),
+                               "reserved_until": run["reserved_until"], "capacity": run.get("capacity", "stable")}
+        end, until = run["ended_at"], run["reserved_until"]
+        if end is not None:
+            self._push_end(end, run["team"], run)
+        release = min(end, until) if end is not None and until is not None else (end or until)
+        self._hold(run["team"], release, holder)
+        self.booked.setdefault(run["run_id"], decided_at)
