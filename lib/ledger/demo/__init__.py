@@ -39,7 +39,9 @@ __all__ = ["build_demo", "ensure_demo_history", "already_holds", "NotNew", "gene
            "DEFAULT_RUNS", "HISTORY_DAYS", "MIN_DAYS", "COST_SHIFT", "CHUNK_RUNS"]
 
 DEFAULT_RUNS = 10_000
-CHUNK_RUNS = 1_000_000   # runs generated and inserted at a time by build_demo
+# runs generated, decided and inserted at a time by build_demo: a chunk's decisions are held until its
+# insert (about 1.3 GB a 100,000 runs), so 200,000 keeps a build under its 4 GB goal
+CHUNK_RUNS = 200_000
 DECIDING = 0.8           # the share of a chunk's progress its decisions take (the rest: its insert)
 DEMO_MEMORY_LIMIT = "1GB"  # DuckDB's buffer limit while building (it writes or spills beyond)
 
