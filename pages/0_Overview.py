@@ -85,6 +85,9 @@ if cur["requested_runs"]:
                "requested, not measured) and are left out of the estimate-error figures.")
 
 st.subheader("Teams this month, riskiest first")
+if board["authority_error"]:
+    st.warning("The shared authority could not be read, so budget left is this cluster's ledger's alone: "
+               + ui.as_text(board["authority_error"]))
 board_slot = st.empty()   # drawn at once, then again with the drift alarms at the end of the page
 with board_slot.container():
     ui.show_table(board["board"])
@@ -93,6 +96,8 @@ board_caption = ("Riskiest first: the earliest run-out day at P90, then at P50, 
                  "what admitted reservations hold (as the gate counts); month end: less the burn-down's projected "
                  "spend. Free = the capacity calendar's (Reservations), now and the fewest on the next 7 days; "
                  "queue: the forward plan's. The period applies to idle only"
+                 + ("; budget and budget left are the shared authority's (every cluster's spend and holds)"
+                    if board["source"] == "authority" else "")
                  + (f"; money in {board['currency']}." if board["currency"] else "; no price is set, so no money."))
 
 data.chart(reservation_figures.reserved_vs_used, "daily")

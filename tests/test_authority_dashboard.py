@@ -88,3 +88,9 @@ def test_with_an_authority_the_page_shows_every_cluster_holds_against_the_team(
     budget = next(d.value for d in at.dataframe if "consumed_gpu_hours" in d.value.columns).set_index("team")
     assert budget.loc["shared", "committed_gpu_hours"] == pytest.approx(30)
     assert any("shared authority's" in c.value for c in at.caption)
+    # and so is the team board on Overview: budget left counts both clusters' holds
+    at.switch_page("pages/0_Overview.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    team_rows = next(d.value for d in at.dataframe if "budget_left_gpu_hours" in d.value.columns).set_index("team")
+    assert team_rows.loc["shared", "budget_left_gpu_hours"] == pytest.approx(100 - 30)
+    assert any("shared authority's" in c.value for c in at.caption)

@@ -4,7 +4,8 @@ the one burn-down (made once per render and shared).
 Per team (GPU-hours unless said):
 - budget_gpu_hours: the month's budget; budget_left_gpu_hours: budget less what ended this month
   (consumed) and what admitted reservations hold (committed now), as the gate's period-budget check
-  counts them; left_p50/p90_month_end_gpu_hours: budget less the burn-down's projected month-end spend
+  counts them; when the cluster names a shared authority, both are the authority's (every cluster's
+  spend and holds, lib.dashboard.cluster_queries.authority_board), as the gate decides against them; left_p50/p90_month_end_gpu_hours: budget less the burn-down's projected month-end spend
   (lib.dashboard.forecasts.budget_outlook; below 0: projected over); exhausts_p50/p90: its run-out day
   (empty: not this month);
 - free_gpus_now: the most accelerators a (non-retraining) request of the team would be admitted with now,
@@ -27,6 +28,7 @@ import datetime as dt
 import pandas as pd
 
 from lib.dashboard import costs
+from lib.dashboard.cluster_queries import authority_board
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
@@ -83,7 +85,8 @@ def risk_order(board: pd.DataFrame) -> pd.DataFrame:
 def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """The board (`board`, BOARD_COLUMNS, riskiest first; drift None until `with_drift`), the burn-down's
     rows (`burn`, as forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
-    `pricing_note`. Team filter applies; the period applies to the idle cost only (the budget is this
+    `pricing_note`, and where budget left comes from (`source`: "authority" or "ledger";
+    `authority_error`: why a named authority could not be read). Team filter applies; the period applies to the idle cost only (the budget is this
     month's, the plan starts now)."""
     now = now or utcnow()
     where, p = f.where("r")
@@ -125,6 +128,12 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
             "idle_gpu_hours": float(idle_hours.get(team, 0.0)),
             "idle_cost": float(idle_cost.get(team, 0.0)) if price["per_gpu_hour"] else None})
     board = pd.DataFrame(rows, columns=BOARD_COLUMNS)
+    shared, error = authority_board(now, f.teams)
+    if shared is not None:
+        by_team = shared.set_index("team")
+        known = board["team"].isin(by_team.index)
+        board.loc[known, "budget_gpu_hours"] = board.loc[known, "team"].map(by_team["monthly_budget_gpu_hours"])
+        board.loc[known, "budget_left_gpu_hours"] = board.loc[known, "team"].map(by_team["remaining_gpu_hours"])
     for col in ("runs_out_p90", "runs_out_p50"):
         board[col] = pd.to_datetime(board[col])
     for col in ("free_gpus_now", "fewest_free_7d_gpus"):
@@ -132,7 +141,8 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     for col in ("oldest_wait_hours", "idle_cost"):
         board[col] = board[col].astype("float64")
     return {"board": risk_order(board), "burn": burn, "currency": price["currency"],
-            "pricing_note": costs.pricing_note(price)}
+            "pricing_note": costs.pricing_note(price), "source": "ledger" if shared is None else "authority",
+            "authority_error": error}
 
 
 def runout_this_month(burn: pd.DataFrame) -> list[dict]:
