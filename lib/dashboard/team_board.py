@@ -16,7 +16,7 @@ Per team (GPU-hours unless said):
   lib.dashboard.estimate_queries.calibration: a query of its own, cached hourly and shared with Estimate
   accuracy, because its backtests cost seconds whatever the ledger's size);
 - idle_gpu_hours, idle_cost: idle reserved GPU-hours of the period's closed windows and their money at
-  [prices] (lib.dashboard.costs; None when no capacity type in scope has a price).
+  [prices] (lib.dashboard.costs; no idle_cost column when no price is set).
 
 Risk order: the earliest P90 run-out day first, then the earliest P50 one (a team without one after
 every team with one), then the smallest share of the budget left at month end at P90, then team name.
@@ -140,6 +140,8 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         board[col] = board[col].astype("Int64")
     for col in ("oldest_wait_hours", "idle_cost"):
         board[col] = board[col].astype("float64")
+    if not price["per_gpu_hour"]:   # no price set: no money anywhere, not an empty money column
+        board = board.drop(columns="idle_cost")
     return {"board": risk_order(board), "burn": burn, "currency": price["currency"],
             "pricing_note": costs.pricing_note(price), "source": "ledger" if shared is None else "authority",
             "authority_error": error}
