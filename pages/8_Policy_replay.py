@@ -54,6 +54,15 @@ def window_bounds(window) -> tuple[dt.datetime, dt.datetime] | None:
     return dt.datetime.combine(window[0], dt.time()), dt.datetime.combine(window[1], dt.time()) + dt.timedelta(days=1)
 
 
+def on_window(action) -> None:
+    """`action` on the picked window's bounds, or say that the window is not picked yet."""
+    bounds = window_bounds(st.session_state["pr_window"])
+    if bounds is None:
+        st.error("Pick the window's first and last day.")
+    else:
+        action(bounds)
+
+
 st.date_input("Window (UTC dates, both included; default: the sidebar's period)", value=(f.date_from, f.date_to),
               key="pr_window")
 policy_tab, capacity_tab, sizing_tab = st.tabs(["Policy proposal", "Capacity what-if", "Quota right-sizing"])
@@ -174,11 +183,8 @@ with policy_tab:
                 cols[len(FIELDS) % 4].number_input("Calibration level", min_value=0.5, max_value=0.99, step=0.01,
                                                    value=DEFAULT_LEVEL, key=f"pr_level|{team}")
         run = st.form_submit_button("Replay", type="primary")
-    bounds = window_bounds(st.session_state["pr_window"])
-    if run and bounds is None:
-        st.error("Pick the window's first and last day.")
-    elif run:
-        propose_and_replay(bounds)
+    if run:
+        on_window(propose_and_replay)
     result = st.session_state.get("pr_result")
     if result is None:
         st.info("Edit the policy above and press Replay. The window defaults to the sidebar's period.")
@@ -246,11 +252,8 @@ with capacity_tab:
     c[2].number_input("at most", min_value=0.0, value=24.0 if st.session_state.get("pr_target", "p90_wait_hours")
                       == "p90_wait_hours" else 5.0, step=1.0, key="pr_limit")
     search = st.button("Find the smallest pool", key="pr_search_go")
-    bounds = window_bounds(st.session_state["pr_window"])
-    if search and bounds is None:
-        st.error("Pick the window's first and last day.")
-    elif search:
-        search_pool(bounds)
+    if search:
+        on_window(search_pool)
     if st.session_state.get("pr_search") is not None:
         show_search(st.session_state["pr_search"])
     if st.button("When does the 26-week demand forecast outgrow today's pool?", key="pr_outgrow_go"):
@@ -295,11 +298,7 @@ with sizing_tab:
                "its retraining set-aside). Each cut is proved by replaying the window with that team's quota cut "
                "and every other policy as it is, against the baseline (the current policy, same engine).")
     if st.button("Recommend quota cuts", key="pr_sizing_go"):
-        bounds = window_bounds(st.session_state["pr_window"])
-        if bounds is None:
-            st.error("Pick the window's first and last day.")
-        else:
-            recommend_cuts(bounds)
+        on_window(recommend_cuts)
     sizing = st.session_state.get("pr_sizing")
     if sizing is not None:
         ui.table(sizing["rows"], "quota_right_sizing", "dl_pr_sizing", empty="No team policies.",
