@@ -60,3 +60,14 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
         assert any(since > p["since"] for since in cut.values()), "some scope must be cut short"
     pd.testing.assert_frame_equal(fast["table"], slow["table"])
     pd.testing.assert_frame_equal(fast["alarms"], slow["alarms"])
+
+
+@pytest.mark.parametrize("max_runs", [FEW, 60, 1000])
+def test_every_team_and_kind_calibrated_at_once_is_each_ones_own_calibration(busy_ledger, max_runs):
+    with open_ledger(busy_ledger, read_only=True) as con:
+        teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
+        pairs = [(t, k) for t in teams + ["no-such-team"] for k in ("exploratory", "production", "retraining")]
+        at_once = calib.calibrations(con, pairs, NOW, max_runs=max_runs)
+        each = {pair: calib.calibration(con, *pair, NOW, max_runs=max_runs) for pair in pairs}
+    assert len(teams) >= 3 and at_once == each
+    assert {c["scope"] for c in each.values()} >= {"team×kind", "all"}, "the fallback scopes must be exercised"

@@ -9,12 +9,10 @@ import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
-from lib.dashboard.reading import frame, one_row, period_params, reader, used_params
+from lib.dashboard.reading import frame, one_row, period_params, reader
 from lib.gate.calibration import DEFAULT_MAX_RUNS, backtest, calibrate_scopes, drift_alarm
 from lib.gate.terms import KINDS, utcnow
-from lib.ledger.calibration_rows import (CALIBRATION_ROWS_SQL, CALIBRATION_WINDOW_DAYS, CUT_SQL,
-                                         calibration_params, cut_params, newest_cutoffs)
-from lib.ledger.state import KNOWN_TEAMS
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS, ScopeRows
 
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
@@ -92,77 +90,17 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
     lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
     per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
-    kind, it reads each scope for every team at once: a few queries in all, not a few per team x kind
-    (what that saves: README, Benchmarks)."""
+    kind, it reads each scope for every team at once (lib.ledger.calibration_rows.ScopeRows): a few
+    queries in all, not a few per team x kind (what that saves: README, Benchmarks)."""
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
-    p = {**calibration_params(now, window_days), "max_runs": max_runs}
-    cols = "run_id, kind, ended_at, admitted_at, estimated_gpu_hours, actual_gpu_hours, censored"
     with reader(db) as con:
         known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         teams = list(f.teams) or known
-        # each team x kind's newest rows only (enough for the replay and for the team and
-        # everyone scopes, whose newest rows are among their team x kinds' newest)
-        cut = newest_cutoffs(con, CALIBRATION_ROWS_SQL, p, max_runs + BACKTEST_RUNS, known)
-        sql = f"""CREATE TEMP TABLE cal AS WITH {CUT_SQL}
-          SELECT c.* FROM ({CALIBRATION_ROWS_SQL}) c JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since"""
-        q = {**p, **cut_params(cut, p["since"])}
-        con.execute(sql, used_params(sql, q))
-        order = "ORDER BY c.ended_at DESC, c.run_id"
-        # the max_runs most recent per group: a cheap top-N pass finds each group's cutoff time,
-        # then the exact order (ties broken by run_id, as the store does) runs on the few rows left
-        by_kind = frame(con, f"""
-          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
-                       FROM cal GROUP BY team, kind)
-          SELECT c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours,
-                 c.censored
-          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
-          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $max_runs""", p)
-        by_team = frame(con, f"""
-          WITH cut AS (SELECT team, list_min(max_by(ended_at, ended_at, $max_runs)) AS cutoff
-                       FROM cal GROUP BY team)
-          SELECT c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours,
-                 c.censored
-          FROM cal c JOIN cut ON c.team = cut.team AND c.ended_at >= cut.cutoff
-          QUALIFY row_number() OVER (PARTITION BY c.team {order}) <= $max_runs""", p)
-        everyone = frame(con, f"SELECT {cols} FROM cal c {order} LIMIT $max_runs", p)
-        p["replay"] = max_runs + BACKTEST_RUNS
-        replay = frame(con, f"""
-          WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $replay)) AS cutoff
-                       FROM cal GROUP BY team, kind)
-          SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r, c.censored,
-                 c.admitted_at AS decided_at
-          FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
-          QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {order}) <= $replay
-          ORDER BY c.team, c.kind, c.ended_at, c.run_id DESC""", p)
-        con.execute("DROP TABLE cal")
-
-    def records(df):
-        # oldest first with ties as the store hands them over (its newest-first order, reversed)
-        if df is None:
-            return []
-        df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
-        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t, "admitted_at": at,
-                 "kind": k}
-                for e, a, c, t, at, k in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
-                                             df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist(),
-                                             df["admitted_at"].dt.to_pydatetime().tolist(), df["kind"].tolist())]
-
-    kind_groups = dict(list(by_kind.groupby(["team", "kind"])))
-    team_groups = dict(list(by_team.groupby("team")))
-    made: dict = {}
-
-    def scoped(team, kind):
-        # lazily, as the store reads them: a later scope is turned into rows only when needed, and a
-        # team's rows (read with each of its kinds) and everyone's once
-        yield "team×kind", records(kind_groups.get((team, kind)))
-        for scope, key, df in (("team", team, team_groups.get(team)), ("all", None, everyone)):
-            if (scope, key) not in made:
-                made[(scope, key)] = records(df)
-            yield scope, made[(scope, key)]
+        scopes = ScopeRows(con, now, max_runs=max_runs, window_days=window_days, replay=BACKTEST_RUNS)
     replayed, streams = {}, {}
-    for k, g in replay.groupby(["team", "kind"]):
+    for k, g in scopes.replay_frame.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
         streams[k] = g
         replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
@@ -171,7 +109,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
-            cal = calibrate_scopes(scoped(team, kind))
+            cal = calibrate_scopes(scopes.scoped(team, kind))
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],
                          "upper_factor": cal["upper_factor"], "method": cal["method"],

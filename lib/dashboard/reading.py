@@ -7,13 +7,12 @@ reads and closes the same way.
 from __future__ import annotations
 
 import contextlib
-import re
 
 import duckdb
 import pandas as pd
 
 from lib.dashboard.filters import Filters
-from lib.ledger.connection import LedgerError, ledger_path, open_ledger
+from lib.ledger.connection import LedgerError, ledger_path, open_ledger, used_params
 
 
 @contextlib.contextmanager
@@ -27,12 +26,6 @@ def reader(db):
             yield con
         except duckdb.Error as exc:
             raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
-
-
-def used_params(sql: str, params: dict | None) -> dict:
-    """The named parameters the SQL text uses (DuckDB refuses unused ones)."""
-    names = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    return {k: v for k, v in (params or {}).items() if k in names}
 
 
 def frame(con, sql: str, params: dict | None = None) -> pd.DataFrame:

@@ -8,12 +8,20 @@ same answer (`newest_rows`, `newest_cutoffs`).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Iterable, Iterator
+
+import pandas as pd
 
 from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.gate.contracts import Calibration, CalibrationRow
 from lib.gate.terms import CALIBRATION_STOPS, CENSORED_STOPS, KINDS
+from lib.ledger.connection import used_params
 
 CALIBRATION_WINDOW_DAYS = 365
+# Every team a run names: each write path registers a run's team in `teams` before the run (an
+# import refuses an unknown team unless told to create it; the gate decides only for teams with a
+# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
+KNOWN_TEAMS = "SELECT team FROM teams"
 
 
 # The rows calibration reads, for the gate (one team and kind) and the dashboard (every team at
@@ -116,3 +124,88 @@ def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:
         if len(got) >= limit:
             return got
     return con.execute(sql, params).fetchall()
+
+
+class ScopeRows:
+    """Every team's calibration rows at `now`, read at once: each team x kind's, each team's and
+    everyone's `max_runs` most recent (the scopes `calibration` reads one at a time), and with
+    `replay` > 0 each team x kind's `max_runs + replay` most recent as log ratios in time order
+    (`replay_frame`, for lib.gate.calibration.backtest). A few queries in all, whatever the number
+    of team x kinds asked about: the dashboard's calibration table and the forward plan's
+    calibrations read this way, and give what `calibration` gives for each team x kind."""
+
+    def __init__(self, con, now: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
+                 window_days: int = CALIBRATION_WINDOW_DAYS, replay: int = 0):
+        p = {**calibration_params(now, window_days), "max_runs": max_runs}
+        known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
+        # each team x kind's newest rows only (enough for the replay and for the team and everyone
+        # scopes, whose newest rows are among their team x kinds' newest)
+        cut = newest_cutoffs(con, CALIBRATION_ROWS_SQL, p, max_runs + replay, known)
+        sql = (f"CREATE OR REPLACE TEMP TABLE cal AS WITH {CUT_SQL} SELECT c.* FROM ({CALIBRATION_ROWS_SQL}) c "
+               "JOIN cut USING (team, kind) WHERE c.ended_at > cut.cut_since")
+        con.execute(sql, used_params(sql, {**p, **cut_params(cut, p["since"])}))
+        try:
+            self.by_kind = self._newest(con, "team, kind", "$max_runs", p)
+            self.by_team = self._newest(con, "team", "$max_runs", p)
+            self.everyone = con.execute(f"SELECT {self._COLS} FROM cal c {self._ORDER} LIMIT $max_runs",
+                                        {"max_runs": max_runs}).df()
+            self.replay_frame = con.execute(f"""
+              WITH cut AS (SELECT team, kind, list_min(max_by(ended_at, ended_at, $n)) AS cutoff
+                           FROM cal GROUP BY team, kind)
+              SELECT c.team, c.kind, c.ended_at, ln(c.actual_gpu_hours / c.estimated_gpu_hours) AS r,
+                     c.censored, c.admitted_at AS decided_at
+              FROM cal c JOIN cut ON c.team = cut.team AND c.kind = cut.kind AND c.ended_at >= cut.cutoff
+              QUALIFY row_number() OVER (PARTITION BY c.team, c.kind {self._ORDER}) <= $n
+              ORDER BY c.team, c.kind, c.ended_at, c.run_id DESC""", {"n": max_runs + replay}).df() \
+                if replay else None
+        finally:
+            con.execute("DROP TABLE IF EXISTS cal")
+        self._kinds = dict(list(self.by_kind.groupby(["team", "kind"])))
+        self._teams = dict(list(self.by_team.groupby("team")))
+        self._made: dict = {}
+
+    _COLS = "c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored"
+    _ORDER = "ORDER BY c.ended_at DESC, c.run_id"   # the store's order, as CALIBRATION_ORDER
+
+    @classmethod
+    def _newest(cls, con, group: str, n: str, p: dict) -> pd.DataFrame:
+        # the n most recent per group: a cheap top-N pass finds each group's cutoff time, then the
+        # exact order (ties broken by run_id, as the store does) runs on the few rows left
+        on = " AND ".join(f"c.{g} = cut.{g}" for g in group.split(", "))
+        sql = f"""
+          WITH cut AS (SELECT {group}, list_min(max_by(ended_at, ended_at, {n})) AS cutoff FROM cal GROUP BY {group})
+          SELECT {cls._COLS} FROM cal c JOIN cut ON {on} AND c.ended_at >= cut.cutoff
+          QUALIFY row_number() OVER (PARTITION BY {", ".join(f"c.{g}" for g in group.split(", "))} {cls._ORDER}) <= {n}"""
+        return con.execute(sql, used_params(sql, p)).df()
+
+    @staticmethod
+    def _records(df: pd.DataFrame | None) -> list[CalibrationRow]:
+        # oldest first with ties as the store hands them over (its newest-first order, reversed)
+        if df is None:
+            return []
+        df = df.sort_values(["ended_at", "run_id"], ascending=[True, False], kind="stable")
+        return [{"estimated_gpu_hours": e, "actual_gpu_hours": a, "censored": c, "ended_at": t, "admitted_at": at,
+                 "kind": k}
+                for e, a, c, t, at, k in zip(df["estimated_gpu_hours"].tolist(), df["actual_gpu_hours"].tolist(),
+                                             df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist(),
+                                             df["admitted_at"].dt.to_pydatetime().tolist(), df["kind"].tolist())]
+
+    def scoped(self, team: str, kind: str) -> Iterator[tuple[str, list[CalibrationRow]]]:
+        """calibrate_scopes' scopes for `team`'s `kind`, lazily: a team's rows (read with each of its
+        kinds) and everyone's are made into rows once, when first needed."""
+        yield "team×kind", self._records(self._kinds.get((team, kind)))
+        for scope, key, df in (("team", team, self._teams.get(team)), ("all", None, self.everyone)):
+            if (scope, key) not in self._made:
+                self._made[(scope, key)] = self._records(df)
+            yield scope, self._made[(scope, key)]
+
+
+def calibrations(con, pairs: Iterable[tuple[str, str]], now: datetime, *,
+                 max_runs: int = DEFAULT_MAX_RUNS) -> dict[tuple[str, str], Calibration]:
+    """{(team, kind): `calibration(con, team, kind, now, max_runs=max_runs)`} for every pair, from one
+    ScopeRows read (what the forward plan needs for every waiting request's team x kind)."""
+    pairs = sorted(set(pairs))
+    if not pairs:
+        return {}
+    rows = ScopeRows(con, now, max_runs=max_runs)
+    return {(t, k): calibrate_scopes(rows.scoped(t, k)) for t, k in pairs}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -353,3 +354,9 @@ def transaction(con: duckdb.DuckDBPyConnection):
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
+
+
+def used_params(sql: str, params: dict | None) -> dict:
+    """The named parameters the SQL text uses (DuckDB refuses unused ones)."""
+    names = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    return {k: v for k, v in (params or {}).items() if k in names}

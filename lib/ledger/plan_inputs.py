@@ -15,7 +15,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.terms import KINDS, month_start
-from lib.ledger.calibration_rows import calibration
+from lib.ledger.calibration_rows import calibrations
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.deciding import BOOKED
 from lib.ledger.replay import ledger_policies
@@ -106,7 +106,7 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
     inputs: PlanInputs = {
         "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
         "spent": spent, "snapshots": snapshots,
-        "calibrations": {(t, k): calibration(con, t, k, as_of) for t, k in sorted(pairs)},
+        "calibrations": calibrations(con, pairs, as_of),
         "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
         "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
     return inputs, expired

@@ -8,14 +8,9 @@ from datetime import datetime, timedelta
 
 from lib.gate.contracts import CapacityWindow, InterruptionRate, Policy, PoolState, Reservation, State
 from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
-from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS, calibration
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
-
-# Every team a run names: each write path registers a run's team in `teams` before the run (an
-# import refuses an unknown team unless told to create it; the gate decides only for teams with a
-# policy; the demo syncs data/teams.toml first), so the small table answers without reading runs.
-KNOWN_TEAMS = "SELECT team FROM teams"
 
 
 def team_policy(con, team) -> Policy | None:
