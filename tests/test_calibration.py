@@ -83,7 +83,7 @@ def test_tobit_recovers_a_lognormal_under_heavy_censoring():
 
 
 def test_the_backtest_covers_about_its_level_on_stationary_ratios():
-    from lib.gate.calibration import backtest
+    from lib.gate.backtest import backtest
     rng = random.Random(11)
     r = [rng.gauss(0.1, 0.4) for _ in range(600)]
     result = backtest(r, [False] * 600, level=0.9, window=300, last=300)
@@ -92,7 +92,7 @@ def test_the_backtest_covers_about_its_level_on_stationary_ratios():
 
 
 def test_the_backtest_counts_drift_as_misses_and_unknowns_apart():
-    from lib.gate.calibration import backtest
+    from lib.gate.backtest import backtest
     # ten runs at ratio 1, then five at ratio 3: the first overrun misses the old bound (1); the
     # rolling window (10 runs, k = 10) then holds the overrun and the bound follows the drift
     r = [0.0] * 10 + [math.log(3)] * 5

@@ -3,7 +3,8 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
-from lib.gate.calibration import backtest, calibrate, scope_bound, window_bound
+from lib.gate.backtest import backtest
+from lib.gate.calibration import calibrate, scope_bound, window_bound
 from tests.fixtures_calibration import as_history, ratio_stream
 from tests.fixtures_gate import NOW
 

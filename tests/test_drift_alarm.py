@@ -2,11 +2,12 @@
 limit) far more often than the level allows is flagged, with since when and what to do; steady
 scopes stay quiet."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from lib.dashboard import estimate_queries
 from lib.dashboard.filters import default_filters
-from lib.gate.calibration import backtest, drift_alarm
+from lib.gate.backtest import backtest, drift_alarm
 from tests.fixtures_app import open_app
 from tests.fixtures_calibration import ratio_stream
 
@@ -109,3 +110,44 @@ def test_the_estimate_accuracy_page_shows_the_alarm(full_demo, monkeypatch, fres
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("Drift alarm:") and "re-run the pilots" in w for w in warnings), warnings
+
+
+def test_a_backtest_remembers_each_replayed_bound_by_the_runs_it_was_replayed_from():
+    stream = ratio_stream(seed=5, n=400, jump_at=300, factor=2.0, censor_share=0.3)
+    n = len(stream["r"])
+    ended = np.arange(n, dtype=float)
+    plain = backtest(stream["r"], stream["censored"], last=60, ended_at=ended, decided_at=ended - 6.5)
+    memo: dict = {}
+    first = backtest(stream["r"], stream["censored"], last=60, ended_at=ended, decided_at=ended - 6.5, memo=memo)
+    assert first == plain and 0 < len(memo) <= 60
+    filled = dict(memo)
+    again = backtest(stream["r"], stream["censored"], last=60, ended_at=ended, decided_at=ended - 6.5, memo=memo)
+    assert again == plain and memo == filled, "a second replay of the same runs replays nothing"
+    # ten more runs ended: only the replays whose runs are new are added
+    more = backtest(np.append(stream["r"], stream["r"][-10:]), np.append(stream["censored"], stream["censored"][-10:]),
+                    last=60, ended_at=np.arange(n + 10.0), decided_at=np.arange(n + 10.0) - 6.5, memo=memo)
+    assert len(memo) - len(filled) == 10 and len(more["outcomes"]) == 60
+    # bounds made by other code (another tag) are never taken for this code's
+    other: dict = {}
+    backtest(stream["r"], stream["censored"], last=60, ended_at=ended, decided_at=ended - 6.5, memo=other,
+             memo_tag=b"other code")
+    assert not set(other) & set(filled)
+
+
+def test_the_calibration_table_keeps_its_replayed_bounds_beside_the_ledger_and_reads_them_back(full_demo, tmp_path):
+    import shutil
+    path, now = full_demo
+    ledger = tmp_path / "copy.duckdb"
+    shutil.copy(path, ledger)
+    f = default_filters(now.date())
+    cold = estimate_queries.calibration(f, ledger, now)
+    saved = estimate_queries.replayed_bounds(ledger)
+    assert saved.parent == ledger.parent and saved.stat().st_size > 0
+    stamp = saved.stat().st_mtime_ns
+    warm = estimate_queries.calibration(f, ledger, now)
+    assert saved.stat().st_mtime_ns == stamp, "nothing new replayed, nothing rewritten"
+    saved.write_text("{ not json")                      # a damaged file is no store: computed again
+    damaged = estimate_queries.calibration(f, ledger, now)
+    for got in (warm, damaged):
+        pd.testing.assert_frame_equal(got["table"], cold["table"])
+        pd.testing.assert_frame_equal(got["alarms"], cold["alarms"])

@@ -12,7 +12,7 @@ import pytest
 
 from lib.dashboard.forecasts import forecast, model_cache, week_start
 from lib.ledger.connection import open_ledger, transaction
-from lib.planning import forecast_cache, forecast_models
+from lib.planning import content_store, forecast_cache, forecast_models
 from lib.planning.forecast_models import fit_team
 from tests.fixtures_app import ROOT
 from tests.fixtures_forecast import generated_histories
@@ -92,7 +92,7 @@ def test_a_model_read_back_is_the_model_fitted_to_the_last_bit(tmp_path):
     model = fit_team(y, LAST)
     key = forecast_cache.model_key(y, LAST)
     forecast_cache.save(cache, {key: model})
-    forecast_cache._read.clear()                                      # parse the file, not the memo
+    content_store._read.clear()                                      # parse the file, not the memo
     back = forecast_cache.load(cache)[key]
     assert back["name"] == model["name"] and back["scores"] == model["scores"]
     arrays = [(back[k], model[k]) for k in ("point",)] + list(zip(back["ratios"] + back["sums"],
@@ -106,5 +106,5 @@ def test_only_the_most_recently_used_histories_are_kept(tmp_path, monkeypatch):
     cache = tmp_path / "cache.json"
     model = fit_team([100.0] * 12, LAST)
     forecast_cache.save(cache, {str(k): model for k in range(5)})
-    forecast_cache._read.clear()
+    content_store._read.clear()
     assert list(forecast_cache.load(cache)) == ["2", "3", "4"]

@@ -4,18 +4,28 @@ time and by source), and the calibration the gate applies today with its drift a
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+from functools import lru_cache
+from pathlib import Path
 
 import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
 from lib.dashboard.reading import frame, one_row, period_params, reader
-from lib.gate.calibration import DEFAULT_MAX_RUNS, backtest, calibrate_scopes, drift_alarm
+from lib.gate import backtest as backtest_module, calibration as calibration_module, calibration_change, tobit
+from lib.gate.backtest import backtest, drift_alarm
+from lib.gate.calibration import DEFAULT_MAX_RUNS
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS, ScopeRows
+from lib.ledger.connection import ledger_path
+from lib.planning import content_store
 
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
+BOUNDS_SUFFIX = ".replayed-bounds.json"   # beside the ledger: the backtests' replayed bounds (`replayed_bounds`)
+BOUNDS_KEPT = 40_000          # replayed bounds kept (about 150 bytes each): 24 team x kinds x 100 runs, many times
+BOUNDS_FORMAT = 1
 DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
 
 
@@ -81,11 +91,11 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     runs) each rests on, and the drift alarms. Team and kind filters apply; dates do not (the gate
     reads its own window).
     backtest_coverage: how often the gate's team x kind bound (conformal, Tobit, or shifted after a
-    change: lib.gate.calibration.backtest) covered the scope's last BACKTEST_RUNS runs when replayed
+    change: lib.gate.backtest.backtest) covered the scope's last BACKTEST_RUNS runs when replayed
     from the runs before each; it should sit near the level. adapted_since: where the bound follows a
     change in the cost ratio, the first run after it.
     alarms: the team x kind scopes whose last ALARM_RUNS replayed runs exceeded their bound more often
-    than the level allows (lib.gate.calibration.drift_alarm), with since when and what to do.
+    than the level allows (lib.gate.backtest.drift_alarm), with since when and what to do.
 
     Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
     lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
@@ -100,16 +110,21 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         teams = list(f.teams) or known
         scopes = ScopeRows(con, now, max_runs=max_runs, window_days=window_days, replay=BACKTEST_RUNS)
     replayed, streams = {}, {}
+    memo_file = replayed_bounds(db)
+    memo = content_store.load(memo_file, BOUNDS_FORMAT)
+    known_bounds = len(memo)
     for k, g in scopes.replay_frame.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
         streams[k] = g
         replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
                                last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
-                               decided_at=g["decided_at"].to_numpy())
+                               decided_at=g["decided_at"].to_numpy(), memo=memo, memo_tag=_bound_code())
+    if len(memo) > known_bounds:
+        content_store.save(memo_file, memo, BOUNDS_FORMAT, BOUNDS_KEPT)
     rows, alarms = [], []
     for team in teams:
         for kind in (f.kinds or KINDS):
-            cal = calibrate_scopes(scopes.scoped(team, kind))
+            cal = scopes.calibrate(team, kind)
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],
                          "upper_factor": cal["upper_factor"], "method": cal["method"],
@@ -141,6 +156,23 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     alarms = pd.DataFrame(alarms, columns=["team", "kind", "recent_exceeded", "drift_since", "what_to_do"])
     alarms["drift_since"] = pd.to_datetime(alarms["drift_since"])
     return {"table": table, "alarms": alarms}
+
+
+def replayed_bounds(db=None) -> Path:
+    """The file beside the ledger that keeps the backtests' replayed bounds between processes
+    (lib.planning.content_store): a run's replayed bound depends only on the runs before it, so after
+    a few more runs end only theirs are replayed, not every scope's last BACKTEST_RUNS again."""
+    path = ledger_path(db)
+    return path.with_name(path.name + BOUNDS_SUFFIX)
+
+
+@lru_cache(maxsize=1)
+def _bound_code() -> bytes:
+    """What a replayed bound depends on besides its runs: the source of the code that computes it."""
+    h = hashlib.sha256()
+    for module in (calibration_module, calibration_change, tobit, backtest_module):
+        h.update(Path(module.__file__).read_bytes())
+    return h.digest()
 
 
 def calibration_remark(cal: dict) -> str:

@@ -7,6 +7,8 @@ same answer (`newest_rows`, `newest_cutoffs`).
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Iterable, Iterator
 
@@ -126,11 +128,15 @@ def newest_rows(con, sql: str, params: dict, limit: int) -> list[tuple]:
     return con.execute(sql, params).fetchall()
 
 
+_CALIBRATED: OrderedDict[str, Calibration] = OrderedDict()   # ScopeRows.calibrate's, least recently used first
+_CALIBRATED_KEPT = 512
+
+
 class ScopeRows:
     """Every team's calibration rows at `now`, read at once: each team x kind's, each team's and
     everyone's `max_runs` most recent (the scopes `calibration` reads one at a time), and with
     `replay` > 0 each team x kind's `max_runs + replay` most recent as log ratios in time order
-    (`replay_frame`, for lib.gate.calibration.backtest). A few queries in all, whatever the number
+    (`replay_frame`, for lib.gate.backtest.backtest). A few queries in all, whatever the number
     of team x kinds asked about: the dashboard's calibration table and the forward plan's
     calibrations read this way, and give what `calibration` gives for each team x kind."""
 
@@ -163,6 +169,7 @@ class ScopeRows:
         self._kinds = dict(list(self.by_kind.groupby(["team", "kind"])))
         self._teams = dict(list(self.by_team.groupby("team")))
         self._made: dict = {}
+        self._digests: dict[int, bytes] = {}   # by id() of this object's own frames, which it keeps
 
     _COLS = "c.team, c.kind, c.run_id, c.ended_at, c.admitted_at, c.estimated_gpu_hours, c.actual_gpu_hours, c.censored"
     _ORDER = "ORDER BY c.ended_at DESC, c.run_id"   # the store's order, as CALIBRATION_ORDER
@@ -190,6 +197,28 @@ class ScopeRows:
                                              df["censored"].tolist(), df["ended_at"].dt.to_pydatetime().tolist(),
                                              df["admitted_at"].dt.to_pydatetime().tolist(), df["kind"].tolist())]
 
+    def calibrate(self, team: str, kind: str) -> Calibration:
+        """calibrate_scopes(self.scoped(team, kind)), remembered in this process by the rows it may
+        read (the team x kind's, the team's and everyone's): the forward plan and the calibration
+        table calibrate the same team x kinds from the same rows within one page."""
+        key = hashlib.sha256(b"".join((self._digest(self._kinds.get((team, kind))),
+                                       self._digest(self._teams.get(team)), self._digest(self.everyone))))
+        key = key.hexdigest()
+        if (known := _CALIBRATED.get(key)) is None:
+            known = _CALIBRATED[key] = calibrate_scopes(self.scoped(team, kind))
+            while len(_CALIBRATED) > _CALIBRATED_KEPT:
+                _CALIBRATED.popitem(last=False)
+        _CALIBRATED.move_to_end(key)
+        return dict(known)
+
+    def _digest(self, df: pd.DataFrame | None) -> bytes:
+        if df is None:
+            return b"-"
+        if (seen := self._digests.get(id(df))) is None:
+            rows = pd.util.hash_pandas_object(df, index=False).to_numpy()
+            seen = self._digests[id(df)] = hashlib.sha256(rows.tobytes()).digest()
+        return seen
+
     def scoped(self, team: str, kind: str) -> Iterator[tuple[str, list[CalibrationRow]]]:
         """calibrate_scopes' scopes for `team`'s `kind`, lazily: a team's rows (read with each of its
         kinds) and everyone's are made into rows once, when first needed."""
@@ -208,4 +237,4 @@ def calibrations(con, pairs: Iterable[tuple[str, str]], now: datetime, *,
     if not pairs:
         return {}
     rows = ScopeRows(con, now, max_runs=max_runs)
-    return {(t, k): calibrate_scopes(rows.scoped(t, k)) for t, k in pairs}
+    return {(t, k): rows.calibrate(t, k) for t, k in pairs}

@@ -2,28 +2,23 @@
 since the last one reads its models instead of importing statsmodels (with scipy: over a second on a quiet
 machine, three and more under load) and fitting again.
 
-Content-addressed: an entry's key is a SHA-256 of the weekly history (its float64 bytes), the last week,
-the horizons, the origins, the model code (forecast_models.py's source) and statsmodels' version. A
-history that changed, or a changed model, finds no entry: an entry is never stale, so nothing needs to
-invalidate it. One JSON file (no pickle: reading it runs no code) holds the MAX_ENTRIES entries used
-last, written whole to a temporary file and renamed over the old one (a reader sees the old file or the
-new one; of two writers the last wins, which loses entries, never correctness). A file that cannot be
-read or written is no cache: the forecast fits as it would without one.
+Content-addressed (lib.planning.content_store): an entry's key is a SHA-256 of the weekly history (its
+float64 bytes), the last week, the horizons, the origins, the model code (forecast_models.py's source)
+and statsmodels' version. A history that changed, or a changed model, finds no entry. The file holds
+the MAX_ENTRIES entries used last; a file that cannot be read or written is no cache: the forecast
+fits as it would without one.
 """
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from lib.planning import forecast_models
+from lib.planning import content_store, forecast_models
 from lib.planning.forecast_models import TeamModel
 
 MAX_ENTRIES = 64            # team histories kept (about 50 kB each); the least recently used go first
@@ -65,39 +60,11 @@ def _from_json(d: dict) -> TeamModel:
             "sums": [frozen(s) for s in d["sums"]], "scores": dict(d["scores"])}
 
 
-_read: dict[Path, tuple[tuple, dict]] = {}    # per file: (its stat when read, its entries): one parse a change
-
-
-def _signature(path: Path) -> tuple:
-    st = os.stat(path)
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 def load(path: Path) -> dict[str, TeamModel]:
     """The entries of the cache file at `path` (oldest use first); none if it is missing or unreadable."""
-    try:
-        sig = _signature(path)
-        if (seen := _read.get(path)) is not None and seen[0] == sig:
-            return dict(seen[1])
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-        entries = {str(k): _from_json(v) for k, v in raw["entries"].items()} if raw.get("format") == FORMAT else {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-    _read[path] = (sig, entries)
-    return dict(entries)
+    return content_store.load(path, FORMAT, _from_json)
 
 
 def save(path: Path, entries: dict[str, TeamModel]) -> None:
     """Write the last MAX_ENTRIES of `entries` (oldest use first) to `path`; a failure is ignored."""
-    keep = dict(list(entries.items())[-MAX_ENTRIES:])
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "entries": {k: _to_json(m) for k, m in keep.items()}}, f)
-        os.replace(tmp, path)
-        _read[path] = (_signature(path), keep)
-    except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    content_store.save(path, entries, FORMAT, MAX_ENTRIES, _to_json)
