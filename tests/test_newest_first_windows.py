@@ -8,6 +8,7 @@ import pytest
 from lib.dashboard import estimate_queries
 from lib.dashboard.filters import Filters
 from lib.ledger import calibration_rows as calib
+from lib.ledger.calibration_scopes import calibrations
 from lib.ledger.connection import open_ledger
 from lib.ledger.state import KNOWN_TEAMS
 from tests.fixtures_gate import NOW
@@ -67,7 +68,7 @@ def test_every_team_and_kind_calibrated_at_once_is_each_ones_own_calibration(bus
     with open_ledger(busy_ledger, read_only=True) as con:
         teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
         pairs = [(t, k) for t in teams + ["no-such-team"] for k in ("exploratory", "production", "retraining")]
-        at_once = calib.calibrations(con, pairs, NOW, max_runs=max_runs)
+        at_once = calibrations(con, pairs, NOW, max_runs=max_runs)
         each = {pair: calib.calibration(con, *pair, NOW, max_runs=max_runs) for pair in pairs}
     assert len(teams) >= 3 and at_once == each
     assert {c["scope"] for c in each.values()} >= {"team×kind", "all"}, "the fallback scopes must be exercised"

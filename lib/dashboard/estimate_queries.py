@@ -4,8 +4,6 @@ time and by source), and the calibration the gate applies today with its drift a
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +11,11 @@ import pandas as pd
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
 from lib.dashboard.reading import frame, one_row, period_params, reader
-from lib.gate import backtest as backtest_module, calibration as calibration_module, calibration_change, tobit
 from lib.gate.backtest import backtest, drift_alarm
 from lib.gate.calibration import DEFAULT_MAX_RUNS
 from lib.gate.terms import KINDS, utcnow
-from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS, ScopeRows
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS
+from lib.ledger.calibration_scopes import ScopeRows, calibration_code
 from lib.ledger.connection import ledger_path
 from lib.planning import content_store
 
@@ -100,7 +98,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     Same rows (lib.ledger.calibration_rows.CALIBRATION_ROWS_SQL) and same function as
     lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
     per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
-    kind, it reads each scope for every team at once (lib.ledger.calibration_rows.ScopeRows): a few
+    kind, it reads each scope for every team at once (lib.ledger.calibration_scopes.ScopeRows): a few
     queries in all, not a few per team x kind (what that saves: README, Benchmarks)."""
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
@@ -118,7 +116,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         streams[k] = g
         replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
                                last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
-                               decided_at=g["decided_at"].to_numpy(), memo=memo, memo_tag=_bound_code())
+                               decided_at=g["decided_at"].to_numpy(), memo=memo, memo_tag=calibration_code())
     if len(memo) > known_bounds:
         content_store.save(memo_file, memo, BOUNDS_FORMAT, BOUNDS_KEPT)
     rows, alarms = [], []
@@ -147,6 +145,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
                 since = pd.Timestamp(cal["adapted_since"]) if cal["adapted_since"] else alarm["since"]
                 alarms.append({"team": team, "kind": kind, "recent_exceeded": alarm["message"],
                                "drift_since": since, "what_to_do": DRIFT_ADVICE})
+    scopes.keep()
     table = pd.DataFrame(rows, columns=["team", "kind", "factor", "upper_factor", "method", "scope", "runs",
                                         "censored_runs", "level", "backtest_checked", "backtest_coverage",
                                         "adapted_since", "note"])
@@ -164,15 +163,6 @@ def replayed_bounds(db=None) -> Path:
     a few more runs end only theirs are replayed, not every scope's last BACKTEST_RUNS again."""
     path = ledger_path(db)
     return path.with_name(path.name + BOUNDS_SUFFIX)
-
-
-@lru_cache(maxsize=1)
-def _bound_code() -> bytes:
-    """What a replayed bound depends on besides its runs: the source of the code that computes it."""
-    h = hashlib.sha256()
-    for module in (calibration_module, calibration_change, tobit, backtest_module):
-        h.update(Path(module.__file__).read_bytes())
-    return h.digest()
 
 
 def calibration_remark(cal: dict) -> str:

@@ -15,7 +15,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.terms import KINDS, month_start
-from lib.ledger.calibration_rows import calibrations
+from lib.ledger.calibration_scopes import calibrations
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.deciding import BOOKED
 from lib.ledger.replay import ledger_policies
