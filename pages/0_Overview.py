@@ -2,7 +2,7 @@
 import streamlit as st
 
 import ui
-from lib.dashboard import alerts, costs, estimate_queries, overview_queries, reservation_figures, team_board
+from lib.dashboard import alerts, costs, overview_queries, reservation_figures, team_board
 
 f = ui.frame()
 
@@ -88,9 +88,6 @@ st.subheader("Teams this month, riskiest first")
 if board["authority_error"]:
     st.warning("The shared authority could not be read, so budget left is this cluster's ledger's alone: "
                + ui.as_text(board["authority_error"]))
-board_slot = st.empty()   # drawn at once, then again with the drift alarms at the end of the page
-with board_slot.container():
-    ui.show_table(board["board"])
 board_caption = ("Riskiest first: the earliest run-out day at P90, then at P50, then the smallest share of the "
                  "budget left at month end (P90). Budget left = the month's budget less what ended this month and "
                  "what admitted reservations hold (as the gate counts); month end: less the burn-down's projected "
@@ -98,7 +95,11 @@ board_caption = ("Riskiest first: the earliest run-out day at P90, then at P50, 
                  "queue: the forward plan's. The period applies to idle only"
                  + ("; budget and budget left are the shared authority's (every cluster's spend and holds)"
                     if board["source"] == "authority" else "")
-                 + (f"; money in {board['currency']}." if board["currency"] else "; no price is set, so no money."))
+                 + (f"; money in {board['currency']}." if board["currency"] else "; no price is set, so no money.")
+                 + " Drift: the kinds with a drift alarm on Estimate accuracy.")
+ui.table(board["board"], "team_board", "dl_overview_board",
+         empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.",
+         caption=board_caption)
 
 data.chart(reservation_figures.reserved_vs_used, "daily")
 data.chart(reservation_figures.deferred_reasons, "deferred_by_reason")
@@ -108,10 +109,3 @@ if money["per_gpu_hour"]:
     st.subheader("Cost by capacity type")
     ui.table(money["by_capacity"].round(2), "cost_by_capacity", "dl_overview_costs",
              empty="No priced capacity in this view.", caption=f"Money in {money['currency']}.")
-
-with st.spinner("Reading the calibration's drift alarms (slow on a large ledger the first time each hour)…"):
-    cal = ui.PageData(estimate_queries.calibration, f, hourly=True)   # the one Estimate accuracy shows
-with board_slot.container():
-    ui.table(team_board.with_drift(board["board"], cal["alarms"]), "team_board", "dl_overview_board",
-             empty="No team policies for these teams — load data/teams.toml with `python -m lib teams`.",
-             caption=board_caption)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib.dashboard import estimate_queries
+from lib.dashboard import estimate_queries, team_board
 from lib.dashboard.filters import default_filters
 from lib.gate.backtest import backtest, drift_alarm
 from tests.fixtures_app import open_app
@@ -151,3 +151,16 @@ def test_the_calibration_table_keeps_its_replayed_bounds_beside_the_ledger_and_r
     for got in (warm, damaged):
         pd.testing.assert_frame_equal(got["table"], cold["table"])
         pd.testing.assert_frame_equal(got["alarms"], cold["alarms"])
+
+
+def test_the_boards_drift_flags_are_the_alarms_estimate_accuracy_shows(full_demo):
+    from lib.ledger.demo import COST_SHIFT
+    path, now = full_demo
+    f = default_filters(now.date())
+    got = team_board.team_board(f, path, now)
+    shown = estimate_queries.calibration(f, path, now)["alarms"]
+    pd.testing.assert_frame_equal(got["alarms"], shown)
+    flagged = got["board"].set_index("team")["drift"]
+    assert flagged[COST_SHIFT[0]] != "" and flagged[COST_SHIFT[0]] == team_board.with_drift(
+        got["board"], shown).set_index("team")["drift"][COST_SHIFT[0]]
+    assert set(flagged[flagged != ""].index) == set(shown["team"])

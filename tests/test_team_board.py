@@ -97,7 +97,7 @@ def test_overview_shows_the_board_and_names_the_teams_at_risk_with_their_days(pa
     first = warning.split("\n")[1]
     assert first.startswith("- **speech**: P90 ") and ", P50 " in first
     grids = [g.value for g in at.dataframe if "runs_out_p90" in g.value.columns]
-    assert len(grids) == 1   # drawn at once, then with the drift alarms in its place
+    assert len(grids) == 1
     assert grids[0]["team"].iloc[0] == "speech"
     assert grids[0]["drift"].notna().all()
     assert any("Teams this month" in h.value for h in at.subheader)
@@ -108,3 +108,4 @@ def test_the_drift_column_names_each_drifting_kind_with_since_when():
     alarms = pd.DataFrame({"team": ["b", "b"], "kind": ["production", "retraining"],
                            "drift_since": pd.to_datetime(["2026-11-20", None])})
     assert list(team_board.with_drift(board, alarms)["drift"]) == ["", "production since 2026-11-20, retraining"]
+

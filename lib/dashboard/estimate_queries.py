@@ -105,8 +105,15 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
     with reader(db) as con:
         known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
-        teams = list(f.teams) or known
         scopes = ScopeRows(con, now, max_runs=max_runs, window_days=window_days, replay=BACKTEST_RUNS)
+    return calibration_from(scopes, list(f.teams) or known, f.kinds or KINDS, db, max_runs=max_runs)
+
+
+def calibration_from(scopes: ScopeRows, teams: list[str], kinds, db=None, *,
+                     max_runs: int = DEFAULT_MAX_RUNS) -> dict:
+    """`calibration`'s table and alarms for `teams` x `kinds` from calibration rows read already
+    (`scopes`, read with replay=BACKTEST_RUNS and `max_runs`); `db`: the ledger, beside which the
+    replayed bounds are kept."""
     replayed, streams = {}, {}
     memo_file = replayed_bounds(db)
     memo = content_store.load(memo_file, BOUNDS_FORMAT)
@@ -121,7 +128,7 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
         content_store.save(memo_file, memo, BOUNDS_FORMAT, BOUNDS_KEPT)
     rows, alarms = [], []
     for team in teams:
-        for kind in (f.kinds or KINDS):
+        for kind in kinds:
             cal = scopes.calibrate(team, kind)
             back = replayed.get((team, kind), {})
             rows.append({"team": team, "kind": kind, "factor": cal["factor"],

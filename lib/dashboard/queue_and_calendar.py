@@ -13,6 +13,7 @@ import pandas as pd
 from lib.dashboard.filters import Filters
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.terms import next_month_start
+from lib.ledger.calibration_scopes import ScopeRows
 from lib.ledger.plan_inputs import QUEUE_DAYS, read_plan_inputs
 from lib.planning.forward_plan import forward_plan
 
@@ -44,7 +45,7 @@ def _kept(rows: list[dict], f: Filters, kind_key: str | None = "kind") -> list[d
     return out
 
 
-def forward_view(con, f: Filters, now: dt.datetime) -> dict:
+def forward_view(con, f: Filters, now: dt.datetime, *, scopes: ScopeRows | None = None) -> dict:
     """The forward plan from `now` as the Reservations page shows it (the team filter applies; the
     queue's kind and capacity filters too; the dates do not: a plan starts now).
 
@@ -54,8 +55,9 @@ def forward_view(con, f: Filters, now: dt.datetime) -> dict:
     committed beyond the quota); pools: each pool per day; overcommit: each pool's accelerators
     against the sum of every team's quota; expired: the requests that waited past their team's
     queue_max_age_days (count, and at most ROW_LIMIT rows); holdings: every reservation of the plan
-    that starts before the month ends (the burn-down's committed spend); plan_decisions."""
-    inputs, expired = read_plan_inputs(con, now)
+    that starts before the month ends (the burn-down's committed spend); plan_decisions. `scopes`: the
+    calibration rows at `now` when the caller read them already (lib.ledger.calibration_scopes)."""
+    inputs, expired = read_plan_inputs(con, now, scopes=scopes)
     month_end = next_month_start(now)
     days = max(CALENDAR_DAYS, (month_end.date() - now.date()).days)
     plan = forward_plan(inputs, days)

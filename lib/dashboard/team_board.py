@@ -12,9 +12,8 @@ Per team (GPU-hours unless said):
   over its capacity types; fewest_free_7d_gpus: the least of that over the next 7 days (each at 00:00
   UTC), the capacity calendar Reservations shows (lib.dashboard.queue_and_calendar.forward_view);
 - queued_requests, oldest_wait_hours: the plan's queue (every waiting request of the team);
-- drift: the kinds whose calibration has a drift alarm (`with_drift`, from the alarms of
-  lib.dashboard.estimate_queries.calibration: a query of its own, cached hourly and shared with Estimate
-  accuracy, because its backtests cost seconds whatever the ledger's size);
+- drift: the kinds whose calibration has a drift alarm (`with_drift`: the alarms Estimate accuracy shows,
+  lib.dashboard.estimate_queries.calibration_from, from the calibration rows the plan read too);
 - idle_gpu_hours, idle_cost: idle reserved GPU-hours of the period's closed windows and their money at
   [prices] (lib.dashboard.costs; no idle_cost column when no price is set).
 
@@ -29,12 +28,15 @@ import pandas as pd
 
 from lib.dashboard import costs
 from lib.dashboard.cluster_queries import authority_board
+from lib.dashboard.estimate_queries import BACKTEST_RUNS, calibration_from
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
 from lib.dashboard.reading import frame, reader
 from lib.dashboard.run_sql import IDLE_GPU_HOURS
-from lib.gate.terms import utcnow
+from lib.gate.terms import KINDS, utcnow
+from lib.ledger.calibration_rows import KNOWN_TEAMS
+from lib.ledger.calibration_scopes import ScopeRows
 
 AHEAD_DAYS = 7     # the days after today whose fewest free accelerators a row shows
 BOARD_COLUMNS = ["team", "runs_out_p90", "runs_out_p50", "budget_gpu_hours", "budget_left_gpu_hours",
@@ -83,7 +85,8 @@ def risk_order(board: pd.DataFrame) -> pd.DataFrame:
 
 
 def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
-    """The board (`board`, BOARD_COLUMNS, riskiest first; drift None until `with_drift`), the burn-down's
+    """The board (`board`, BOARD_COLUMNS, riskiest first), the drift `alarms` it flags (as
+    estimate_queries.calibration gives them, for the team and kind filters), the burn-down's
     rows (`burn`, as forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
     `pricing_note`, and where budget left comes from (`source`: "authority" or "ledger";
     `authority_error`: why a named authority could not be read). Team filter applies; the period applies to the idle cost only (the budget is this
@@ -92,7 +95,10 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     where, p = f.where("r")
     p.update(start=f.start, end=f.end, now=now)
     with reader(db) as con:
-        view = forward_view(con, f, now)
+        # one read of the calibration rows for the plan's calibrations and the drift alarms' backtests
+        scopes = ScopeRows(con, now, replay=BACKTEST_RUNS)
+        view = forward_view(con, f, now, scopes=scopes)
+        teams = list(f.teams) or [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         idle = frame(con, f"""
           WITH idle AS (SELECT r.team, r.capacity, {IDLE_GPU_HOURS} FROM runs r
                         WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
@@ -100,6 +106,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)
+    alarms = calibration_from(scopes, teams, f.kinds or KINDS, db)["alarms"]
     burn = budget_outlook(f, db, now, view["holdings"])["burn"]
     price = costs.pricing(f, db)
     money = costs.idle_money(price, {"by_team_capacity": idle})
@@ -142,7 +149,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         board[col] = board[col].astype("float64")
     if not price["per_gpu_hour"]:   # no price set: no money anywhere, not an empty money column
         board = board.drop(columns="idle_cost")
-    return {"board": risk_order(board), "burn": burn, "currency": price["currency"],
+    return {"board": risk_order(with_drift(board, alarms)), "alarms": alarms, "burn": burn, "currency": price["currency"],
             "pricing_note": costs.pricing_note(price), "source": "ledger" if shared is None else "authority",
             "authority_error": error}
 

@@ -163,14 +163,15 @@ class ScopeRows:
             yield scope, self._made[(scope, key)]
 
 
-def calibrations(con, pairs: Iterable[tuple[str, str]], now: datetime, *,
-                 max_runs: int = DEFAULT_MAX_RUNS) -> dict[tuple[str, str], Calibration]:
+def calibrations(con, pairs: Iterable[tuple[str, str]], now: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
+                 scopes: ScopeRows | None = None) -> dict[tuple[str, str], Calibration]:
     """{(team, kind): `calibration(con, team, kind, now, max_runs=max_runs)`} for every pair, from one
-    ScopeRows read (what the forward plan needs for every waiting request's team x kind)."""
+    ScopeRows read (what the forward plan needs for every waiting request's team x kind); `scopes`:
+    that read when the caller made it already (at `now`, with `max_runs`)."""
     pairs = sorted(set(pairs))
     if not pairs:
         return {}
-    rows = ScopeRows(con, now, max_runs=max_runs)
+    rows = scopes if scopes is not None else ScopeRows(con, now, max_runs=max_runs)
     out = {(t, k): rows.calibrate(t, k) for t, k in pairs}
     rows.keep()
     return out

@@ -15,7 +15,7 @@ import json
 from datetime import datetime, timedelta
 
 from lib.gate.terms import KINDS, month_start
-from lib.ledger.calibration_scopes import calibrations
+from lib.ledger.calibration_scopes import ScopeRows, calibrations
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.deciding import BOOKED
 from lib.ledger.replay import ledger_policies
@@ -84,11 +84,12 @@ def read_queue(con, as_of: datetime, exclude: str | None = None) -> tuple[list[W
                      "counts": [{"team": t, "kind": k, "capacity": c, "requests": n} for t, k, c, n in counts]}
 
 
-def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
-                     also: tuple[str, str] | None = None) -> tuple[PlanInputs, dict]:
+def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None, also: tuple[str, str] | None = None,
+                     scopes: ScopeRows | None = None) -> tuple[PlanInputs, dict]:
     """(the plan's inputs at as_of, the expired requests: see `read_queue`). `exclude`: a run ID left
     out of the queue; `also`: a (team, kind) whose calibration is read besides the queue's (a request
-    checked against the plan)."""
+    checked against the plan); `scopes`: the calibration rows at as_of, when the caller read them
+    already."""
     waiting, expired = read_queue(con, as_of, exclude)
     policies = ledger_policies(con)
     pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in policies and w["kind"] in KINDS}
@@ -106,7 +107,7 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None,
     inputs: PlanInputs = {
         "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
         "spent": spent, "snapshots": snapshots,
-        "calibrations": calibrations(con, pairs, as_of),
+        "calibrations": calibrations(con, pairs, as_of, scopes=scopes),
         "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
         "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
     return inputs, expired
