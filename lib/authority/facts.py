@@ -122,8 +122,8 @@ class AuthorityFacts:
     def recorded_admit(self, request: Request, now: datetime) -> Decision | None:
         return self.local.recorded_admit(request, now)
 
-    def state(self, team: str, now: datetime, kind: str | None) -> State:
-        st = self.local.state(team, now, kind)
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
+        st = self.local.state(team, now, kind, capacity)
         got = self.view(team)
         if got is not None:
             st["reservations"] = got.reservations(now, cluster=self.cluster, run_id=self.run_id)

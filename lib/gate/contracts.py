@@ -298,9 +298,10 @@ class DecisionFacts(Protocol):
         """The admit recorded for this very request while its reservation still waits for its run,
         marked "replayed" with its "recorded_at"; None otherwise."""
 
-    def state(self, team: str, now: datetime, kind: str | None) -> State:
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
         """The team's state at `now` as `lib.gate.admission.decide` takes it (its calibration for
-        `kind`; none when kind is None)."""
+        `kind`; none when kind is None). `capacity`: the request's capacity type; the interruption
+        rate prices only a preemptible request, so for another type it may be left out (None)."""
 
 
 class RecoverySituation(TypedDict):

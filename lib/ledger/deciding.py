@@ -88,8 +88,8 @@ class LedgerFacts:
     def recorded_admit(self, request: Request, now: datetime) -> Decision | None:
         return recorded_admit(self.con, request, now)
 
-    def state(self, team: str, now: datetime, kind: str | None) -> State:
-        return team_state(self.con, team, now, kind=kind)
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
+        return team_state(self.con, team, now, kind=kind, rate=capacity in (None, "preemptible"))
 
 
 class SharedAuthority(Protocol):
@@ -134,7 +134,7 @@ def decide_with(request: Request, now: datetime, facts: DecisionFacts) -> tuple[
             "invalid-request", f"run_id {request['run_id']!r} already holds a reservation or has run",
             fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now), policy
     kind = request.get("kind")
-    state = facts.state(request["team"], now, kind if kind in KINDS else None)
+    state = facts.state(request["team"], now, kind if kind in KINDS else None, request.get("capacity") or "stable")
     return decide(request, policy, state), policy
 
 

@@ -24,7 +24,7 @@ class PlannedFacts(LedgerFacts):
         super().__init__(con)
         self.world = world
 
-    def state(self, team: str, now: datetime, kind: str | None) -> State:
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
         return self.world.state(team, kind, now)
 
 

@@ -63,7 +63,7 @@ def pool_states(sizes: dict[str, int], held: list[Reservation], windows: list[Ca
             for name, gpus in sizes.items()}
 
 
-def team_state(con, team, now=None, *, kind: str | None = None,
+def team_state(con, team, now=None, *, kind: str | None = None, rate: bool = True,
                window_days: int = CALIBRATION_WINDOW_DAYS) -> State:
     """The team's state at `now`: the `state` dict `decide` takes (now, reservations,
     period_spent_gpu_hours, snapshots, calibration_history, calibration).
@@ -71,7 +71,8 @@ def team_state(con, team, now=None, *, kind: str | None = None,
     reservations: `held_reservations` of the team. period_spent_gpu_hours: actual GPU-hours of
     the team's runs that ended in now's calendar month (UTC). calibration: the correction for the
     team's `kind` runs (see `calibration`), read scope by scope from the ledger; None when no kind
-    is given. pools: when the ledger has pools, each with every team's held reservations on it and
+    is given. interruption_rate: `interruption_rate`, or None without `rate` (a request on other than
+    preemptible capacity, whose estimate it does not price). pools: when the ledger has pools, each with every team's held reservations on it and
     the scheduler's windows not ended by now (`pool_states`).
     """
     now = naive_utc(now) or utcnow()
@@ -92,7 +93,7 @@ def team_state(con, team, now=None, *, kind: str | None = None,
         "calibration_history": [],
         "calibration": (calibration(con, team, kind, now, window_days=window_days)
                         if kind is not None else None),
-        "interruption_rate": interruption_rate(con, team, now, window_days=window_days),
+        "interruption_rate": interruption_rate(con, team, now, window_days=window_days) if rate else None,
         **({"pools": pool_states(sizes, held, read_windows(con, now))} if sizes else {}),
     }
 

@@ -224,7 +224,7 @@ class LiveGate:
         with self._ledger_mu, open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
             return LedgerFacts(con).recorded_admit(request, now)
 
-    def state(self, team: str, now: datetime, kind: str | None) -> State:
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
         facts = self._facts(team, kind, now)
         pools = facts.get("pools")
         held = sorted((dict(r) for r in self.held.values() if (pools or r["team"] == team)
