@@ -117,7 +117,7 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
     recorded = _run(*common, Setting(current.policies, {}, world_pools, windows), mode="recorded",
-                    skip=skip, span=(0.75, 0.2))
+                    skip=skip, span=(0.75, 0.2), shared=fitted)
     say(1.0, "replay done")
     return replay_result(requests, proposed, recorded, policies, levels, refresh, window, baseline=base,
                          shared=shared, pools=(proposal.pools, current.pools))
@@ -141,7 +141,10 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         now = req["decided_at"]
         if i % 2000 == 0:
             say(span[0] + span[1] * i / max(n, 1), f"{mode}: {i:,} of {n:,} requests")
-        ws.advance(now)
+        if i == 0:
+            ws.begin(now)
+        else:
+            ws.advance(now)
         if not proposed:
             _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip)
             continue
