@@ -61,6 +61,18 @@ def _parse(request_json: str | None):
     return obj if isinstance(obj, dict) else None
 
 
+def _parsed(requests: list[RecordedRequest], shared: dict | None) -> list:
+    """Each request's parsed JSON (`_parse`) by position, filled as passes read them: kept in
+    `shared`, so the passes over one window parse each request once (a list of the parsed requests,
+    or None for one not parsed yet)."""
+    if shared is None:
+        return [None] * len(requests)
+    kept = shared.get(("parsed requests", id(requests)))
+    if kept is None or kept[0] is not requests:   # the very list: IDs of dead lists are reused
+        kept = shared[("parsed requests", id(requests))] = (requests, [None] * len(requests))
+    return kept[1]
+
+
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
               hours: float = 0.0) -> None:
     """Record the wait (hours) until a deferred request's earliest fit (lib.gate.capacity.fit_for_reasons,
@@ -137,6 +149,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     tallies: dict[str, dict] = {}
     outcomes: list = []
     n = len(requests)
+    parsed = _parsed(requests, shared)
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
@@ -146,9 +159,11 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             ws.advance(now)
         if not proposed:
-            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip)
+            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip, parsed, i)
             continue
-        request = _parse(req["request_json"])
+        request = parsed[i]
+        if request is None:
+            request = parsed[i] = _parse(req["request_json"])
         why = _exclusion(req, request, policies)
         if why is not None:
             ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
@@ -191,9 +206,10 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
 
 
-def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip) -> None:
-    """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
-    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
+def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, parsed: list, i: int) -> None:
+    """One request (the i-th) of the recorded pass: its recorded decision takes effect (an admit holds
+    as its run did); a deferral's wait until its earliest fit is measured. Only deferrals read the
+    request JSON (`parsed`: see `_parsed`)."""
     if req["decision_id"] in skip:
         ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
         outcomes.append((req, None, "excluded", None))
@@ -207,7 +223,10 @@ def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, 
         ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
-        request = _parse(req["request_json"]) or {}
+        request = parsed[i]
+        if request is None:
+            request = parsed[i] = _parse(req["request_json"])
+        request = request or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
             pool = (ws.pool_states(now) or {}).get(request.get("capacity", "stable"))
             _fit_wait(codes, now, request["kind"], policies[team], ws.held(team, now), request["gpus"], tally,

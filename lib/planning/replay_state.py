@@ -58,6 +58,7 @@ class WorldState:
         self.rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
         self.cals = Calibrations(self.scopes, refresh, shared)
         self.shared, self.max_runs, self.window_days = shared, max_runs, window_days
+        self._snaps: dict = {}                # team -> the snapshots its requests see
         self.setting = setting
         self.spent: Counter = Counter()       # (team, month start) -> GPU-hours ended in that month
         self.active = Holdings()              # team -> its holders
@@ -138,7 +139,9 @@ class WorldState:
               holders: list[Reservation]) -> State:
         """The state `decide` sees for a `kind` request of `team` at `now`, `holders` holding its quota."""
         cal = self.cals.get(team, kind, level, now) if policy is not None and kind in KINDS else None
-        snaps = self.snapshots.get(None, set()) | self.snapshots.get(team, set()) if isinstance(team, str) else set()
+        snaps = self._snaps.get(team) if isinstance(team, str) else set()
+        if snaps is None:   # the snapshots never change during a pass: one set per team
+            snaps = self._snaps[team] = self.snapshots.get(None, set()) | self.snapshots.get(team, set())
         out: State = {"now": now, "reservations": holders,
                       "period_spent_gpu_hours": float(self.spent[(team, month_start(now))]),
                       "snapshots": snaps, "calibration_history": [], "calibration": cal,
