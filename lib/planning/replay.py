@@ -36,6 +36,7 @@ history drives it too), `replay_history`
 from __future__ import annotations
 
 import json
+import sys
 from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
@@ -71,6 +72,16 @@ def _parsed(requests: list[RecordedRequest], shared: dict | None) -> list:
     if kept is None or kept[0] is not requests:   # the very list: IDs of dead lists are reused
         kept = shared[("parsed requests", id(requests))] = (requests, [None] * len(requests))
     return kept[1]
+
+
+def _request(parsed: list, requests: list[RecordedRequest], i: int):
+    """The i-th request's JSON parsed (`_parse`), once per window (`parsed`: see `_parsed`). Its field
+    names, and its nested objects', are interned: a window's many parsed requests share one copy of each."""
+    request = parsed[i]
+    if request is None and (request := _parse(requests[i]["request_json"])) is not None:
+        request = parsed[i] = {sys.intern(k): {sys.intern(n): x for n, x in v.items()} if type(v) is dict else v
+                               for k, v in request.items()}
+    return request
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
@@ -159,11 +170,10 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             ws.advance(now)
         if not proposed:
-            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip, parsed, i)
+            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip, _request(parsed, requests, i)
+                           if req["state"] == "defer" else None)
             continue
-        request = parsed[i]
-        if request is None:
-            request = parsed[i] = _parse(req["request_json"])
+        request = _request(parsed, requests, i)
         why = _exclusion(req, request, policies)
         if why is not None:
             ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
@@ -206,10 +216,10 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
 
 
-def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, parsed: list, i: int) -> None:
-    """One request (the i-th) of the recorded pass: its recorded decision takes effect (an admit holds
-    as its run did); a deferral's wait until its earliest fit is measured. Only deferrals read the
-    request JSON (`parsed`: see `_parsed`)."""
+def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, request) -> None:
+    """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
+    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON
+    (`request`, parsed; None for the others)."""
     if req["decision_id"] in skip:
         ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
         outcomes.append((req, None, "excluded", None))
@@ -223,9 +233,6 @@ def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, 
         ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
-        request = parsed[i]
-        if request is None:
-            request = parsed[i] = _parse(req["request_json"])
         request = request or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
             pool = (ws.pool_states(now) or {}).get(request.get("capacity", "stable"))
