@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import heapq
+import operator
 from typing import Iterable
 
 from lib.gate.contracts import CapacityWindow, PoolState, Reservation, TimelineStep
@@ -68,6 +69,9 @@ def _step_at(step: TimelineStep) -> dt.datetime:
     return step["at"]
 
 
+_first = operator.itemgetter(0)
+
+
 def _minus_gpus(step: TimelineStep) -> int:
     return -step["gpus"]
 
@@ -85,13 +89,22 @@ def earliest_fit(now: dt.datetime, quota_gpus: int, holders: Iterable[Reservatio
         raise ValueError("GPU counts cannot be negative")
     if need_gpus > quota_gpus:
         return None
-    holders = list(holders)
-    if sum(r["gpus"] for r in holders if r["reserved_until"] is None or r["reserved_until"] > now) \
-            + need_gpus <= quota_gpus:   # fits now: no timeline needed
+    held, releases = 0, []
+    for r in holders:
+        end = r["reserved_until"]
+        if end is None or end > now:
+            held += r["gpus"]
+            if end is not None:
+                releases.append((end, r["gpus"]))
+    if held + need_gpus <= quota_gpus:   # fits now
         return now
-    for step in holdings_timeline(now, holders):
-        if step["gpus"] + need_gpus <= quota_gpus:
-            return step["at"]
+    # the steps of holdings_timeline, walked until one leaves room (without building the rest)
+    releases.sort(key=_first)
+    for i, (end, gpus) in enumerate(releases):
+        held -= gpus
+        last_at_end = i + 1 == len(releases) or releases[i + 1][0] != end
+        if last_at_end and held + need_gpus <= quota_gpus:
+            return end
     return None
 
 
@@ -202,8 +215,11 @@ def pool_fit(pool: PoolState, team: str | None, kind: str, need_gpus: int, hours
     None when they never do (more than the pool, or room only after a reservation with no end)."""
     if need_gpus > pool["gpus"]:
         return None
-    timeline = _pool_timeline(pool, team, kind, start)
     ends = sorted({w["end"] for w in pool["windows"] if w["end"] > start and window_applies(w, pool["name"], team)})
+    given = pool.get("timeline")
+    if not ends and (given is None or given[0]["at"] > start):   # the first step with room, no timeline built
+        return earliest_fit(start, pool["gpus"], pool_counted(pool, team, kind), need_gpus)
+    timeline = _pool_timeline(pool, team, kind, start)
     i = bisect.bisect_right(timeline, start, key=_step_at)
     if not ends:   # no window ahead: holdings only fall, so the first step with room is the answer
         if timeline[i - 1]["gpus"] + need_gpus <= pool["gpus"]:

@@ -10,16 +10,45 @@ them in (so sums over them add up in the same order as the gate's over the ledge
 from __future__ import annotations
 
 import bisect
-import operator
+import heapq
 from datetime import datetime
 
 from lib.gate.contracts import Reservation
 
-_RUN_ID = operator.itemgetter(0)
-
 
 def _run_id(reservation: Reservation) -> str:
     return reservation.get("run_id") or ""
+
+
+class _Held:
+    """One key's holders not yet released, in run-ID order (`ids` and `holders` side by side), and a
+    heap of their releases, so that moving forward drops only those released meanwhile."""
+    __slots__ = ("ids", "holders", "releases", "seq")
+
+    def __init__(self):
+        self.ids: list[str] = []
+        self.holders: list[Reservation] = []
+        self.releases: list = []   # heap of (release, seq, reservation)
+        self.seq = 0
+
+    def add(self, release: datetime | None, reservation: Reservation) -> None:
+        run_id = _run_id(reservation)
+        i = bisect.bisect_right(self.ids, run_id)   # after equal run IDs: in the order they were held
+        self.ids.insert(i, run_id)
+        self.holders.insert(i, reservation)
+        if release is not None:
+            heapq.heappush(self.releases, (release, self.seq, reservation))
+            self.seq += 1
+
+    def release_to(self, now: datetime) -> None:
+        """Drop the holders released at or before `now`."""
+        releases = self.releases
+        while releases and releases[0][0] <= now:
+            reservation = heapq.heappop(releases)[2]
+            i = bisect.bisect_left(self.ids, _run_id(reservation))
+            while self.holders[i] is not reservation:
+                i += 1
+            del self.ids[i], self.holders[i]
 
 
 class Holdings:
@@ -27,27 +56,33 @@ class Holdings:
     date by `hold`, so many decisions at one time read one list: read it, never change it."""
 
     def __init__(self):
-        self._by: dict = {}     # key -> [(run ID, release, Reservation)] in run-ID order
+        self._by: dict[object, _Held] = {}   # key -> its holders not yet released
         self._live: dict = {}   # key -> (now, [Reservation] held then)
         self.holds: dict = {}   # key -> holds so far (a key's holders changed when it moves)
 
     def hold(self, key, release: datetime | None, reservation: Reservation) -> None:
         """`reservation` holds under `key` from now until `release` (None: never)."""
-        entry = (_run_id(reservation), release, reservation)
         self.holds[key] = self.holds.get(key, 0) + 1
-        bisect.insort(self._by.setdefault(key, []), entry, key=_RUN_ID)
+        held = self._by.get(key)
+        if held is None:
+            held = self._by[key] = _Held()
+        held.add(release, reservation)
         cached = self._live.get(key)
         if cached is not None and (release is None or release > cached[0]):
             bisect.insort(cached[1], reservation, key=_run_id)
 
     def held(self, key, now: datetime) -> list[Reservation]:
-        """The key's holders at `now` (dropping those released by then), in run-ID order."""
+        """The key's holders at `now` (dropping those released by then), in run-ID order; `now` only
+        moves forward."""
         cached = self._live.get(key)
         if cached is not None and cached[0] == now:
             return cached[1]
-        live = [h for h in self._by.get(key, ()) if h[1] is None or h[1] > now]
-        self._by[key] = live
-        out = [h[2] for h in live]
+        held = self._by.get(key)
+        if held is None:
+            out: list[Reservation] = []
+        else:
+            held.release_to(now)
+            out = list(held.holders)
         self._live[key] = (now, out)
         return out
 

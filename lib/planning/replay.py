@@ -36,6 +36,7 @@ history drives it too), `replay_history`
 from __future__ import annotations
 
 import json
+import sys
 from typing import Iterable, Literal
 
 from lib.gate.admission import decide, reject
@@ -59,6 +60,28 @@ def _parse(request_json: str | None):
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _parsed(requests: list[RecordedRequest], shared: dict | None) -> list:
+    """Each request's parsed JSON (`_parse`) by position, filled as passes read them: kept in
+    `shared`, so the passes over one window parse each request once (a list of the parsed requests,
+    or None for one not parsed yet)."""
+    if shared is None:
+        return [None] * len(requests)
+    kept = shared.get(("parsed requests", id(requests)))
+    if kept is None or kept[0] is not requests:   # the very list: IDs of dead lists are reused
+        kept = shared[("parsed requests", id(requests))] = (requests, [None] * len(requests))
+    return kept[1]
+
+
+def _request(parsed: list, requests: list[RecordedRequest], i: int):
+    """The i-th request's JSON parsed (`_parse`), once per window (`parsed`: see `_parsed`). Its field
+    names, and its nested objects', are interned: a window's many parsed requests share one copy of each."""
+    request = parsed[i]
+    if request is None and (request := _parse(requests[i]["request_json"])) is not None:
+        request = parsed[i] = {sys.intern(k): {sys.intern(n): x for n, x in v.items()} if type(v) is dict else v
+                               for k, v in request.items()}
+    return request
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
@@ -117,7 +140,7 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
     recorded = _run(*common, Setting(current.policies, {}, world_pools, windows), mode="recorded",
-                    skip=skip, span=(0.75, 0.2))
+                    skip=skip, span=(0.75, 0.2), shared=fitted)
     say(1.0, "replay done")
     return replay_result(requests, proposed, recorded, policies, levels, refresh, window, baseline=base,
                          shared=shared, pools=(proposal.pools, current.pools))
@@ -137,15 +160,20 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     tallies: dict[str, dict] = {}
     outcomes: list = []
     n = len(requests)
+    parsed = _parsed(requests, shared)
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
             say(span[0] + span[1] * i / max(n, 1), f"{mode}: {i:,} of {n:,} requests")
-        ws.advance(now)
+        if i == 0:
+            ws.begin(now)
+        else:
+            ws.advance(now)
         if not proposed:
-            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip)
+            _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip, _request(parsed, requests, i)
+                           if req["state"] == "defer" else None)
             continue
-        request = _parse(req["request_json"])
+        request = _request(parsed, requests, i)
         why = _exclusion(req, request, policies)
         if why is not None:
             ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
@@ -188,9 +216,10 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
 
 
-def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip) -> None:
+def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, request) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
-    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON."""
+    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON
+    (`request`, parsed; None for the others)."""
     if req["decision_id"] in skip:
         ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
         outcomes.append((req, None, "excluded", None))
@@ -204,7 +233,7 @@ def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, 
         ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
     elif state == "defer" and team in policies:
-        request = _parse(req["request_json"]) or {}
+        request = request or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
             pool = (ws.pool_states(now) or {}).get(request.get("capacity", "stable"))
             _fit_wait(codes, now, request["kind"], policies[team], ws.held(team, now), request["gpus"], tally,

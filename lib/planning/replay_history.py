@@ -23,6 +23,13 @@ class CalibrationScopes:
         self.version: Counter = Counter()
         self.content: Counter = Counter()   # scope -> XOR of its rows' hashes: equal rows, equal content
 
+    def copy(self) -> CalibrationScopes:
+        """Another with the same rows (shared: never changed), to go on from here on its own."""
+        out = CalibrationScopes(self.max_runs, self.window.days)
+        out.rows = {k: deque(dq, maxlen=dq.maxlen) for k, dq in self.rows.items()}
+        out.version, out.content = self.version.copy(), self.content.copy()
+        return out
+
     def _dq(self, key) -> deque:
         dq = self.rows.get(key)
         if dq is None:
@@ -76,6 +83,14 @@ class InterruptionRates:
         self.rows: deque = deque()
         self.sums: dict = {t: list(v) for t, v in base.items()}   # team -> [runs, GPU-hours, interruptions]
         self.total = [sum(v[i] for v in base.values()) for i in range(3)]
+
+    def copy(self) -> InterruptionRates:
+        """Another with the same runs, to go on from here on its own."""
+        out = InterruptionRates({}, self.min_runs, self.window.days)
+        out.rows = deque(self.rows)
+        out.sums = {t: list(v) for t, v in self.sums.items()}
+        out.total = list(self.total)
+        return out
 
     def _apply(self, team: str, hours: float, n: int, sign: int) -> None:
         t = self.sums.setdefault(team, [0, 0.0, 0])

@@ -57,6 +57,8 @@ class WorldState:
         self.scopes = CalibrationScopes(max_runs, window_days)
         self.rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
         self.cals = Calibrations(self.scopes, refresh, shared)
+        self.shared, self.max_runs, self.window_days = shared, max_runs, window_days
+        self._snaps: dict = {}                # team -> the snapshots its requests see
         self.setting = setting
         self.spent: Counter = Counter()       # (team, month start) -> GPU-hours ended in that month
         self.active = Holdings()              # team -> its holders
@@ -99,6 +101,26 @@ class WorldState:
             self._hold(h["reservation"]["team"], h["release"], h["reservation"])
             self.hi += 1
 
+    def begin(self, now: datetime) -> None:
+        """`advance(now)` for the pass's first request. The run ends up to then are the same in every
+        pass over the window (no pass has booked a run yet), so the first pass keeps what they leave
+        (spend, calibration rows, interruption rates) in `shared` and the others start from a copy."""
+        if self.shared is None or self.dynamic or self.ei:
+            self.advance(now)
+            return
+        key = ("ends before", now, self.learn, self.max_runs, self.window_days, id(self.ends), len(self.ends))
+        kept = self.shared.get(key)
+        if kept is None:
+            ends = self.ends
+            while self.ei < len(ends) and ends[self.ei][0] <= now:
+                self._end(ends[self.ei])
+                self.ei += 1
+            kept = self.shared[key] = (self.ei, self.spent.copy(), self.scopes.copy(), self.rates.copy())
+        self.ei, spent, scopes, rates = kept
+        self.spent, self.scopes, self.rates = spent.copy(), scopes.copy(), rates.copy()
+        self.cals.scopes = self.scopes
+        self.advance(now)
+
     def _hold(self, team: str, release: datetime | None, reservation: Reservation) -> None:
         """Add a holder of `team`'s accelerators (and of its pool's) until `release` (None: never)."""
         self.active.hold(team, release, reservation)
@@ -117,7 +139,9 @@ class WorldState:
               holders: list[Reservation]) -> State:
         """The state `decide` sees for a `kind` request of `team` at `now`, `holders` holding its quota."""
         cal = self.cals.get(team, kind, level, now) if policy is not None and kind in KINDS else None
-        snaps = self.snapshots.get(None, set()) | self.snapshots.get(team, set()) if isinstance(team, str) else set()
+        snaps = self._snaps.get(team) if isinstance(team, str) else set()
+        if snaps is None:   # the snapshots never change during a pass: one set per team
+            snaps = self._snaps[team] = self.snapshots.get(None, set()) | self.snapshots.get(team, set())
         out: State = {"now": now, "reservations": holders,
                       "period_spent_gpu_hours": float(self.spent[(team, month_start(now))]),
                       "snapshots": snaps, "calibration_history": [], "calibration": cal,

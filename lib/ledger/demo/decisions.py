@@ -319,11 +319,16 @@ def _finish(data: dict, R: _Runs, admitted, booked, raw, items, pilot_from, now:
     ended = np.where(active, nat, ended)
     est = np.array([r if r is not None else 0.0 for r in raw])
     pilot = np.array(R.pilot, bool)
+    itemised = {k: runs[k].to_numpy() * R.work for k in _EST_COLUMNS}
+    for i, it in items.items():   # a pilot's estimate, itemised as a submit records it
+        for k, name in zip(_EST_COLUMNS, ("est_compute_gpu_hours", "est_checkpoint_gpu_hours", "est_eval_gpu_hours",
+                                          "est_data_loading_gpu_hours", "est_restart_gpu_hours")):
+            itemised[k][i] = it[name] or 0.0
     out = pd.DataFrame({
         "i": runs["i"].to_numpy(), "team_i": runs["team_i"].to_numpy(), "kind_i": runs["kind_i"].to_numpy(),
         "cap_i": runs["cap_i"].to_numpy(), "gpus": gpus, "gpu_mem_gb": runs["gpu_mem_gb"].to_numpy(),
         "est": est, "src_i": np.where(pilot, SOURCES.index("pilot"), SOURCES.index("stated")),
-        **{k: runs[k].to_numpy() * R.work for k in _EST_COLUMNS},
+        **itemised,
         "budget": budget, "max_rt": runs["max_rt"].to_numpy(),
         "reserved_from": res_from, "reserved_until": res_until,
         "reserved_gh": np.array([b["reserved_gpu_hours"] if b else 0.0 for b in booked]),
@@ -335,10 +340,6 @@ def _finish(data: dict, R: _Runs, admitted, booked, raw, items, pilot_from, now:
         "allow": runs["allow"].to_numpy(), "ckpt_ok": runs["ckpt_ok"].to_numpy(),
         "skip_eval": runs["skip_eval"].to_numpy(), "exp_int": runs["exp_int"].to_numpy(), "snap": R.snap,
     })
-    for i, it in items.items():   # a pilot's estimate, itemised as a submit records it
-        for k, name in zip(_EST_COLUMNS, ("est_compute_gpu_hours", "est_checkpoint_gpu_hours", "est_eval_gpu_hours",
-                                          "est_data_loading_gpu_hours", "est_restart_gpu_hours")):
-            out.at[i, k] = it[name] or 0.0
     pilots = data["pilots"]
     measured = np.array([p if p is not None else now for p in pilot_from], "datetime64[us]")
     pilots = pilots.assign(measured_at=measured - hours(pilots["before_h"].to_numpy()))
