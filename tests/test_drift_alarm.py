@@ -141,7 +141,7 @@ def test_the_calibration_table_keeps_its_replayed_bounds_beside_the_ledger_and_r
     shutil.copy(path, ledger)
     f = default_filters(now.date())
     cold = estimate_queries.calibration(f, ledger, now)
-    saved = estimate_queries.replayed_bounds(ledger)
+    saved = ledger.with_name(ledger.name + estimate_queries.BOUNDS_SUFFIX)
     assert saved.parent == ledger.parent and saved.stat().st_size > 0
     stamp = saved.stat().st_mtime_ns
     warm = estimate_queries.calibration(f, ledger, now)

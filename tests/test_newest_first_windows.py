@@ -10,7 +10,6 @@ from lib.dashboard.filters import Filters
 from lib.ledger import calibration_rows as calib
 from lib.ledger.calibration_scopes import calibrations
 from lib.ledger.connection import open_ledger
-from lib.ledger.state import KNOWN_TEAMS
 from tests.fixtures_gate import NOW
 
 FEW = 15   # rows per scope: few enough that a busy scope finds them within the last week
@@ -52,7 +51,7 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
     f = Filters(NOW.date(), NOW.date())
     with open_ledger(busy_ledger, read_only=True) as con:
         p = {**calib.calibration_params(NOW), "max_runs": max_runs}
-        teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
+        teams = [t for (t,) in con.execute(calib.KNOWN_TEAMS).fetchall()]
         cut = calib.newest_cutoffs(con, calib.CALIBRATION_ROWS_SQL, p, max_runs + estimate_queries.BACKTEST_RUNS, teams)
     fast = estimate_queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
     monkeypatch.setattr(calib, "NEWEST_FIRST_DAYS", ())
@@ -66,7 +65,7 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
 @pytest.mark.parametrize("max_runs", [FEW, 60, 1000])
 def test_every_team_and_kind_calibrated_at_once_is_each_ones_own_calibration(busy_ledger, max_runs):
     with open_ledger(busy_ledger, read_only=True) as con:
-        teams = [t for (t,) in con.execute(KNOWN_TEAMS).fetchall()]
+        teams = [t for (t,) in con.execute(calib.KNOWN_TEAMS).fetchall()]
         pairs = [(t, k) for t in teams + ["no-such-team"] for k in ("exploratory", "production", "retraining")]
         at_once = calibrations(con, pairs, NOW, max_runs=max_runs)
         each = {pair: calib.calibration(con, *pair, NOW, max_runs=max_runs) for pair in pairs}

@@ -4,7 +4,6 @@ time and by source), and the calibration the gate applies today with its drift a
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pandas as pd
 
@@ -16,12 +15,13 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS
 from lib.ledger.calibration_scopes import ScopeRows, calibration_code
-from lib.ledger.connection import ledger_path
 from lib.planning import content_store
 
 BACKTEST_RUNS = 100           # recent runs per team x kind replayed against the bound they would have had
 SCATTER_POINTS = 4000         # points in the predicted-vs-actual chart at most (a fixed sample)
-BOUNDS_SUFFIX = ".replayed-bounds.json"   # beside the ledger: the backtests' replayed bounds (`replayed_bounds`)
+# beside the ledger: the backtests' replayed bounds, kept by content (lib.planning.content_store): a run's
+# replayed bound depends only on the runs before it, so after a few more runs end only theirs are replayed
+BOUNDS_SUFFIX = ".replayed-bounds.json"
 BOUNDS_KEPT = 40_000          # replayed bounds kept (about 150 bytes each): 24 team x kinds x 100 runs, many times
 BOUNDS_FORMAT = 1
 DRIFT_ADVICE = "re-run the pilots on the current model and data; check for a model or data change"
@@ -106,17 +106,16 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     with reader(db) as con:
         known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         scopes = ScopeRows(con, now, max_runs=max_runs, window_days=window_days, replay=BACKTEST_RUNS)
-    return calibration_from(scopes, list(f.teams) or known, f.kinds or KINDS, db, max_runs=max_runs)
+    return calibration_from(scopes, list(f.teams) or known, f.kinds or KINDS, max_runs=max_runs)
 
 
-def calibration_from(scopes: ScopeRows, teams: list[str], kinds, db=None, *,
-                     max_runs: int = DEFAULT_MAX_RUNS) -> dict:
+def calibration_from(scopes: ScopeRows, teams: list[str], kinds, *, max_runs: int = DEFAULT_MAX_RUNS) -> dict:
     """`calibration`'s table and alarms for `teams` x `kinds` from calibration rows read already
-    (`scopes`, read with replay=BACKTEST_RUNS and `max_runs`); `db`: the ledger, beside which the
-    replayed bounds are kept."""
+    (`scopes`, read with replay=BACKTEST_RUNS and `max_runs`); the replayed bounds are kept beside
+    the ledger they were read from (BOUNDS_SUFFIX)."""
     replayed, streams = {}, {}
-    memo_file = replayed_bounds(db)
-    memo = content_store.load(memo_file, BOUNDS_FORMAT)
+    memo_file = scopes.beside(BOUNDS_SUFFIX)
+    memo = content_store.load(memo_file, BOUNDS_FORMAT) if memo_file is not None else {}
     known_bounds = len(memo)
     for k, g in scopes.replay_frame.groupby(["team", "kind"]):
         # each run replayed from the runs that had ended when it was admitted (reserved or started)
@@ -124,7 +123,7 @@ def calibration_from(scopes: ScopeRows, teams: list[str], kinds, db=None, *,
         replayed[k] = backtest(g["r"].to_numpy(), g["censored"].to_numpy(bool), window=max_runs,
                                last=BACKTEST_RUNS, ended_at=g["ended_at"].to_numpy(),
                                decided_at=g["decided_at"].to_numpy(), memo=memo, memo_tag=calibration_code())
-    if len(memo) > known_bounds:
+    if memo_file is not None and len(memo) > known_bounds:
         content_store.save(memo_file, memo, BOUNDS_FORMAT, BOUNDS_KEPT)
     rows, alarms = [], []
     for team in teams:
@@ -162,14 +161,6 @@ def calibration_from(scopes: ScopeRows, teams: list[str], kinds, db=None, *,
     alarms = pd.DataFrame(alarms, columns=["team", "kind", "recent_exceeded", "drift_since", "what_to_do"])
     alarms["drift_since"] = pd.to_datetime(alarms["drift_since"])
     return {"table": table, "alarms": alarms}
-
-
-def replayed_bounds(db=None) -> Path:
-    """The file beside the ledger that keeps the backtests' replayed bounds between processes
-    (lib.planning.content_store): a run's replayed bound depends only on the runs before it, so after
-    a few more runs end only theirs are replayed, not every scope's last BACKTEST_RUNS again."""
-    path = ledger_path(db)
-    return path.with_name(path.name + BOUNDS_SUFFIX)
 
 
 def calibration_remark(cal: dict) -> str:

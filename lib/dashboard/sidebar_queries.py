@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from lib.dashboard.reading import frame, one_row, reader
-from lib.ledger.state import KNOWN_TEAMS
+from lib.ledger.calibration_rows import KNOWN_TEAMS
 
 
 def sidebar_options(db=None) -> dict:

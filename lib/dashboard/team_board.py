@@ -106,7 +106,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)
-    alarms = calibration_from(scopes, teams, f.kinds or KINDS, db)["alarms"]
+    alarms = calibration_from(scopes, teams, f.kinds or KINDS)["alarms"]
     burn = budget_outlook(f, db, now, view["holdings"])["burn"]
     price = costs.pricing(f, db)
     money = costs.idle_money(price, {"by_team_capacity": idle})

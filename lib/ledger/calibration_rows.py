@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from lib.gate.calibration import DEFAULT_MAX_RUNS, calibrate_scopes
 from lib.gate.contracts import Calibration, CalibrationRow
 from lib.gate.terms import CALIBRATION_STOPS, CENSORED_STOPS, KINDS
-from lib.ledger.connection import used_params
 
 CALIBRATION_WINDOW_DAYS = 365
 # Every team a run names: each write path registers a run's team in `teams` before the run (an

@@ -40,13 +40,10 @@ def calibration_code() -> bytes:
     return h.digest()
 
 
-def kept_beside(con, suffix: str) -> Path | None:
-    """The file `suffix` beside the ledger `con` reads (None for a ledger in memory)."""
+def ledger_file(con) -> Path | None:
+    """The file of the ledger `con` reads (None for a ledger in memory)."""
     (path,) = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
-    if not path or path == ":memory:":
-        return None
-    path = Path(path)
-    return path.with_name(path.name + suffix)
+    return Path(path) if path and path != ":memory:" else None
 
 
 class ScopeRows:
@@ -87,7 +84,8 @@ class ScopeRows:
         self._teams = dict(list(self.by_team.groupby("team")))
         self._made: dict = {}
         self._digests: dict[int, bytes] = {}   # by id() of this object's own frames, which it keeps
-        self._file = kept_beside(con, CALIBRATIONS_SUFFIX)
+        self._ledger = ledger_file(con)
+        self._file = self.beside(CALIBRATIONS_SUFFIX)
         self._memo = content_store.load(self._file, CALIBRATIONS_FORMAT) if self._file is not None else {}
         self._changed = False
 
@@ -138,6 +136,10 @@ class ScopeRows:
         self._memo[key] = [dict(cal), everyone if "all" in read else None]
         self._changed = True
         return cal
+
+    def beside(self, suffix: str) -> Path | None:
+        """The file `suffix` beside the ledger these rows were read from (None for a ledger in memory)."""
+        return None if self._ledger is None else self._ledger.with_name(self._ledger.name + suffix)
 
     def keep(self) -> None:
         """Write the calibrations made beside the ledger (when any was made and the ledger is a file)."""

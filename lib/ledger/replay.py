@@ -15,10 +15,10 @@ from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, calibration_params,
+from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, KNOWN_TEAMS, calibration_params,
                                          cut_params, newest_cutoffs)
 from lib.ledger.cluster_windows import read_windows
-from lib.ledger.state import KNOWN_TEAMS, MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
+from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import replay
 from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World

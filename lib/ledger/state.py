@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from lib.gate.contracts import CapacityWindow, InterruptionRate, Policy, PoolState, Reservation, State
 from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
-from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS, calibration
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
 
