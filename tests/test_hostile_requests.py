@@ -89,10 +89,10 @@ class _RememberedState(LedgerFacts):
         super().__init__(con)
         self._states = {}
 
-    def state(self, team, now, kind):
-        if (team, kind) not in self._states:
-            self._states[team, kind] = super().state(team, now, kind)
-        return self._states[team, kind]
+    def state(self, team, now, kind, capacity=None):
+        if (team, kind, capacity) not in self._states:
+            self._states[team, kind, capacity] = super().state(team, now, kind, capacity)
+        return self._states[team, kind, capacity]
 
 
 @pytest.fixture(scope="module")
