@@ -90,9 +90,10 @@ class _RememberedState(LedgerFacts):
         self._states = {}
 
     def state(self, team, now, kind, capacity=None):
-        if (team, kind, capacity) not in self._states:
-            self._states[team, kind, capacity] = super().state(team, now, kind, capacity)
-        return self._states[team, kind, capacity]
+        key = (team, kind, capacity in (None, "preemptible"))   # a hostile capacity may be unhashable
+        if key not in self._states:
+            self._states[key] = super().state(team, now, kind, capacity)
+        return self._states[key]
 
 
 @pytest.fixture(scope="module")
