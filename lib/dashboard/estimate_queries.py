@@ -13,7 +13,7 @@ from lib.dashboard.reading import frame, one_row, period_params, reader
 from lib.gate.backtest import backtest, drift_alarm
 from lib.gate.calibration import DEFAULT_MAX_RUNS
 from lib.gate.terms import KINDS, utcnow
-from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, KNOWN_TEAMS
+from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS
 from lib.ledger.calibration_scopes import ScopeRows, calibration_code
 from lib.planning import content_store
 
@@ -104,9 +104,8 @@ def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days
     with reader(db) as con:
-        known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         scopes = ScopeRows(con, now, max_runs=max_runs, window_days=window_days, replay=BACKTEST_RUNS)
-    return calibration_from(scopes, list(f.teams) or known, f.kinds or KINDS, max_runs=max_runs)
+    return calibration_from(scopes, list(f.teams) or scopes.teams, f.kinds or KINDS, max_runs=max_runs)
 
 
 def calibration_from(scopes: ScopeRows, teams: list[str], kinds, *, max_runs: int = DEFAULT_MAX_RUNS) -> dict:

@@ -35,7 +35,6 @@ from lib.dashboard.queue_and_calendar import forward_view
 from lib.dashboard.reading import frame, reader
 from lib.dashboard.run_sql import IDLE_GPU_HOURS
 from lib.gate.terms import KINDS, utcnow
-from lib.ledger.calibration_rows import KNOWN_TEAMS
 from lib.ledger.calibration_scopes import ScopeRows
 
 AHEAD_DAYS = 7     # the days after today whose fewest free accelerators a row shows
@@ -98,7 +97,6 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         # one read of the calibration rows for the plan's calibrations and the drift alarms' backtests
         scopes = ScopeRows(con, now, replay=BACKTEST_RUNS)
         view = forward_view(con, f, now, scopes=scopes)
-        teams = list(f.teams) or [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
         idle = frame(con, f"""
           WITH idle AS (SELECT r.team, r.capacity, {IDLE_GPU_HOURS} FROM runs r
                         WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
@@ -106,7 +104,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)
-    alarms = calibration_from(scopes, teams, f.kinds or KINDS)["alarms"]
+    alarms = calibration_from(scopes, list(f.teams) or scopes.teams, f.kinds or KINDS)["alarms"]
     burn = budget_outlook(f, db, now, view["holdings"])["burn"]
     price = costs.pricing(f, db)
     money = costs.idle_money(price, {"by_team_capacity": idle})

@@ -57,7 +57,7 @@ class ScopeRows:
     def __init__(self, con, now: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
                  window_days: int = CALIBRATION_WINDOW_DAYS, replay: int = 0):
         p = {**calibration_params(now, window_days), "max_runs": max_runs}
-        known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]
+        self.teams = known = [t for (t,) in con.execute(f"{KNOWN_TEAMS} ORDER BY 1").fetchall()]   # with a policy
         # each team x kind's newest rows only (enough for the replay and for the team and everyone
         # scopes, whose newest rows are among their team x kinds' newest)
         cut = newest_cutoffs(con, CALIBRATION_ROWS_SQL, p, max_runs + replay, known)
