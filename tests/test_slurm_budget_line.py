@@ -48,9 +48,10 @@ def test_the_budget_line_follows_the_decision_on_its_own_msg_line():
 
 @pytest.fixture
 def nearly_spent(tmp_path):
-    """A ledger whose team vision (budget set to 10 GPU-h) ended a 9 GPU-h run this month: (path, now)."""
+    """A ledger whose team vision (budget set to 10 GPU-h) ended a 9 GPU-h run this month: (path, now).
+    `now` is today's noon, so the run held from it ends today whatever the hour the test runs at."""
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
-    now = utcnow().replace(microsecond=0)
+    now = utcnow().replace(hour=12, minute=0, second=0, microsecond=0)
     with open_ledger(db) as con:
         con.execute("UPDATE teams SET monthly_budget_gpu_hours = 10 WHERE team = 'vision'")
     start = max(now - dt.timedelta(hours=2), now.replace(day=1, hour=0, minute=0, second=0))
