@@ -16,6 +16,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, Filters, View, date_max,
                                    default_filters, filters_from_query, query_from_filters, resolve_range)
 from lib.gate.terms import CAPACITIES, KINDS
+from lib.ledger.connection import keep_reads_open
 from ui.access import who, who_box
 from ui.data import db_path, ledger_errors, now_minute, sidebar_options
 from ui.demo import ensure_demo, ensure_ledger
@@ -52,6 +53,7 @@ def frame() -> Filters:
     if run is not None and st.session_state.get(_FRAME_RUN) is run:
         return filters()
     st.session_state[_FRAME_RUN] = run
+    keep_reads_open()   # this run's many reads join one open of the ledger, closed when the run ends
     st.set_page_config(page_title=tab_title(_page_script()), page_icon=PAGE_ICON, layout="wide")
     grant = who()   # a signed-out session, or one without a role, stops here: before any write
     who_box(grant)

@@ -60,10 +60,9 @@ def _escaped_values(value):
 
 def _escape_props(obj, props) -> None:
     for prop in props:
-        try:
-            value = obj[prop]
-        except (KeyError, ValueError):
+        if prop not in obj:   # asked for, a missing property costs plotly a "did you mean" search
             continue
+        value = obj[prop]
         new = _escaped_values(value)
         if new is not None:
             obj[prop] = new
