@@ -107,22 +107,31 @@ def _judged(raw: float, cal: Calibration, basis: str, notes: list) -> tuple[floa
     return value, basis, median, upper
 
 
-def decide(request: Request, policy: Policy | None, state: State) -> Decision:
+Checked = tuple[Request | None, list[Reason]]   # what lib.gate.request.validate returns for a request
+
+
+def decide(request: Request, policy: Policy | None, state: State, *, checked: Checked | None = None) -> Decision:
     """Admit, defer or reject `request` for the team `policy` describes, given its current `state`.
 
     `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
     are the reservations that count against the team's quota (lib.ledger.state.held_condition).
+    `checked`: validate(request) when the caller has it already (a replay decides each recorded
+    request once per pass; neither it nor `request` may change after), else it is validated here.
     """
-    return _decide(request, policy, state)
+    return _decide(request, policy, state, checked=checked)
 
 
-def _decide(request, policy: Policy | None, state: State, *, validated: Request | None = None) -> Decision:
+def _decide(request, policy: Policy | None, state: State, *, validated: Request | None = None,
+            checked: Checked | None = None) -> Decision:
     """decide. A fix suggesting another accelerator count is decided by this function too, given the
     `validated` request with that count (so not validated again); such an alternative's own fixes
     suggest nothing further decided, so it never goes deeper than once."""
     now = state.get("now") or utcnow()
     alternatives = validated is None
-    req, problems = validate(request) if alternatives else (validated, [])
+    if not alternatives:
+        req, problems = validated, []
+    else:
+        req, problems = checked if checked is not None else validate(request)
     if problems:
         return reject(request, problems, policy=policy, now=now)
     if policy is None or policy["team"] != req["team"]:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from lib.gate.calibration import DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Policy
 from lib.gate.terms import InputError, month_start, naive_utc, utcnow
-from lib.ledger.connection import open_ledger
+from lib.ledger.connection import ledger_path, open_ledger
 from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, CUT_SQL, KNOWN_TEAMS, calibration_params,
                                          cut_params, newest_cutoffs)
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay import replay
+from lib.planning.replay_kept import KEPT_SUFFIX
 from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
 
 DEFAULT_WINDOW = timedelta(weeks=4)
@@ -185,31 +187,40 @@ READ_MEMORY_LIMIT = "256MB"   # DuckDB's buffer limit while a replay reads its w
 
 def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,
                   levels: dict[str, float] | None = None, refresh="auto", progress=None,
-                  timeout_s: float = 10.0, pools: dict[str, int] | None = None) -> ReplayResult:
+                  timeout_s: float = 10.0, pools: dict[str, int] | None = None, keep: bool = False) -> ReplayResult:
     """Replay the ledger's recorded requests of [start, end) (default: the 4 weeks up to now) under
     the `proposed` team policies (teams-file dicts; every other team keeps its ledger policy), with
     calibration `levels` per team and the pools `pools` (capacity type -> accelerators, instead of
     the ledger's [pools]); and beside it the baseline, the ledger's own policies and pools replayed by
-    the same engine (one pass when the proposal is the same). Opens the ledger read-only; writes nothing."""
+    the same engine (one pass when the proposal is the same). Opens the ledger read-only and never
+    writes it. keep: keep the passes that do not depend on the proposal (and the calibrations fitted)
+    in the file `kept_file` beside the ledger, so that a later replay of the same window (another pool,
+    another proposal) runs only the proposal's pass (lib.planning.replay_kept); same result either way."""
     if progress:
         progress(0.0, "reading the ledger")
     requests, world, current, window = read_window(db, start=start, end=end, now=now, timeout_s=timeout_s)
     return replay_read(requests, world, current, proposed, levels=levels, refresh=refresh, pools=pools,
-                       window=window, progress=progress)
+                       window=window, progress=progress, kept=kept_file(db) if keep else None)
+
+
+def kept_file(db=None) -> Path:
+    """The file beside the ledger `db` that keeps replay passes by content (lib.planning.replay_kept)."""
+    path = ledger_path(db)
+    return path.with_name(path.name + KEPT_SUFFIX)
 
 
 def replay_read(requests: list[RecordedRequest], world: World, current: dict[str, Policy],
                 proposed: list[dict] | None = None, *, levels=None, refresh="auto", pools=None, window=None,
-                progress=None) -> ReplayResult:
+                progress=None, kept: Path | None = None) -> ReplayResult:
     """`replay_ledger` on a window already read (read_world; `current`: the ledger's policies), so that
-    several proposals over one window read the ledger once."""
+    several proposals over one window read the ledger once. kept: see lib.planning.replay.replay."""
     policies = dict(current)
     for t in proposed or ():
         policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
     say = progress or (lambda fraction, message: None)
     say(0.05, f"replaying {len(requests):,} requests")
     return replay(requests, policies, world, levels=levels, refresh=refresh, window=window, progress=say,
-                  baseline=current, pools=pools)
+                  baseline=current, pools=pools, kept=kept)
 
 
 def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0):

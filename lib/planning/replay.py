@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Iterable, Literal
 
-from lib.gate.admission import decide, reject
+from lib.gate.admission import Checked, decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
 from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
+from lib.gate.request import validate
 from lib.gate.terms import KINDS
+from lib.planning.replay_kept import KeptPasses
 from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
 from lib.planning.replay_state import Setting, WorldState
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
@@ -62,16 +65,16 @@ def _parse(request_json: str | None):
     return obj if isinstance(obj, dict) else None
 
 
-def _parsed(requests: list[RecordedRequest], shared: dict | None) -> list:
-    """Each request's parsed JSON (`_parse`) by position, filled as passes read them: kept in
-    `shared`, so the passes over one window parse each request once (a list of the parsed requests,
-    or None for one not parsed yet)."""
+def _parsed(requests: list[RecordedRequest], shared: dict | None) -> tuple[list, list]:
+    """Each request's parsed JSON (`_parse`) and its validation (lib.gate.request.validate's result)
+    by position, filled as passes read them: kept in `shared`, so the passes over one window parse and
+    validate each request once (lists of them, None for one not parsed or validated yet)."""
     if shared is None:
-        return [None] * len(requests)
+        return [None] * len(requests), [None] * len(requests)
     kept = shared.get(("parsed requests", id(requests)))
     if kept is None or kept[0] is not requests:   # the very list: IDs of dead lists are reused
-        kept = shared[("parsed requests", id(requests))] = (requests, [None] * len(requests))
-    return kept[1]
+        kept = shared[("parsed requests", id(requests))] = (requests, [None] * len(requests), [None] * len(requests))
+    return kept[1], kept[2]
 
 
 def _request(parsed: list, requests: list[RecordedRequest], i: int):
@@ -82,6 +85,15 @@ def _request(parsed: list, requests: list[RecordedRequest], i: int):
         request = parsed[i] = {sys.intern(k): {sys.intern(n): x for n, x in v.items()} if type(v) is dict else v
                                for k, v in request.items()}
     return request
+
+
+def _checked(checks: list, request: dict, i: int) -> Checked:
+    """validate(request) of the i-th request, once per window (`checks`: see `_parsed`); the passes only
+    read it, and `decide` never changes it."""
+    done = checks[i]
+    if done is None:
+        done = checks[i] = validate(request)
+    return done
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
@@ -112,7 +124,7 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
            window_days: int = DEFAULT_WINDOW_DAYS, progress=None, baseline: dict[str, Policy] | None = None,
-           pools: dict[str, int] | None = None) -> ReplayResult:
+           pools: dict[str, int] | None = None, kept: Path | None = None) -> ReplayResult:
     """Decide `requests` (recorded decisions, in time order) again under `policies` (team -> Policy,
     the proposed ones with the ledger's for every other team) in the replay world of `world`, and
     again under the `baseline` policies (the ledger's own; default `policies`) with the world's own
@@ -122,8 +134,11 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     the baseline's are the default). pools: capacity type -> accelerators the proposal has instead
     of the world's `pools` (a capacity what-if). refresh: how often calibration is recomputed
     ("auto": exact up to AUTO_EXACT_UP_TO requests, else daily). When the proposal equals the
-    baseline, one pass serves both. progress(fraction, message) is called now and then. Returns the
-    counts, agreement, exclusions and per-team results (see ReplayResult).
+    baseline, one pass serves both. progress(fraction, message) is called now and then. kept: a file
+    (beside the ledger) that keeps the passes that do not depend on the proposal and the calibrations
+    fitted, by content (lib.planning.replay_kept), so a window replayed before runs only the proposal's
+    pass; the result is the same with it or without. Returns the counts, agreement, exclusions and
+    per-team results (see ReplayResult).
     """
     requests = list(requests)
     levels = levels or {}
@@ -136,31 +151,52 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     shared = proposal.key() == current.key()
     common = (requests, world, refresh, max_runs, window_days, say)
     fitted: dict = {}
-    proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted)
-    base = proposed if shared else _run(*common, current, mode="baseline", span=(0.5, 0.25), shared=fitted)
+    store = KeptPasses(kept, requests, world) if kept is not None else None
+    proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted,
+                    kept=store)
+    base = proposed if shared else _kept_run(store, common, current, "baseline", (0.5, 0.25), fitted)
     skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
-    recorded = _run(*common, Setting(current.policies, {}, world_pools, windows), mode="recorded",
-                    skip=skip, span=(0.75, 0.2), shared=fitted)
+    recorded = _kept_run(store, common, Setting(current.policies, {}, world_pools, windows), "recorded",
+                         (0.75, 0.2), fitted, skip=skip)
+    if store is not None:
+        store.save()
     say(1.0, "replay done")
     return replay_result(requests, proposed, recorded, policies, levels, refresh, window, baseline=base,
                          shared=shared, pools=(proposal.pools, current.pools))
 
 
+def _kept_run(store: KeptPasses | None, common: tuple, setting: Setting, mode: str, span: tuple[float, float],
+              fitted: dict, *, skip: set = frozenset()) -> dict:
+    """`_run` of a pass that does not depend on the proposal (mode "baseline" or "recorded"), read back
+    from `store` when it keeps it, else run (and kept there)."""
+    if store is None:
+        return _run(*common, setting, mode=mode, span=span, skip=skip, shared=fitted)
+    refresh, max_runs, window_days = common[2:5]
+    key = store.key(mode, setting.policies, setting.key()[1], setting.pools, refresh, max_runs, window_days, skip)
+    done = store.get(key)
+    if done is None:
+        done = _run(*common, setting, mode=mode, span=span, skip=skip, shared=fitted, kept=store)
+        store.put(key, done, outcomes=mode != "recorded")   # the result reads no recorded outcome
+    return done
+
+
 def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting, *, mode: str,
-         span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None) -> dict:
+         span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None,
+         kept: KeptPasses | None = None) -> dict:
     """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
     request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
     recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
-    `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
+    `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
+    those fitted in earlier processes."""
     policies, levels = setting.policies, setting.levels
     runs = world["runs"]
     proposed = mode != "recorded"
     ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
-                    setting=setting, shared=shared)
+                    setting=setting, shared=shared, kept=kept)
     tallies: dict[str, dict] = {}
     outcomes: list = []
     n = len(requests)
-    parsed = _parsed(requests, shared)
+    parsed, checks = _parsed(requests, shared)
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
@@ -195,7 +231,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
             pools = state_in.get("pools")
-            decision = decide(request, policy, state_in)
+            decision = decide(request, policy, state_in, checked=_checked(checks, request, i))
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":

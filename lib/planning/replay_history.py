@@ -4,12 +4,26 @@ capacity, and the calibration each request sees (recomputed only when needed).
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, deque
 from datetime import datetime, timedelta
 
 from lib.gate.calibration import calibrate_scopes
 from lib.gate.contracts import Calibration
 from lib.planning.replay_world import Refresh
+
+
+_EPOCH, _US = datetime(1970, 1, 1), timedelta(microseconds=1)
+_CODES: dict = {}
+
+
+def _stable_code(text) -> int:
+    """A number for `text` that is the same in every process (Python's own str hash is not), so that a
+    row's hash, and a scope's content (CalibrationScopes.fingerprint), can key calibrations kept on disk."""
+    code = _CODES.get(text)
+    if code is None:
+        code = _CODES[text] = int.from_bytes(hashlib.blake2b(repr(text).encode(), digest_size=8).digest(), "big")
+    return code
 
 
 class CalibrationScopes:
@@ -39,7 +53,8 @@ class CalibrationScopes:
     def add(self, ended_at: datetime, team: str, kind: str, estimated: float, actual: float,
             censored: bool) -> None:
         row = (ended_at, {"estimated_gpu_hours": estimated, "actual_gpu_hours": actual, "censored": censored,
-                          "ended_at": ended_at, "kind": kind}, hash((ended_at, kind, estimated, actual, censored)))
+                          "ended_at": ended_at, "kind": kind},
+               hash(((ended_at - _EPOCH) // _US, _stable_code(kind), estimated, actual, censored)))
         for key in ((team, kind), (team,), ()):
             dq = self._dq(key)
             if len(dq) == dq.maxlen:   # the oldest leaves as this one enters
@@ -122,10 +137,11 @@ class Calibrations:
     rows they were fitted on (`CalibrationScopes.fingerprint`), kept across the passes of one
     window (a baseline and its proposals), so a pass fits only what its own admits changed."""
 
-    def __init__(self, scopes: CalibrationScopes, refresh: Refresh, shared: dict | None = None):
+    def __init__(self, scopes: CalibrationScopes, refresh: Refresh, shared: dict | None = None, kept=None):
         self.scopes, self.refresh = scopes, refresh
         self.cache: dict = {}
         self.shared = {} if shared is None else shared
+        self.kept = kept   # lib.planning.replay_kept.KeptPasses: calibrations fitted in earlier processes
         self.computed = 0
 
     def get(self, team: str, kind: str, level: float, now: datetime) -> Calibration:
@@ -147,7 +163,17 @@ class Calibrations:
         seen = (team, kind, level, self.scopes.fingerprint(team, kind, now))
         cal = self.shared.get(seen)
         if cal is None:
-            cal = self.shared[seen] = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
+            # a fit kept from an earlier process counts as computed, and reads the scopes it read then
+            # (fingerprint has pruned them all), so the pass goes on exactly as if it had fitted it
+            earlier = self.kept.fitted(seen) if self.kept is not None else None
+            if earlier is not None:
+                cal, n_read = earlier
+                read += [(team, kind), (team,), ()][:n_read]
+            else:
+                cal = calibrate_scopes(self.scopes.scoped(team, kind, now, read), level=level)
+                if self.kept is not None:
+                    self.kept.fit(seen, cal, len(read))
+            self.shared[seen] = cal
             self.computed += 1
         else:
             read += [(team, kind), (team,), ()]

@@ -48,15 +48,16 @@ class WorldState:
     rate (a pass that decides); without it they only spend (a pass that takes recorded decisions).
     `cals` (the calibration per request, lib.planning.replay_history.Calibrations) may be wrapped by
     a driver that recomputes it less often. `setting`: the pools the pass decides with (None: none);
-    `shared`: calibrations already fitted over this window, by the rows they were fitted on."""
+    `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
+    those fitted in earlier processes (lib.planning.replay_kept.KeptPasses)."""
 
     def __init__(self, world: World, *, refresh: Refresh = "exact", learn: bool = True,
                  max_runs: int = DEFAULT_MAX_RUNS, window_days: int = DEFAULT_WINDOW_DAYS,
-                 setting: Setting | None = None, shared: dict | None = None):
+                 setting: Setting | None = None, shared: dict | None = None, kept=None):
         self.runs, self.snapshots, self.learn = world["runs"], world["snapshots"], learn
         self.scopes = CalibrationScopes(max_runs, window_days)
         self.rates = InterruptionRates(world.get("rate_base", {}), world.get("min_rate_runs", 20), window_days)
-        self.cals = Calibrations(self.scopes, refresh, shared)
+        self.cals = Calibrations(self.scopes, refresh, shared, kept)
         self.shared, self.max_runs, self.window_days = shared, max_runs, window_days
         self._snaps: dict = {}                # team -> the snapshots its requests see
         self.setting = setting
