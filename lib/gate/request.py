@@ -286,6 +286,13 @@ def validate(request) -> tuple[Request | None, list[Reason]]:
         _check_production(request, problems)
     if problems:
         return None, problems
+    return normalized(request), []
+
+
+def normalized(request: dict) -> Request:
+    """A request `validate` found no problem with, with its defaults filled in (what validate returns
+    for it). Only for such a request: anything else may raise."""
+    has_pilot = "pilot" in request
     out = {**_DEFAULTS, **request}
     if "submitted_at" in request:
         out["submitted_at"] = _parse_time(request["submitted_at"])
@@ -297,4 +304,4 @@ def validate(request) -> tuple[Request | None, list[Reason]]:
             pilot["worst_case_steps_per_second"] = pilot["steps_per_second"]
         if "gpus" not in pilot:
             pilot["gpus"] = out["gpus"]
-    return out, []
+    return out

@@ -154,8 +154,11 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     rows.sort(key=lambda r: r[0])
     ends = [(r[0], r[1], r[2], r[3], (r[4], bool(r[5])) if r[4] is not None else None,
              r[7] if r[7] is not None and not stay_from < r[0] < start else None) for r in rows]
+    # the GPU-hours summed in run ID order (a plain sum adds in whatever order the threads finish, so its
+    # last bits, and a kept replay's key, would change from one read to the next)
     rate_base = {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in run(
-        f"{_CONTROLLED} SELECT r.team, count(*), sum(r.actual_gpu_hours), sum({_RATE_INTERRUPTIONS}) FROM runs r {_MEASURED} "
+        f"{_CONTROLLED} SELECT r.team, count(*), list_sum(list(r.actual_gpu_hours ORDER BY r.run_id)), "
+        f"sum({_RATE_INTERRUPTIONS}) FROM runs r {_MEASURED} "
         f"WHERE {_RATE_INTERRUPTIONS} IS NOT NULL AND r.ended_at > $stay_from AND r.ended_at < $start "
         "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
         {**p, "stay_from": stay_from}).fetchall()}

@@ -45,7 +45,7 @@ from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW
 from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
 from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
-from lib.gate.request import validate
+from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
 from lib.planning.replay_kept import KeptPasses
 from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
@@ -87,12 +87,18 @@ def _request(parsed: list, requests: list[RecordedRequest], i: int):
     return request
 
 
-def _checked(checks: list, request: dict, i: int) -> Checked:
+def _checked(checks: list, request: dict, i: int, kept: KeptPasses | None) -> Checked:
     """validate(request) of the i-th request, once per window (`checks`: see `_parsed`); the passes only
-    read it, and `decide` never changes it."""
+    read it, and `decide` never changes it. A request `kept` knows to be valid (the same request of the
+    same window, validated by the same code) is only normalized (lib.gate.request.normalized)."""
     done = checks[i]
     if done is None:
-        done = checks[i] = validate(request)
+        if kept is not None and kept.is_valid(i):
+            done = checks[i] = (normalized(request), [])
+        else:
+            done = checks[i] = validate(request)
+            if kept is not None and not done[1]:
+                kept.valid(i)
     return done
 
 
@@ -231,7 +237,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
             pools = state_in.get("pools")
-            decision = decide(request, policy, state_in, checked=_checked(checks, request, i))
+            decision = decide(request, policy, state_in, checked=_checked(checks, request, i, kept))
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":

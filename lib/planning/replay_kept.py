@@ -1,7 +1,7 @@
 """What a policy replay (lib.planning.replay) keeps between processes, by content, in a file beside
 the ledger (lib.planning.content_store): the passes that do not depend on the proposal (the
 baseline, the ledger's own policies and pools replayed; the recorded decisions taken as they were)
-and the calibrations fitted over the window. A replay of a window replayed before (another pool,
+and the calibrations fitted over the window (and which of its requests are valid). A replay of a window replayed before (another pool,
 another proposal) then runs only the proposal's pass, and fits only the calibrations its own admits
 changed.
 
@@ -14,6 +14,7 @@ exactly as it was made (JSON keeps floats to the bit, and the order of every lis
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pickle
 import sys
@@ -51,7 +52,11 @@ def window_digest(requests: list, world: dict) -> bytes:
     canonical = {k: (sorted(v.items()) if isinstance(v, dict) else v) for k, v in sorted(world.items())
                  if k != "snapshots"}
     snaps = sorted((str(team), sorted(names)) for team, names in world.get("snapshots", {}).items())
-    digest = hashlib.sha256(pickle.dumps((requests, canonical, snaps), protocol=5)).digest()
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.fast = True   # no memo: equal values give equal bytes, however the reader shared objects
+    pickler.dump((requests, canonical, snaps))
+    digest = hashlib.sha256(out.getbuffer()).digest()
     _digests[:] = [requests, world, digest]
     return digest
 
@@ -66,7 +71,8 @@ def _tally_in(t: dict) -> dict:
 
 class KeptPasses:
     """The kept passes and calibrations of one window (`requests`, `world`) in the file `path`.
-    `get`/`put` a pass by `key`; `fit`/`fitted` calibrations; `save` writes what is new."""
+    `get`/`put` a pass by `key`; `fit`/`fitted` calibrations; `valid`/`is_valid` the requests that
+    validate; `save` writes what is new."""
 
     def __init__(self, path: Path, requests: list, world: dict):
         self.path, self.requests = Path(path), requests
@@ -76,6 +82,9 @@ class KeptPasses:
         self.fits_key = self._digest(("fits",))
         self.fits: dict = dict(self.entries.get(self.fits_key) or {})   # its own: the store's copy stays as read
         self.new_fits = False
+        self.valid_key = self._digest(("valid requests",))
+        self.known_valid = set(self.entries.get(self.valid_key) or ())
+        self.new_valid: list[int] = []
 
     def _digest(self, parts) -> str:
         text = json.dumps(parts, sort_keys=True, default=repr)
@@ -95,7 +104,8 @@ class KeptPasses:
         if kept is None:
             return None
         outcomes = kept["outcomes"]
-        return {"outcomes": [(req, *o) for req, o in zip(self.requests, outcomes)] if outcomes is not None else [],
+        return {"outcomes": [(req, o[0], o[1], o[2]) for req, o in zip(self.requests, outcomes)]
+                if outcomes is not None else [],
                 "tallies": {t: _tally_in(v) for t, v in kept["tallies"].items()},
                 "calibrations_computed": kept["calibrations_computed"]}
 
@@ -117,8 +127,22 @@ class KeptPasses:
         self.fits[repr(seen)] = [dict(cal), scopes_read]
         self.new_fits = True
 
+    def is_valid(self, i: int) -> bool:
+        """Whether the window's i-th request was found valid (lib.gate.request.validate) before."""
+        return i in self.known_valid
+
+    def valid(self, i: int) -> None:
+        """The window's i-th request is valid: keep that."""
+        self.new_valid.append(i)
+
     def save(self) -> None:
         """Write the file when anything was added (a file that cannot be written is left as it was)."""
+        if self.new_valid:
+            self.known_valid.update(self.new_valid)
+            self.new_valid = []
+            self.entries.pop(self.valid_key, None)
+            self.entries[self.valid_key] = sorted(self.known_valid)
+            self.changed = True
         if self.new_fits:
             self.entries.pop(self.fits_key, None)
             self.entries[self.fits_key] = self.fits
