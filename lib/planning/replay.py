@@ -31,7 +31,8 @@ Beside this module: `replay_world` (the plain data the replay reads and returns)
 (the replay world as time moves forward, and the state each request is decided under; the demo
 history drives it too), `replay_history`
 (what it learns from the runs finished so far: calibration rows, interruption rates, calibration),
-`replay_report` (its per-team tallies, the result and the result's table rows).
+`replay_report` (its per-team tallies, the result and the result's table rows), `replay_kept` (the
+passes that do not depend on the proposal, kept by content beside the ledger).
 """
 from __future__ import annotations
 

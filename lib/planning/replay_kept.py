@@ -1,9 +1,9 @@
 """What a policy replay (lib.planning.replay) keeps between processes, by content, in a file beside
 the ledger (lib.planning.content_store): the passes that do not depend on the proposal (the
 baseline, the ledger's own policies and pools replayed; the recorded decisions taken as they were)
-and the calibrations fitted over the window (and which of its requests are valid). A replay of a window replayed before (another pool,
-another proposal) then runs only the proposal's pass, and fits only the calibrations its own admits
-changed.
+and the calibrations fitted over the window, and which of its requests are valid. A replay of a
+window replayed before (another pool, another proposal) then runs only the proposal's pass, fits only
+the calibrations its own admits changed, and validates no request again.
 
 Each entry's key is a sha256 of everything it depends on: the window's requests and replay world
 (`window_digest`), the pass's policies, calibration levels and pools, the calibration refresh and
