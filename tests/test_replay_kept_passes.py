@@ -114,3 +114,15 @@ def test_calibrations_kept_by_one_process_are_found_by_another(submitted_ledger)
     assert runs[0] == runs[1]
     fits = [v for v in runs[0]["entries"].values() if isinstance(v, dict) and "outcomes" not in v]
     assert fits and all(len(f) > 0 for f in fits)
+
+
+def test_daily_calibration_and_a_changed_level_read_the_kept_fits_to_the_same_result(pooled_submitted_ledger, tmp_path):
+    db, w = private(pooled_submitted_ledger, tmp_path), window(*pooled_submitted_ledger[1:])
+    proposal = [{**teams(POOLED_TEAMS)["alpha"], "max_gpus_per_job": 4}]
+    kw = {"refresh": "daily", "levels": {"alpha": 0.8}, "pools": {"stable": 6}, **w}
+    plain = as_json(replay_ledger(db, proposal, **kw))
+    cold = as_json(replay_ledger(db, proposal, keep=True, **kw))
+    stamp = kept_file(db).stat().st_mtime_ns
+    warm, ran = passes_run(db, proposed=proposal, keep=True, **kw)
+    assert cold == plain and warm == plain and ran == {"proposed"}
+    assert kept_file(db).stat().st_mtime_ns == stamp   # nothing new to keep: every fit was found
