@@ -101,7 +101,7 @@ def propose_and_replay(bounds) -> None:
         with ui.ledger_errors():
             # an unchanged proposal is replayed once: the engine sees it equals the baseline
             result = replay_ledger(ui.db_path(), changed, start=bounds[0], end=bounds[1], levels=levels,
-                                   progress=ui.import_progress(bar))
+                                   progress=ui.import_progress(bar), keep=True)
         status.update(label=f"Replayed {result['requests']:,} requests", state="complete", expanded=False)
     for p in proposed:
         p["colour"] = policies[p["team"]].get("colour")

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from lib.ledger.replay import ledger_teams_file, policy_to_toml, propose, replay_ledger
+from lib.ledger.replay import kept_file, ledger_teams_file, policy_to_toml, propose, replay_ledger
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
 from tests.fixtures_app import fill_ledger
 from tests.fixtures_ledger import query, run_cli
@@ -218,6 +218,11 @@ def test_the_page_replays_an_edited_policy_and_offers_it_as_teams_toml(submitted
     toml = at.session_state["pr_toml"]
     proposed = {t["team"]: t for t in parse_teams(toml)[0]}
     assert proposed["alpha"]["reserved_gpus"] == 2 and proposed["beta"]["reserved_gpus"] == 6
+    # the passes the proposal does not change are kept beside the ledger: the same replay again reads them
+    assert kept_file(db).exists()
+    next(b for b in at.button if b.label == "Replay").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.dataframe[0].value.equals(effect)
 
 
 def test_the_page_window_defaults_to_the_sidebar_period(submitted_ledger, monkeypatch, fresh_caches):
