@@ -159,3 +159,23 @@ def test_extreme_but_finite_pilot_numbers_never_admit_a_non_finite_reservation(f
 def test_whole_numbers_beyond_the_ledger_columns_reject(field, value):
     d = decide(request(**{field: value}), policy(), state())
     assert d["state"] == "reject" and d["reasons"][0]["field"] == field
+
+
+def _outcome(d: dict) -> tuple:
+    return d["state"], [r["code"] for r in d["reasons"]], d["reserved_gpu_hours"], d["estimate"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(req=requests, s=states, pool_gpus=st.one_of(st.none(), st.integers(0, 40)), cap=st.integers(1, 16),
+       quota=st.integers(0, 40))
+def test_a_decision_without_its_explanations_is_the_same_decision(req, s, pool_gpus, cap, quota):
+    """explain=False (what a replay and the forward plan ask for) leaves out only the fixes' alternative
+    counts and fit times: the state, every code in its order, the reservation and the estimate agree."""
+    p = {**policy(), "max_gpus_per_job": cap, "reserved_gpus": quota}
+    p["retraining_reserved_gpus"] = min(p["retraining_reserved_gpus"], quota)
+    if pool_gpus is not None:
+        s = {**s, "pools": {"stable": {"name": "stable", "gpus": pool_gpus, "windows": [],
+                                       "reservations": [{**r, "team": "vision"} for r in s["reservations"]]}}}
+    full, bare = decide(req, p, s), decide(req, p, s, explain=False)
+    assert _outcome(bare) == _outcome(full)
+    assert all(r.get("alternative") is None for r in bare["reasons"])

@@ -110,19 +110,23 @@ def _judged(raw: float, cal: Calibration, basis: str, notes: list) -> tuple[floa
 Checked = tuple[Request | None, list[Reason]]   # what lib.gate.request.validate returns for a request
 
 
-def decide(request: Request, policy: Policy | None, state: State, *, checked: Checked | None = None) -> Decision:
+def decide(request: Request, policy: Policy | None, state: State, *, checked: Checked | None = None,
+           explain: bool = True) -> Decision:
     """Admit, defer or reject `request` for the team `policy` describes, given its current `state`.
 
     `request` may be anything parsed from JSON (a malformed one is rejected); state.reservations
     are the reservations that count against the team's quota (lib.ledger.state.held_condition).
     `checked`: validate(request) when the caller has it already (a replay decides each recorded
     request once per pass; neither it nor `request` may change after), else it is validated here.
+    `explain=False` leaves two things out of a capacity reason's fix: the request decided again on
+    fewer accelerators, and the time from which it would fit. The state, the reason codes, the
+    estimate and the reservation are the same either way. A replay, which reads only those, passes it.
     """
-    return _decide(request, policy, state, checked=checked)
+    return _decide(request, policy, state, checked=checked, explain=explain)
 
 
 def _decide(request, policy: Policy | None, state: State, *, validated: Request | None = None,
-            checked: Checked | None = None) -> Decision:
+            checked: Checked | None = None, explain: bool = True) -> Decision:
     """decide. A fix suggesting another accelerator count is decided by this function too, given the
     `validated` request with that count (so not validated again); such an alternative's own fixes
     suggest nothing further decided, so it never goes deeper than once."""
@@ -177,8 +181,9 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
 
     def on_gpus(n: int) -> tuple[Alternative, str, bool] | None:
         """The request on n accelerators, decided (the pilot's count kept): (its numbers, the words a
-        fix says, whether the runtime cap lets it run); None in an alternative's own decision."""
-        if not alternatives:
+        fix says, whether the runtime cap lets it run); None in an alternative's own decision, and
+        without `explain`."""
+        if not alternatives or not explain:
             return None
         if n not in decided_on:
             changed = {**req, "gpus": n}   # validated: the pilot's count is already set
@@ -286,6 +291,8 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
     fit: list = []
 
     def fits_at():  # when every capacity check passes (the same rule the dashboard shows), reckoned once
+        if not explain:
+            return None
         if not fit:
             fit.append(capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus, pool, req["team"], wall_h))
         return fit[0]

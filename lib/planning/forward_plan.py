@@ -177,13 +177,14 @@ def _step(world: PlanWorld, q: _Waiting, t: datetime, tries: list) -> int:
         codes = set(q.codes) - ({"period-budget"} if q.month is not None and t >= q.month else set())
         if codes & WAIT_CURES and not _wait(world, q, t, codes, st, tries, retry=True):
             return 0
-    decision = decide(req, q.policy, st)
+    decision = decide(req, q.policy, st, explain=False)   # codes and the estimate only
     codes = _codes(decision)
     decided = 1
     if q.reasons is None:   # the first try, at as_of: what check gives it, without what the plan started
         capacity = req.get("capacity") if isinstance(req, dict) else None
         if world.started_in.get(team) or world.started_in.get(("pool", capacity)):
-            q.reasons = _codes(decide(req, q.policy, world.state(team, kind, t, ledger_only=True)))
+            alone = world.state(team, kind, t, ledger_only=True)
+            q.reasons = _codes(decide(req, q.policy, alone, explain=False))
             decided += 1
         else:
             q.reasons = codes

@@ -238,7 +238,8 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
             pools = state_in.get("pools")
-            decision = decide(request, policy, state_in, checked=_checked(checks, request, i, kept))
+            decision = decide(request, policy, state_in, checked=_checked(checks, request, i, kept),
+                              explain=False)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
