@@ -14,6 +14,7 @@ import pytest
 
 from lib.ledger.replay import replay_ledger
 from lib.ledger.teams_file import parse_teams
+from lib.planning.replay import NOT_SENT
 from lib.planning.replay_report import wait_measures
 from tests.fixtures_ledger import query, run_cli
 from tests.fixtures_replay import POOLED_STABLE_GPUS, POOLED_TEAMS, REPLAY_TEAMS
@@ -66,6 +67,21 @@ def test_the_baseline_reproduces_the_record_and_the_proposal_differs_from_it_alo
     # requests above the smaller quota can never start by waiting: they leave the mean, not the P90
     assert a["proposed"]["never_fits_by_waiting"] > a["baseline"]["never_fits_by_waiting"]
     assert a["proposed"]["p90_wait_hours"] is None
+
+
+def test_a_retry_of_a_run_the_proposal_admitted_earlier_is_not_sent(submitted_ledger):
+    """Deferred requests were retried under the same run ID. A larger quota admits some of them at
+    their first try: their later retries are left out as not sent, never counted as rejected
+    duplicates (which would lower the deferral share), and no run is admitted twice."""
+    db, first, last = submitted_ledger
+    result = replay_ledger(db, [{**teams()["alpha"], "reserved_gpus": 64}], **window(first, last))
+    retries = {(r["run_id"], r["decision_id"]) for r in result["excluded"]["requests"] if r["why"] == NOT_SENT}
+    assert retries and result["excluded"]["by_reason"][NOT_SENT] == len(retries)
+    assert result["proposed"]["reject"] == result["baseline"]["reject"] == result["recorded"]["reject"]
+    admitted = [d for d in result["changed_requests"] if d["proposed_state"] == "admit"]
+    assert {run for run, _ in retries} <= {d["run_id"] for d in admitted}
+    assert result["baseline"] == result["recorded"]   # the current policy admits nothing earlier: nothing left out
+    assert NOT_SENT not in replay_ledger(db, **window(first, last))["excluded"]["by_reason"]
 
 
 def test_the_pool_check_in_the_replay_is_the_gates_own(pooled_submitted_ledger):

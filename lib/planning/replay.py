@@ -25,7 +25,14 @@ recorded world with the replayed requests' outcomes swapped in:
 A request the replay cannot decide as it was decided (no request JSON, one that is not a complete
 request although it was not rejected, a team without a policy) is *excluded* with its reason, and
 left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
-recorded), since the replay cannot say what else would have happened. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+recorded), since the replay cannot say what else would have happened.
+
+A recorded retry of a run that the replay already admitted at an earlier request is *not sent*. The
+record retried that run only because the earlier request was deferred, and the replay admitted it
+instead. Such a retry is excluded with that reason (`NOT_SENT`) and has no effect. Counting it as a
+rejected duplicate would take deferrals out of the deferral share whenever a proposal admits a run
+earlier. A smaller pool does that for the runs it leaves room for. A recorded duplicate that the
+record itself rejected stays a rejection. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 
 Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_state`
 (the replay world as time moves forward, and the state each request is decided under; the demo
@@ -54,6 +61,7 @@ from lib.planning.replay_state import Setting, WorldState
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
+NOT_SENT = "a retry of a run the replay admitted at an earlier request (not sent)"
 
 
 def _parse(request_json: str | None):
@@ -162,7 +170,8 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     proposed = _run(*common, proposal, mode="proposed", span=(0.05, 0.7 if shared else 0.45), shared=fitted,
                     kept=store)
     base = proposed if shared else _kept_run(store, common, current, "baseline", (0.5, 0.25), fitted)
-    skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None}
+    # the recorded pass leaves out what the proposal cannot replay; a retry it did not send was sent in reality
+    skip = {o[0]["decision_id"] for o in proposed["outcomes"] if o[1] is None and o[2] != NOT_SENT}
     recorded = _kept_run(store, common, Setting(current.policies, {}, world_pools, windows), "recorded",
                          (0.75, 0.2), fitted, skip=skip)
     if store is not None:
@@ -231,6 +240,9 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         pools = None
 
         if ws.is_booked(run_id, now) and policy is not None:
+            if run_id in ws.admitted and req["state"] != "reject":
+                outcomes.append((req, None, NOT_SENT, None))
+                continue
             decision = reject(request, [reason(
                 "invalid-request", f"run_id {run_id!r} already holds a reservation or has run",
                 fix="choose a new run_id (one run ID per submission)", field="run_id")], now=now)

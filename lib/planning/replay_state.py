@@ -64,6 +64,7 @@ class WorldState:
         self.spent: Counter = Counter()       # (team, month start) -> GPU-hours ended in that month
         self.active = Holdings()              # team -> its holders
         self.booked: dict[str, datetime] = {}  # run ID -> when it became booked
+        self.admitted: set[str] = set()       # run IDs this pass's own decisions admitted
         for run in self.runs.values():
             if not run["controlled"] and run["booked_at"] is not None:
                 self.booked[run["run_id"]] = run["booked_at"]
@@ -181,6 +182,7 @@ class WorldState:
         self._hold(team, release, holder)
         if isinstance(run_id, str):
             self.booked.setdefault(run_id, now)
+            self.admitted.add(run_id)
         return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
 
     def keep_recorded(self, state: str, decided_at: datetime, run: RunRecord | None) -> None:
