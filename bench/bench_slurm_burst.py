@@ -99,6 +99,27 @@ def burst(argv_for, n: int, concurrency: int) -> dict:
             "results": [r[2] for r in results]}
 
 
+def warm_up(argv: list[str], jobids: list[str], wait_s: float = 120.0) -> None:
+    """One untimed gated sbatch before a timed burst, so the burst measures a gate that has its ledger
+    loaded (a fresh ledger's first decision reads every team's facts, about 1 s), then a wait until
+    the server's first budget run-out computation (lib.slurm.runouts: a process of its own at a lower
+    priority, started by that load and again at most every 5 minutes) has ended."""
+    _, _, r = sbatch(argv)
+    if r.returncode == 0:
+        jobids.append(r.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(b"lib.slurm.runouts" in c for c in _cmdlines()):
+        time.sleep(0.2)
+
+
+def _cmdlines():
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            yield p.read_bytes()
+        except OSError:   # ended meanwhile
+            continue
+
+
 def max_held(db: Path) -> dict[str, tuple[int, int]]:
     """team -> (most GPUs its admitted reservations held at one time, its reserved_gpus)."""
     from lib.ledger.connection import open_ledger
@@ -119,7 +140,7 @@ def max_held(db: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def authority_burst(tmp: Path, lines: list[str], argv_for, n: int, concurrency: int, reads: bool) -> dict:
+def authority_burst(tmp: Path, lines: list[str], argv_for, n: int, concurrency: int, reads: bool, warm) -> dict:
     """Phase 2b: the burst through a gate server of its own that decides against a fresh PostgreSQL
     (schema and data/teams.toml's policies loaded), on a fresh ledger. {"skipped": why} without PostgreSQL."""
     from lib.authority.store import init_schema
@@ -147,6 +168,7 @@ def authority_burst(tmp: Path, lines: list[str], argv_for, n: int, concurrency: 
             time.sleep(0.05)
         CONF.write_text("\n".join([ln for ln in lines if not ln.startswith("TG_GATE_SOCKET=")]
                                   + [f"GATE_DB={db}", f"TG_GATE_SOCKET={sock}"]) + "\n")
+        warm()
         reader = DashboardReader(db, reads)   # the same dashboard load as the gated phase's, on this ledger
         reader.start()
         try:
@@ -203,6 +225,7 @@ def main() -> int:
     try:
         reader.start()
         plain = burst(lambda i: ["--time=10"], args.n, args.concurrency)
+        warm_up(gpu_job(biggest, run_id=f"{tag}-w"), jobids)
         gated_from = time.perf_counter()
         gated = burst(gpu_job, args.n, args.concurrency)
         time.sleep(2.5)  # let the reader see the last batch
@@ -210,7 +233,7 @@ def main() -> int:
         reader.join(timeout=30)
         flush(str(SOCKET), str(Path(db).resolve()))
         shared = authority_burst(tmp, lines, lambda i: gpu_job(i, run_id=f"{tag}-a{i}"), args.n, args.concurrency,
-                                 args.dashboard)
+                                 args.dashboard, lambda: warm_up(gpu_job(biggest, run_id=f"{tag}-aw"), jobids))
         # one sbatch at a time, plain and gated (admitted, on a second fresh ledger) taking turns
         CONF.write_text("\n".join(lines + [f"GATE_DB={make_slurm_ledger(tmp / 'single.duckdb')}"]) + "\n")
         single = {"plain": [], "gated": []}
