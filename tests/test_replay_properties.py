@@ -153,3 +153,35 @@ def test_raising_a_quota_can_defer_a_later_request_when_admitted_runs_interact()
     high = base_policy(reserved=5, set_aside=0, per_job=8)
     assert replay(rows, {"t": low}, world(history=0))["teams"][0]["proposed"]["deferrals_by_reason"] == {"capacity": 1}
     assert replay(rows, {"t": high}, world(history=0))["teams"][0]["proposed"]["deferrals_by_reason"] == {"capacity": 2}
+
+
+def test_a_run_the_record_admitted_and_the_replay_defers_is_retried_at_its_earliest_fit():
+    """Admitted in reality at once, deferred under a quota that a 6-GPU holder fills until T0 + 5 h: the
+    record has no later retry of it, so the replay sends one at its earliest fit. Admitted then, it
+    holds for its recorded duration from that admission, and a request during that time sees it."""
+    holder = request(0, "exploratory", 6, 80.0, 20, 30.0, 300.0)
+    late = request(1, "exploratory", 4, 80.0, 20, 8.0, 300.0)
+    runs = {"r-0": {"run_id": "r-0", "team": "t", "kind": "exploratory", "gpus": 6,
+                    "reserved_until": T0 + timedelta(hours=30), "reserved_gpu_hours": 30.0, "started_at": T0,
+                    "ended_at": T0 + timedelta(hours=5), "actual_gpu_hours": 30.0, "admitted_at": T0,
+                    "controlled": True, "booked_at": None, "calibration": None},
+            "r-1": {"run_id": "r-1", "team": "t", "kind": "exploratory", "gpus": 4,
+                    "reserved_until": T0 + timedelta(hours=40), "reserved_gpu_hours": 8.0,
+                    "started_at": T0 + timedelta(hours=1), "ended_at": T0 + timedelta(hours=3),
+                    "actual_gpu_hours": 8.0, "admitted_at": T0 + timedelta(hours=1), "controlled": True,
+                    "booked_at": None, "calibration": None}}
+    probe = request(2, "exploratory", 6, 80.0, 20, 1.0, 300.0)
+    rows = [recorded(0, T0, holder), recorded(1, T0 + timedelta(hours=1), late),
+            recorded(2, T0 + timedelta(hours=6), probe)]
+    result = replay(rows, {"t": base_policy(reserved=8, set_aside=0)}, world(history=0, runs=runs), refresh="exact")
+    changed = {c["decision_id"]: c for c in result["changed_requests"]}
+    assert changed[1]["proposed_reasons"] == ["capacity"]           # 6 held + 4 > 8 until T0 + 5 h
+    team = result["teams"][0]["proposed"]
+    assert team["admit"] == 2 and team["defer"] == 2                # r-1's retry admitted at T0 + 5 h
+    assert team["used_gpu_hours"] == 30.0 + 8.0
+    # r-1 holds 4 from T0 + 5 h for its recorded 2 h: the probe at T0 + 6 h does not fit beside it
+    assert changed[2]["proposed_reasons"] == ["capacity"]
+    # without a fit inside the window (it ends at the last request) no retry is sent
+    short = replay(rows[:2], {"t": base_policy(reserved=8, set_aside=0)}, world(history=0, runs=runs),
+                   refresh="exact")
+    assert short["teams"][0]["proposed"]["admit"] == 1 and short["teams"][0]["proposed"]["defer"] == 1

@@ -32,7 +32,15 @@ record retried that run only because the earlier request was deferred, and the r
 instead. Such a retry is excluded with that reason (`NOT_SENT`) and has no effect. Counting it as a
 rejected duplicate would take deferrals out of the deferral share whenever a proposal admits a run
 earlier. A smaller pool does that for the runs it leaves room for. A recorded duplicate that the
-record itself rejected stays a rejection. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+record itself rejected stays a rejection.
+
+The other way round, a request the record admitted and the replay defers has no later retry in the
+record, although its submitter would have retried. Without one the run would vanish from the replay,
+and its accelerators and budget would go to the others. So the replay sends a retry at the request's
+earliest fit (`_fit_wait`'s time, at least RETRY_AFTER later), as long as that is no later than the
+window's last recorded request. The retry is decided like any request at that time. If it is deferred
+again, another retry goes at its new earliest fit, up to MAX_RETRIES a run. A retry's decision counts
+in the tallies, not among the outcomes of the recorded requests. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 
 Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_state`
 (the replay world as time moves forward, and the state each request is decided under; the demo
@@ -43,8 +51,10 @@ passes that do not depend on the proposal, kept by content beside the ledger).
 """
 from __future__ import annotations
 
+import heapq
 import json
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -62,6 +72,8 @@ from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, Wo
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
 NOT_SENT = "a retry of a run the replay admitted at an earlier request (not sent)"
+RETRY_AFTER = timedelta(minutes=1)   # a retry is due at its earliest fit, and never sooner than this
+MAX_RETRIES = 100                    # retries of one run a pass sends at most
 
 
 def _parse(request_json: str | None):
@@ -112,9 +124,9 @@ def _checked(checks: list, request: dict, i: int, kept: KeptPasses | None) -> Ch
 
 
 def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None, team=None,
-              hours: float = 0.0) -> None:
+              hours: float = 0.0) -> datetime | None:
     """Record the wait (hours) until a deferred request's earliest fit (lib.gate.capacity.fit_for_reasons,
-    in its pool too when the replay has one)."""
+    in its pool too when the replay has one); return that time (None: waiting never fits)."""
     at, _ = fit_for_reasons(now, decision_codes, kind, policy["reserved_gpus"],
                             policy["retraining_reserved_gpus"], holders, gpus, pool, team, hours)
     if at is None:
@@ -122,6 +134,7 @@ def _fit_wait(decision_codes, now, kind, policy, holders, gpus, tally, pool=None
         tally["needs_change"] += bool(set(decision_codes) - WAIT_CURES - MONTH_CURES)
     else:
         tally["waits_hours"].append((at - now).total_seconds() / 3600.0)
+    return at
 
 
 def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
@@ -213,6 +226,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     outcomes: list = []
     n = len(requests)
     parsed, checks = _parsed(requests, shared)
+    retries = _Retries(requests[-1]["decided_at"] if requests else None)
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
@@ -220,6 +234,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         if i == 0:
             ws.begin(now)
         else:
+            retries.send(now, ws, policies, levels, tallies)
             ws.advance(now)
         if not proposed:
             _recorded_step(req, now, policies, runs, ws, tallies, outcomes, skip, _request(parsed, requests, i)
@@ -265,11 +280,53 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         if state == "admit":
             actual = ws.admit(request, run, decision, now)
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
-            _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
-                      (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
+            at = _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
+                           (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
+            if req["state"] == "admit":   # the record has no later retry of this run: its submitter's
+                retries.after(at, now, (request, _checked(checks, request, i, kept), run))
         count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
+
+
+class _Retries:
+    """The retries a pass sends for requests the record admitted and the pass deferred, in time order.
+    Each is due at its request's earliest fit (at least RETRY_AFTER later), up to the window's last
+    recorded request (`until`), at most MAX_RETRIES times a run."""
+
+    def __init__(self, until):
+        self.until, self.due, self.seq = until, [], 0
+
+    def after(self, at, now, item, tries: int = 0) -> None:
+        if at is None or tries >= MAX_RETRIES:
+            return
+        at = max(at, now + RETRY_AFTER)
+        if at <= self.until:
+            heapq.heappush(self.due, (at, self.seq, item, tries + 1))
+            self.seq += 1
+
+    def send(self, now, ws: WorldState, policies, levels, tallies) -> None:
+        """Decide every retry due by `now`, each at its own time and in the world as it stands then."""
+        while self.due and self.due[0][0] <= now:
+            at, _, (request, checked, run), tries = heapq.heappop(self.due)
+            ws.advance(at)
+            team, kind, run_id = request["team"], request["kind"], request.get("run_id")
+            if ws.is_booked(run_id, at):
+                continue
+            policy = policies[team]
+            holders = ws.held(team, at)
+            state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), at, holders)
+            decision = decide(request, policy, state_in, checked=checked, explain=False)
+            codes = [r["code"] for r in decision["reasons"]]
+            tally, actual = team_tally(tallies, team), None
+            if decision["state"] == "admit":
+                actual = ws.admit(request, run, decision, at)
+            elif decision["state"] == "defer":
+                pool = (state_in.get("pools") or {}).get(request.get("capacity"))
+                fit = _fit_wait(codes, at, kind, policy, holders, request["gpus"], tally, pool, team,
+                                decision["estimate"]["wall_hours"])
+                self.after(fit, at, (request, checked, run), tries)
+            count_decision(tally, decision["state"], codes, decision["reserved_gpu_hours"], actual)
 
 
 def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, request) -> None:
