@@ -147,7 +147,9 @@ def show_effect(result) -> None:
              empty="No replayable requests in this window.",
              caption="Recorded, baseline and proposed per team. Reserved and used GPU-hours are those of the admitted "
                      "requests (used: the run's actual, 0 if it never ran); idle share = reserved but unused / "
-                     "reserved; a budget breach is an admitted run whose actual exceeded its reservation.")
+                     "reserved; a budget breach is an admitted run whose actual exceeded its reservation. Baseline "
+                     "and proposed also count the retries the replay sends when it defers a request the record "
+                     "admitted (at its earliest fit, inside the window).")
     st.markdown("**Decisions the proposal decides otherwise than recorded**")
     changes = pd.DataFrame(result["changed_requests"])
     if len(changes):
@@ -162,7 +164,9 @@ def show_effect(result) -> None:
              caption=" ".join(filter(None, [
                  first_of(len(excluded["requests"]), excluded["count"], "excluded requests"),
                  "Requests the replay cannot decide as they were decided (no or incomplete request JSON, a team "
-                 "without a policy); they are left out of the agreement and keep their recorded effect."])))
+                 "without a policy): left out of the agreement, and their recorded effect is kept. Also retries "
+                 "the replay did not send because it admitted the run at an earlier request: these have no "
+                 "effect."])))
     st.download_button("Download the proposed teams.toml", st.session_state["pr_toml"].encode("utf-8"),
                        file_name="teams.toml", mime="application/toml", key="dl_pr_toml", on_click=record_export)
     if problem := st.session_state.pop("pr_export_error", None):
