@@ -118,8 +118,9 @@ def what_if_case(path: Path, case: str) -> dict:
     else:
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)   # timed: the page reads it too
         found = smallest_pool(data, "stable", target)
+        replays = len({id(v) for v in found["tried"].values()})   # a size known without a replay shares its pass
         detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}, "
-                  f"{len(found['tried'])} replays")
+                  f"{replays} replays")
         requests = len(data[0])
     return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
             "peak_mb": peak_rss_mb(), "detail": detail}

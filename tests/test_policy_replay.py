@@ -309,3 +309,31 @@ def test_the_page_recommends_quota_cuts_and_offers_them_as_teams_toml(submitted_
     for _, r in rows.iterrows():
         assert proposed[r["team"]]["reserved_gpus"] == r["quota_gpus"] - r["give_back_gpus"]
     assert any(b.label == "Download the cut as a teams.toml proposal" for b in at.get("download_button"))
+
+
+def test_a_pass_whose_pool_never_ran_short_replays_the_same_down_to_its_need(pooled_submitted_ledger):
+    """The search's shortcut: with every quota's worth of stable accelerators the pool never lacks room,
+    and a pool of exactly the most any request needed decides everything the same, waits included.
+    One accelerator fewer runs short. The search answers as a plain scan over every size would."""
+    from lib.dashboard.replay_view import meets, search_ceiling, smallest_pool
+    from lib.ledger.replay import read_window
+    from lib.planning.replay import replay_proposal
+    db, first, last = pooled_submitted_ledger
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    requests, world, policies, _ = data
+    ceiling = search_ceiling(policies, world.get("pools", {}), "stable")
+    top = replay_proposal(requests, policies, world, pools={"stable": ceiling}, need_of="stable")
+    need = top["pool_need"]
+    assert need is not None and 0 < need < ceiling
+    at_need = replay_proposal(requests, policies, world, pools={"stable": need}, need_of="stable")
+    assert at_need == top
+    below = replay_proposal(requests, policies, world, pools={"stable": need - 1}, need_of="stable")
+    assert below["pool_need"] is None and below["overall"]["deferrals_by_reason"]["cluster-capacity"] > 0
+    shares = {n: replay_proposal(requests, policies, world, pools={"stable": n})["overall"]
+              for n in range(0, ceiling + 1)}
+    for limit in sorted({s["deferral_share"] for s in shares.values()})[:4] + [top["overall"]["deferral_share"]]:
+        target = {"measure": "deferral_share", "limit": limit}
+        found = smallest_pool(data, "stable", target)
+        scan = [n for n in range(ceiling + 1) if meets(shares[n], target) and not (n and meets(shares[n - 1], target))]
+        assert found["found"] in scan, (limit, found["found"], scan)
+        assert found["tried"][found["found"]]["overall"] == shares[found["found"]]

@@ -76,7 +76,11 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
 
     data: lib.ledger.replay.read_window's (requests, world, policies, window). Returns {"found": N or
     None (not met even at the ceiling: the quotas or budgets, not the pool, stand in the way),
-    "ceiling", "tried": {N: measures}}; each N is replayed once."""
+    "ceiling", "tried": {N: measures}}; each N is replayed at most once.
+
+    Bisection over N, with a shortcut that changes no answer. A pass whose pool never lacked room
+    decides the same with any pool down to the most any request needed (PoolNeed). Those sizes are
+    known without a replay, and listed, and the bisection goes on below them."""
     requests, world, policies, _ = data
     say = progress or (lambda fraction, message: None)
     tried: dict[int, dict] = {}
@@ -84,28 +88,36 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
     steps = [0]
     ceiling = search_ceiling(policies, world.get("pools", {}), capacity)
     expected = max(2, math.ceil(math.log2(ceiling + 1)) + 2)
+    windows = [w for w in world.get("windows", []) if w.get("pool") in (None, capacity)]
 
     def at(n: int) -> dict:
         if n not in tried:
             say(min(0.99, steps[0] / expected), f"replaying with {n:,} {capacity} accelerators")
-            tried[n] = replay_proposal(requests, policies, world, pools={capacity: n}, fitted=fitted)
+            tried[n] = replay_proposal(requests, policies, world, pools={capacity: n}, fitted=fitted,
+                                       need_of=capacity)
             steps[0] += 1
         return tried[n]
 
+    def meeting(n: int) -> int:
+        """The smallest size known to replay exactly as n, which meets the target."""
+        need = tried[n].get("pool_need")
+        if need is None or windows or need >= n:
+            return n
+        tried.setdefault(need, tried[n])   # the same pass: every measure equal
+        return need
+
     found = None
     if meets(at(ceiling)["overall"], target):
-        lo, hi = 0, ceiling              # hi meets; lo is below every N known to meet
-        if meets(at(0)["overall"], target):
-            hi = 0
+        lo, hi = -1, meeting(ceiling)     # hi meets; lo is the largest N known not to (-1: none yet)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if meets(at(mid)["overall"], target):
-                hi = mid
+                hi = meeting(mid)
             else:
                 lo = mid
         found = hi
     say(1.0, "search done")
-    return {"found": found, "ceiling": ceiling, "tried": tried}
+    return {"found": found, "ceiling": ceiling, "tried": dict(sorted(tried.items()))}
 
 
 def around(found: int, ceiling: int) -> list[int]:

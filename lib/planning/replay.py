@@ -60,7 +60,7 @@ from typing import Iterable, Literal
 
 from lib.gate.admission import Checked, decide, reject
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
-from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons
+from lib.gate.capacity import MONTH_CURES, WAIT_CURES, fit_for_reasons, pool_room
 from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
@@ -211,12 +211,12 @@ def _kept_run(store: KeptPasses | None, common: tuple, setting: Setting, mode: s
 
 def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting, *, mode: str,
          span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None,
-         kept: KeptPasses | None = None) -> dict:
+         kept: KeptPasses | None = None, need: PoolNeed | None = None) -> dict:
     """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
     request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
     recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
     `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
-    those fitted in earlier processes."""
+    those fitted in earlier processes. `need`: the pool need it measures (PoolNeed)."""
     policies, levels = setting.policies, setting.levels
     runs = world["runs"]
     proposed = mode != "recorded"
@@ -226,7 +226,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     outcomes: list = []
     n = len(requests)
     parsed, checks = _parsed(requests, shared)
-    retries = _Retries(requests[-1]["decided_at"] if requests else None)
+    retries = _Retries(requests[-1]["decided_at"] if requests else None, need)
     for i, req in enumerate(requests):
         now = req["decided_at"]
         if i % 2000 == 0:
@@ -265,8 +265,8 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         else:
             state_in = ws.state(team, kind, policy, levels.get(team, DEFAULT_LEVEL), now, holders)
             pools = state_in.get("pools")
-            decision = decide(request, policy, state_in, checked=_checked(checks, request, i, kept),
-                              explain=False)
+            checked = _checked(checks, request, i, kept)
+            decision = decide(request, policy, state_in, checked=checked, explain=False)
             state, codes = decision["state"], [r["code"] for r in decision["reasons"]]
             reserved = decision["reserved_gpu_hours"]
             if state == "reject" and req["state"] != "reject":
@@ -277,13 +277,15 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
                 continue
 
         actual = None
+        if need is not None and state in ("admit", "defer"):
+            need.saw(checked[0], pools, now, decision["estimate"]["wall_hours"], codes)
         if state == "admit":
             actual = ws.admit(request, run, decision, now)
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
             at = _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
                            (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
             if req["state"] == "admit":   # the record has no later retry of this run: its submitter's
-                retries.after(at, now, (request, _checked(checks, request, i, kept), run))
+                retries.after(at, now, (request, checked, run))
         count_decision(team_tally(tallies, team), state, codes, reserved, actual)
         outcomes.append((req, state, codes, reserved))
     return {"outcomes": outcomes, "tallies": tallies, "calibrations_computed": ws.cals.computed}
@@ -294,8 +296,8 @@ class _Retries:
     Each is due at its request's earliest fit (at least RETRY_AFTER later), up to the window's last
     recorded request (`until`), at most MAX_RETRIES times a run."""
 
-    def __init__(self, until):
-        self.until, self.due, self.seq = until, [], 0
+    def __init__(self, until, need: PoolNeed | None):
+        self.until, self.need, self.due, self.seq = until, need, [], 0
 
     def after(self, at, now, item, tries: int = 0) -> None:
         if at is None or tries >= MAX_RETRIES:
@@ -319,6 +321,8 @@ class _Retries:
             decision = decide(request, policy, state_in, checked=checked, explain=False)
             codes = [r["code"] for r in decision["reasons"]]
             tally, actual = team_tally(tallies, team), None
+            if self.need is not None and decision["state"] in ("admit", "defer"):
+                self.need.saw(checked[0], state_in.get("pools"), at, decision["estimate"]["wall_hours"], codes)
             if decision["state"] == "admit":
                 actual = ws.admit(request, run, decision, at)
             elif decision["state"] == "defer":
@@ -355,19 +359,50 @@ def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, 
     outcomes.append((req, state, codes, reserved))
 
 
+class PoolNeed:
+    """The most accelerators of the pool `name` that any request of a pass needed at once: its own, plus
+    what the pool held during its run, as decide's pool check reckons them (`pool_room`). `bound`
+    becomes True once the pool lacked room for a request (cluster-capacity). A pass whose pool never
+    lacked room decides the same with any pool of at least `most`, waits included when the scheduler
+    has no windows for it. Only the pool check depends on the pool's size, and it gives the same
+    answer at every such size; with room at the start, and the holdings only falling after it, the
+    earliest fit never waits for the pool either."""
+
+    def __init__(self, name: str):
+        self.name, self.most, self.bound = name, 0, False
+
+    def saw(self, req: dict, pools: dict | None, now, hours: float, codes: list[str]) -> None:
+        """A decision (admit or defer) of the validated request `req`, estimated at `hours` of wall clock."""
+        if self.bound or req["capacity"] != self.name or not pools or self.name not in pools:
+            return
+        if "cluster-capacity" in codes:
+            self.bound = True
+            return
+        pool = pools[self.name]
+        room, _, _ = pool_room(pool, req["team"], req["kind"], now, hours)
+        self.most = max(self.most, req["gpus"] + pool["gpus"] - room)   # room > 0 here: exactly its need
+
+
 def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
-                    window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None) -> dict:
+                    window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None,
+                    need_of: str | None = None) -> dict:
     """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
     team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
     for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
-    across its passes of this window (calibrations by the rows they were fitted on)."""
+    across its passes of this window (calibrations by the rows they were fitted on). `need_of`: a pool
+    whose need the pass measures (PoolNeed). The result's "pool_need" is then the most accelerators
+    of it any request needed, or None when the pool lacked room for one."""
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
     setting = Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
+    need = PoolNeed(need_of) if need_of is not None else None
     done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
-                shared=fitted)
-    return {"overall": tally_summary(merged_tally(done["tallies"])),
-            "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}
+                shared=fitted, need=need)
+    out = {"overall": tally_summary(merged_tally(done["tallies"])),
+           "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}
+    if need is not None:
+        out["pool_need"] = None if need.bound else need.most
+    return out
