@@ -221,3 +221,19 @@ def test_a_window_takes_from_a_team_unless_the_team_may_run_inside_it(accounts, 
     assert window_applies(w, "stable", "vision") is takes_from_vision
     assert window_applies(w, "preemptible", "vision") is False          # another pool's window
     assert window_applies({**w, "pool": None}, "preemptible", "vision") is takes_from_vision
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=st.lists(st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(-5, 48)),
+                               st.sampled_from(["vision", "search"]), st.sampled_from(["exploratory", "retraining"])),
+                     max_size=8),
+       kind=st.sampled_from(["exploratory", "retraining"]), hours=st.integers(0, 30), size=st.integers(0, 32))
+def test_without_windows_the_room_is_what_the_start_leaves_as_the_timeline_reckons_it(held, kind, hours, size):
+    """A pool without the scheduler's windows takes the short way (the start alone): the same room and
+    holdings as the timeline's way, which a pool with windows takes."""
+    from lib.gate.capacity import holdings_timeline, pool_counted
+    p = pool(size, [other(f"h{i}", g, e, team, k) for i, (g, e, team, k) in enumerate(held)])
+    timeline = holdings_timeline(NOW, pool_counted(p, "vision", kind))
+    room, counted, windows = pool_room(p, "vision", kind, NOW, hours)
+    assert (room, counted, windows) == pool_room(p, "vision", kind, NOW, hours, timeline)
+    assert windows == [] and room == max(0, size - counted)

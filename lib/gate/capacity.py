@@ -165,8 +165,10 @@ def pool_room(pool: PoolState, team: str | None, kind: str, start: dt.datetime, 
     0); held = what the reservations counted (`pool_counted`) hold at start; windows = the
     scheduler's windows that take accelerators out of the pool during the span. `timeline`: the
     counted reservations' holdings_timeline from `start` or earlier, when the caller has it."""
-    end = span_end(start, hours)
-    windows = _in_span([w for w in pool["windows"] if window_applies(w, pool["name"], team)], start, end)
+    windows: list[CapacityWindow] = []
+    if pool["windows"]:   # without any (a replay's every pool check, mostly) the span is not worked out
+        windows = _in_span([w for w in pool["windows"] if window_applies(w, pool["name"], team)], start,
+                           span_end(start, hours))
     if timeline is None and not any(w["start"] > start for w in windows):   # only the start matters
         held = sum(r["gpus"] for r in pool_counted(pool, team, kind)
                    if r["reserved_until"] is None or r["reserved_until"] > start)
