@@ -20,6 +20,10 @@ The changed pool is timed three ways, each in its own process: without the kept 
 run), cold (keep=True, the kept file beside the ledger removed first: every pass run and kept), and
 with the kept passes (keep=True again: a window replayed before runs only the proposal's pass;
 lib.planning.replay_kept). The kept file is bench/out/replay_demo_1m.duckdb.replay-passes.json.
+
+The search is timed as the page runs it (the window read, the bisection, the sizes shown around the
+size found), twice, each in its own process: with nothing kept ("search"), and after the pool replays,
+with the calibrations they kept beside the ledger ("search-kept").
 """
 from __future__ import annotations
 
@@ -88,14 +92,14 @@ def what_if_case(path: Path, case: str) -> dict:
     at POOL_CHANGE of the quotas (its baseline beside it); "search", the smallest stable pool meeting
     a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.dashboard.replay_view.smallest_pool;
     that first replay is not timed)."""
-    from lib.dashboard.replay_view import search_ceiling, smallest_pool
+    from lib.dashboard.replay_view import around, pool_rows, search_ceiling, smallest_pool
     from lib.planning.replay import replay_proposal
     from lib.ledger.connection import open_ledger
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
     with open_ledger(path, read_only=True, create=False) as con:
         end = con.execute("SELECT max(decided_at) FROM decisions").fetchone()[0] + timedelta(seconds=1)
         quotas = con.execute("SELECT sum(reserved_gpus) FROM teams").fetchone()[0]
-    if case == "search":
+    if case.startswith("search"):
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
         top = search_ceiling(data[2], data[1].get("pools", {}), "stable")
         share = replay_proposal(data[0], data[2], data[1], pools={"stable": top})["overall"]["deferral_share"]
@@ -115,12 +119,13 @@ def what_if_case(path: Path, case: str) -> dict:
         detail = (f"stable={n}: admits {result['baseline']['admit']:,} -> {result['proposed']['admit']:,}, "
                   f"ran {'+'.join(m for m in ('proposed', 'baseline', 'recorded') if m in ran)}")
         requests = result["requests"]
-    else:
-        data = read_window(path, start=end - DEFAULT_WINDOW, end=end)   # timed: the page reads it too
-        found = smallest_pool(data, "stable", target)
-        replays = len({id(v) for v in found["tried"].values()})   # a size known without a replay shares its pass
-        detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}, "
-                  f"{replays} replays")
+    else:   # the page's search: the window read, the search, and the sizes shown around the one found
+        data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+        found = smallest_pool(data, "stable", target, kept=kept_file(path) if case == "search-kept" else None)
+        searched, replays = time.perf_counter() - t, found["sizes"].replays
+        pool_rows(found["sizes"], around(found["found"], found["ceiling"]))
+        detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}: "
+                  f"{searched:.1f} s, {replays} replays; around +{found['sizes'].replays - replays}")
         requests = len(data[0])
     return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
             "peak_mb": peak_rss_mb(), "detail": detail}
@@ -156,7 +161,7 @@ def main() -> None:
               f"{r['refresh']} ({r['calibrations']:,} fits){'':<4}{target:>20}")
     print(f"\n{'what-if':<11}{'window':<18}{'requests':>10}{'seconds':>9}{'CPU s':>7}{'peak MB':>9}  {'detail':<52}"
           f"{'target':>16}")
-    for case in ("pool", "pool-cold", "pool-kept") + (() if args.skip_search else ("search",)):
+    for case in ("pool", "pool-cold", "pool-kept") + (() if args.skip_search else ("search", "search-kept")):
         out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--what-if", str(cases[0][1]), case],
                              cwd=ROOT, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -166,7 +171,10 @@ def main() -> None:
               f"{r['peak_mb']:>9.0f}  {r['detail']:<52}{target:>16}")
     print("\npool: no kept passes (keep=False, every pass run); pool-cold: keep=True with no kept file (every "
           "pass run, then kept); pool-kept: keep=True after pool-cold (the baseline and recorded passes and the "
-          "calibrations read back)")
+          "calibrations read back); search: the page's search with nothing kept (the window read, the bisection, "
+          "then the sizes shown around the one found; its detail says the bisection's own seconds and replays, "
+          "and the replays the sizes around it added); search-kept: the same after the pool replays, with the "
+          "calibrations they kept beside the ledger")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from lib.ledger.connection import LedgerError
 from lib.dashboard import replay_figures, replay_view, settings
 from lib.dashboard.costs import money_text
 from lib.gate.terms import CAPACITIES
-from lib.ledger.replay import held_p90, ledger_teams_file, policy_to_toml, propose, read_window, replay_ledger
+from lib.ledger.replay import (held_p90, kept_file, ledger_teams_file, policy_to_toml, propose, read_window,
+                               replay_ledger)
 from lib.ledger.teams_file import TeamsFileError
 from lib.planning.replay_report import team_table
 
@@ -204,14 +205,16 @@ def search_pool(bounds) -> None:
         bar = st.progress(0.0, text="reading the ledger")
         with ui.ledger_errors():
             data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
-            found = replay_view.smallest_pool(data, capacity, target, progress=ui.import_progress(bar))
+            found = replay_view.smallest_pool(data, capacity, target, progress=ui.import_progress(bar),
+                                              kept=kept_file(ui.db_path()))
             sizes = replay_view.around(found["found"], found["ceiling"]) if found["found"] is not None else []
             today = data[1].get("pools", {}).get(capacity)
-            rows = replay_view.pool_rows(data, capacity, sorted(set(sizes + ([today] if today is not None else []))),
-                                         found["tried"])
-            tried = replay_view.pool_rows(data, capacity, sorted(found["tried"]), found["tried"])
-        status.update(label=f"Replayed the window with {len(found['tried']):,} pool sizes", state="complete",
-                      expanded=False)
+            bar.progress(1.0, text="replaying the sizes around it")
+            rows = replay_view.pool_rows(found["sizes"], sorted(set(sizes + ([today] if today is not None else []))))
+            tried = replay_view.pool_rows(found["sizes"], sorted(found["tried"]))
+        done = found["sizes"]
+        status.update(label=f"Replayed the window {done.replays:,} times for {len(done.tried):,} pool sizes",
+                      state="complete", expanded=False)
     hours = (bounds[1] - bounds[0]).total_seconds() / 3600
     n = found["found"]
     st.session_state["pr_search"] = {
@@ -285,7 +288,7 @@ def recommend_cuts(bounds) -> None:
         with ui.ledger_errors():
             data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
             held = held_p90(ui.db_path(), start=bounds[0], end=bounds[1])
-            sizing = replay_view.right_sizing(data, held, progress=ui.import_progress(bar))
+            sizing = replay_view.right_sizing(data, held, progress=ui.import_progress(bar), kept=kept_file(ui.db_path()))
         status.update(label=f"Replayed {len(sizing['edits']):,} cut(s) against the baseline", state="complete",
                       expanded=False)
     proposed = propose(policies, sizing["edits"])

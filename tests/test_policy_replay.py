@@ -337,3 +337,47 @@ def test_a_pass_whose_pool_never_ran_short_replays_the_same_down_to_its_need(poo
         scan = [n for n in range(ceiling + 1) if meets(shares[n], target) and not (n and meets(shares[n - 1], target))]
         assert found["found"] in scan, (limit, found["found"], scan)
         assert found["tried"][found["found"]]["overall"] == shares[found["found"]]
+
+
+def test_the_search_reuses_kept_calibrations_and_answers_the_same(pooled_submitted_ledger, tmp_path, monkeypatch):
+    """With the file beside the ledger, a search keeps the calibrations it fits; a later search of the
+    same window (another process would read the same file) fits none and answers the same, size for
+    size, as a search without the file."""
+    import lib.planning.replay_history as history
+    from lib.dashboard.replay_view import smallest_pool
+    from lib.ledger.replay import read_window
+    db, first, last = pooled_submitted_ledger
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    target = {"measure": "deferral_share", "limit": 0.5}
+    fits = []
+    fit = history.calibrate_scopes
+    monkeypatch.setattr(history, "calibrate_scopes", lambda *a, **k: fits.append(1) or fit(*a, **k))
+    plain = smallest_pool(data, "stable", target)
+    kept = tmp_path / "kept.json"
+    cold = smallest_pool(data, "stable", target, kept=kept)
+    assert fits and kept.exists()
+    fits.clear()
+    warm = smallest_pool(data, "stable", target, kept=kept)
+    assert fits == []
+    for other in (cold, warm):
+        assert other["found"] == plain["found"] and other["tried"] == plain["tried"]
+
+
+def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(pooled_submitted_ledger):
+    """The rows around the size found: a size at or above the most any request needed in a pass whose
+    pool never ran short decides as that pass, so it is shown from it, replaying nothing."""
+    from lib.dashboard.replay_view import PoolSizes, pool_rows, search_ceiling
+    from lib.ledger.replay import read_window
+    from lib.planning.replay import replay_proposal
+    db, first, last = pooled_submitted_ledger
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    sizes = PoolSizes(data, "stable")
+    ceiling = search_ceiling(data[2], data[1].get("pools", {}), "stable")
+    need = sizes.at(ceiling)["pool_need"]
+    assert need is not None and need < ceiling and sizes.replays == 1
+    rows = pool_rows(sizes, [need, need + 1, ceiling + 5])
+    assert sizes.replays == 1 and set(rows["pool_gpus"]) == {need, need + 1, ceiling + 5}
+    replayed = replay_proposal(data[0], data[2], data[1], pools={"stable": ceiling + 5}, need_of="stable")
+    assert sizes.at(ceiling + 5)["overall"] == replayed["overall"]
+    pool_rows(sizes, [need - 1])
+    assert sizes.replays == 2 and sizes.at(need - 1)["pool_need"] is None

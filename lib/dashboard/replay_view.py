@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 from typing import Callable, TypedDict
 
 import pandas as pd
@@ -23,6 +24,7 @@ from lib.dashboard.reading import reader
 from lib.ledger.state import pool_sizes
 from lib.planning.forecast import MAX_WEEKS
 from lib.planning.replay import replay_proposal
+from lib.planning.replay_kept import KeptPasses
 from lib.planning.replay_world import ReplayResult
 
 HOURS_PER_WEEK = 168
@@ -70,40 +72,76 @@ def search_ceiling(policies: dict, world_pools: dict[str, int], capacity: str) -
     return max(1, sum(p["reserved_gpus"] for p in policies.values()), world_pools.get(capacity, 0))
 
 
+class PoolSizes:
+    """Replays of one window with N accelerators of the pool `capacity`, every policy as the ledger
+    has it, each N replayed at most once (`tried`: N -> measures, lib.planning.replay.replay_proposal's).
+
+    data: lib.ledger.replay.read_window's (requests, world, policies, window). The replays share the
+    calibrations they fit; with `kept` (the file beside the ledger, lib.ledger.replay.kept_file) also
+    those an earlier replay of the window fitted, in any process, and they keep theirs there
+    (lib.planning.replay_kept; the same measures either way). A size no replay is needed for: one at or
+    above the need of a pass whose pool never lacked room (PoolNeed), which decides exactly as that
+    pass, when the scheduler has no windows for the pool."""
+
+    def __init__(self, data: tuple, capacity: str, *, kept: Path | None = None):
+        self.requests, self.world, self.policies, _ = data
+        self.capacity, self.tried, self.replays = capacity, {}, 0
+        self.fitted: dict = {}   # calibrations by the rows they were fitted on, shared by every N
+        self.store = KeptPasses(kept, self.requests, self.world) if kept is not None else None
+        self.windows = [w for w in self.world.get("windows", []) if w.get("pool") in (None, capacity)]
+
+    def at(self, n: int) -> dict:
+        """The measures with `n` accelerators (replayed unless known)."""
+        if n not in self.tried:
+            same = self.same_as(n)
+            if same is None:
+                same = replay_proposal(self.requests, self.policies, self.world, pools={self.capacity: n},
+                                       fitted=self.fitted, need_of=self.capacity, kept=self.store)
+                self.replays += 1
+            self.tried[n] = same
+        return self.tried[n]
+
+    def same_as(self, n: int) -> dict | None:
+        """A pass known to decide exactly as one with `n` accelerators would, or None."""
+        if self.windows:
+            return None
+        return next((m for m in self.tried.values()
+                     if m.get("pool_need") is not None and m["pool_need"] <= n), None)
+
+    def save(self) -> None:
+        """Keep the calibrations fitted beside the ledger (with `kept`)."""
+        if self.store is not None:
+            self.store.save()
+
+
 def smallest_pool(data: tuple, capacity: str, target: Target, *,
-                  progress: Callable[[float, str], None] | None = None) -> dict:
+                  progress: Callable[[float, str], None] | None = None, kept: Path | None = None) -> dict:
     """The smallest N accelerators of `capacity` with which the window's replay meets `target`.
 
-    data: lib.ledger.replay.read_window's (requests, world, policies, window). Returns {"found": N or
-    None (not met even at the ceiling: the quotas or budgets, not the pool, stand in the way),
-    "ceiling", "tried": {N: measures}}; each N is replayed at most once.
+    data: lib.ledger.replay.read_window's (requests, world, policies, window); kept: see PoolSizes.
+    Returns {"found": N or None (not met even at the ceiling: the quotas or budgets, not the pool,
+    stand in the way), "ceiling", "tried": {N: measures}, "sizes": the PoolSizes, for the sizes
+    around it}; each N is replayed at most once.
 
     Bisection over N, with a shortcut that changes no answer. A pass whose pool never lacked room
     decides the same with any pool down to the most any request needed (PoolNeed). Those sizes are
     known without a replay, and listed, and the bisection goes on below them."""
-    requests, world, policies, _ = data
     say = progress or (lambda fraction, message: None)
-    tried: dict[int, dict] = {}
-    fitted: dict = {}   # calibrations by the rows they were fitted on, shared by every N
-    steps = [0]
-    ceiling = search_ceiling(policies, world.get("pools", {}), capacity)
+    sizes = PoolSizes(data, capacity, kept=kept)
+    ceiling = search_ceiling(sizes.policies, sizes.world.get("pools", {}), capacity)
     expected = max(2, math.ceil(math.log2(ceiling + 1)) + 2)
-    windows = [w for w in world.get("windows", []) if w.get("pool") in (None, capacity)]
 
     def at(n: int) -> dict:
-        if n not in tried:
-            say(min(0.99, steps[0] / expected), f"replaying with {n:,} {capacity} accelerators")
-            tried[n] = replay_proposal(requests, policies, world, pools={capacity: n}, fitted=fitted,
-                                       need_of=capacity)
-            steps[0] += 1
-        return tried[n]
+        if n not in sizes.tried:
+            say(min(0.99, sizes.replays / expected), f"replaying with {n:,} {capacity} accelerators")
+        return sizes.at(n)
 
     def meeting(n: int) -> int:
         """The smallest size known to replay exactly as n, which meets the target."""
-        need = tried[n].get("pool_need")
-        if need is None or windows or need >= n:
+        need = sizes.tried[n].get("pool_need")
+        if need is None or sizes.windows or need >= n:
             return n
-        tried.setdefault(need, tried[n])   # the same pass: every measure equal
+        sizes.tried.setdefault(need, sizes.tried[n])   # the same pass: every measure equal
         return need
 
     found = None
@@ -116,8 +154,9 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
             else:
                 lo = mid
         found = hi
+    sizes.save()
     say(1.0, "search done")
-    return {"found": found, "ceiling": ceiling, "tried": dict(sorted(tried.items()))}
+    return {"found": found, "ceiling": ceiling, "tried": dict(sorted(sizes.tried.items())), "sizes": sizes}
 
 
 def around(found: int, ceiling: int) -> list[int]:
@@ -127,20 +166,19 @@ def around(found: int, ceiling: int) -> list[int]:
                    if 0 <= n <= max(ceiling, found)})
 
 
-def pool_rows(data: tuple, capacity: str, sizes: list[int], tried: dict[int, dict]) -> pd.DataFrame:
-    """Admits, deferrals and waits per team (and all teams) for each pool size (replaying those not
-    yet tried, into `tried`). Columns pool_gpus, team, admitted, deferred, deferral_share,
+def pool_rows(sizes: PoolSizes, ns: list[int]) -> pd.DataFrame:
+    """Admits, deferrals and waits per team (and all teams) for each pool size in `ns` (replaying those
+    not known yet). Columns pool_gpus, team, admitted, deferred, deferral_share,
     cluster_capacity_deferrals, mean_wait_hours, p90_wait_hours."""
-    requests, world, policies, _ = data
     rows = []
-    for n in sizes:
-        if n not in tried:
-            tried[n] = replay_proposal(requests, policies, world, pools={capacity: n})
-        for team, m in [(ALL_TEAMS, tried[n]["overall"]), *tried[n]["teams"].items()]:
+    for n in ns:
+        measures = sizes.at(n)
+        for team, m in [(ALL_TEAMS, measures["overall"]), *measures["teams"].items()]:
             rows.append({"pool_gpus": n, "team": team, "admitted": m["admit"], "deferred": m["defer"],
                          "deferral_share": m["deferral_share"],
                          "cluster_capacity_deferrals": m["deferrals_by_reason"].get("cluster-capacity", 0),
                          "mean_wait_hours": m["mean_wait_hours"], "p90_wait_hours": m["p90_wait_hours"]})
+    sizes.save()
     return pd.DataFrame(rows, columns=["pool_gpus", "team", "admitted", "deferred", "deferral_share",
                                        "cluster_capacity_deferrals", "mean_wait_hours", "p90_wait_hours"])
 
@@ -178,11 +216,12 @@ def forecast_outgrows(pool_gpus: int, db=None, *, as_of: dt.datetime | None = No
     return {"week_start": first[0], "p90_gpu_hours": first[1], "pool_gpu_hours_per_week": limit, "weeks": weeks}
 
 
-def right_sizing(data: tuple, held: dict[str, int], *, progress: Callable[[float, str], None] | None = None) -> dict:
+def right_sizing(data: tuple, held: dict[str, int], *, progress: Callable[[float, str], None] | None = None,
+                 kept: Path | None = None) -> dict:
     """Per team, the accelerators it could give back — its quota less its P90 held over the window
     (`held`: lib.ledger.replay.held_p90), never below its retraining set-aside — and the proof: the
     window replayed with that team's quota cut (every other policy as it is), its measures and the
-    other teams' against the baseline (the current policy, same engine).
+    other teams' against the baseline (the current policy, same engine). kept: see PoolSizes.
 
     Returns {"rows": one row per team (team, quota_gpus, p90_held_gpus, give_back_gpus, proposed_quota_gpus,
     and for the team and for the others together: admitted and deferred, baseline and with the cut,
@@ -191,13 +230,14 @@ def right_sizing(data: tuple, held: dict[str, int], *, progress: Callable[[float
     requests, world, policies, _ = data
     say = progress or (lambda fraction, message: None)
     fitted: dict = {}
+    store = KeptPasses(kept, requests, world) if kept is not None else None
     cuts = {}
     for team, p in sorted(policies.items()):
         keep = max(held.get(team, 0), p["retraining_reserved_gpus"])
         if p["reserved_gpus"] > keep:
             cuts[team] = keep
     say(0.0, "replaying the current policy")
-    base = replay_proposal(requests, policies, world, fitted=fitted)
+    base = replay_proposal(requests, policies, world, fitted=fitted, kept=store)
     rows, proof = [], []
     for i, (team, p) in enumerate(sorted(policies.items())):
         give = p["reserved_gpus"] - cuts[team] if team in cuts else 0
@@ -207,7 +247,7 @@ def right_sizing(data: tuple, held: dict[str, int], *, progress: Callable[[float
         if give:
             say((i + 1) / (len(policies) + 1), f"replaying {team} with {p['reserved_gpus'] - give:,} GPUs")
             after = replay_proposal(requests, {**policies, team: {**p, "reserved_gpus": cuts[team]}}, world,
-                                    fitted=fitted)
+                                    fitted=fitted, kept=store)
         empty = {"admit": 0, "defer": 0, "p90_wait_hours": None, "mean_wait_hours": None}
         own_b, own_a = base["teams"].get(team, empty), after["teams"].get(team, empty)
         others = [t for t in set(base["teams"]) | set(after["teams"]) if t != team]
@@ -223,6 +263,8 @@ def right_sizing(data: tuple, held: dict[str, int], *, progress: Callable[[float
                 for key, label in (("admit", "admitted"), ("defer", "deferred"),
                                    ("mean_wait_hours", "mean wait (hours)"), ("p90_wait_hours", "P90 wait (hours)")):
                     proof.append({"team_cut": team, "team": t, "measure": label, "baseline": b[key], "with_cut": a[key]})
+    if store is not None:
+        store.save()
     say(1.0, "right-sizing done")
     return {"rows": pd.DataFrame(rows), "proof": pd.DataFrame(
                 proof, columns=["team_cut", "team", "measure", "baseline", "with_cut"]),

@@ -387,20 +387,22 @@ def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy]
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
                     window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None,
-                    need_of: str | None = None) -> dict:
+                    need_of: str | None = None, kept: KeptPasses | None = None) -> dict:
     """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
     team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
     for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
     across its passes of this window (calibrations by the rows they were fitted on). `need_of`: a pool
     whose need the pass measures (PoolNeed). The result's "pool_need" is then the most accelerators
-    of it any request needed, or None when the pool lacked room for one."""
+    of it any request needed, or None when the pool lacked room for one. `kept`: calibrations fitted
+    by earlier processes over this window, and where this pass keeps its own (lib.planning.replay_kept;
+    the caller saves it)."""
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
     setting = Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
     need = PoolNeed(need_of) if need_of is not None else None
     done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
-                shared=fitted, need=need)
+                shared=fitted, need=need, kept=kept)
     out = {"overall": tally_summary(merged_tally(done["tallies"])),
            "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}
     if need is not None:
