@@ -80,12 +80,19 @@ pid_alive() {
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$want"
 }
 
+# pid_gone NAME: the process in NAME's PID file has ended. Only for a daemon just spawned: its command
+# line may not name the daemon yet (before nohup's exec it is this script's), so pid_alive could say
+# it died when it is still starting; a fresh PID cannot have been reused.
+pid_gone() {
+  [[ -f "$RUN/$1.pid" ]] && ! kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null
+}
+
 # wait_for NAME TIMEOUT_S CMD...: poll CMD until it succeeds; fail with the daemon's log tail.
 wait_for() {
   local name="$1" timeout_s="$2"; shift 2
   local deadline=$((SECONDS + timeout_s))
   until "$@" >/dev/null 2>&1; do
-    if [[ -f "$RUN/$name.pid" ]] && ! pid_alive "$name"; then
+    if pid_gone "$name"; then
       tail -n 20 "$LOG/$name.log" >&2 2>/dev/null || true
       die "$name exited during start-up (log: $LOG/$name.log)"
     fi
