@@ -381,3 +381,23 @@ def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(p
     assert sizes.at(ceiling + 5)["overall"] == replayed["overall"]
     pool_rows(sizes, [need - 1])
     assert sizes.replays == 2 and sizes.at(need - 1)["pool_need"] is None
+
+
+def test_a_smaller_pool_goes_on_from_a_never_short_pass_and_replays_the_same(pooled_submitted_ledger):
+    """The search's later sizes start from the never-short pass's last mark before their first request
+    that needs more of the pool than they have: every size, from the one that runs short at once to
+    the need, gives exactly what a pass from the window's start gives."""
+    from lib.dashboard.replay_view import PoolSizes, search_ceiling
+    from lib.ledger.replay import read_window
+    from lib.planning.replay import replay_proposal
+    db, first, last = pooled_submitted_ledger
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    requests, world, policies, _ = data
+    sizes = PoolSizes(data, "stable")
+    need = sizes.at(search_ceiling(policies, world.get("pools", {}), "stable"))["pool_need"]
+    assert sizes.marks is not None and sizes.marks.marks and need
+    started = {n: sizes.marks.start_for(n) for n in range(need)}
+    assert any(m is not None and m.step > 0 for m in started.values())   # some size skips a stretch
+    for n in range(need):
+        fresh = replay_proposal(requests, policies, world, pools={"stable": n}, need_of="stable")
+        assert sizes.at(n) == fresh, n

@@ -25,6 +25,7 @@ from lib.ledger.state import pool_sizes
 from lib.planning.forecast import MAX_WEEKS
 from lib.planning.replay import replay_proposal
 from lib.planning.replay_kept import KeptPasses
+from lib.planning.replay_resume import PassMarks
 from lib.planning.replay_world import ReplayResult
 
 HOURS_PER_WEEK = 168
@@ -81,7 +82,8 @@ class PoolSizes:
     those an earlier replay of the window fitted, in any process, and they keep theirs there
     (lib.planning.replay_kept; the same measures either way). A size no replay is needed for: one at or
     above the need of a pass whose pool never lacked room (PoolNeed), which decides exactly as that
-    pass, when the scheduler has no windows for the pool."""
+    pass, when the scheduler has no windows for the pool. A size below it goes on from such a pass's
+    last mark before its first request that needs more (lib.planning.replay_resume)."""
 
     def __init__(self, data: tuple, capacity: str, *, kept: Path | None = None):
         self.requests, self.world, self.policies, _ = data
@@ -89,14 +91,19 @@ class PoolSizes:
         self.fitted: dict = {}   # calibrations by the rows they were fitted on, shared by every N
         self.store = KeptPasses(kept, self.requests, self.world) if kept is not None else None
         self.windows = [w for w in self.world.get("windows", []) if w.get("pool") in (None, capacity)]
+        self.marks: PassMarks | None = None   # a never-short pass's, once one ran
 
     def at(self, n: int) -> dict:
         """The measures with `n` accelerators (replayed unless known)."""
         if n not in self.tried:
             same = self.same_as(n)
             if same is None:
+                marks = PassMarks(len(self.requests)) if self.marks is None and not self.windows else None
                 same = replay_proposal(self.requests, self.policies, self.world, pools={self.capacity: n},
-                                       fitted=self.fitted, need_of=self.capacity, kept=self.store)
+                                       fitted=self.fitted, need_of=self.capacity, kept=self.store, marks=marks,
+                                       start=self.marks.start_for(n) if self.marks is not None else None)
+                if marks is not None and same["pool_need"] is not None:
+                    self.marks = marks
                 self.replays += 1
             self.tried[n] = same
         return self.tried[n]

@@ -40,6 +40,11 @@ class _Held:
             heapq.heappush(self.releases, (release, self.seq, reservation))
             self.seq += 1
 
+    def copy(self) -> _Held:
+        out = _Held()
+        out.ids, out.holders, out.releases, out.seq = list(self.ids), list(self.holders), list(self.releases), self.seq
+        return out
+
     def release_to(self, now: datetime) -> None:
         """Drop the holders released at or before `now`."""
         releases = self.releases
@@ -59,6 +64,15 @@ class Holdings:
         self._by: dict[object, _Held] = {}   # key -> its holders not yet released
         self._live: dict = {}   # key -> (now, [Reservation] held then)
         self.holds: dict = {}   # key -> holds so far (a key's holders changed when it moves)
+
+    def copy(self) -> Holdings:
+        """Another with the same holders (the reservations themselves shared: never changed), to go on
+        from here on its own."""
+        out = Holdings()
+        out._by = {k: h.copy() for k, h in self._by.items()}
+        out._live = {k: (now, list(held)) for k, (now, held) in self._live.items()}
+        out.holds = dict(self.holds)
+        return out
 
     def hold(self, key, release: datetime | None, reservation: Reservation) -> None:
         """`reservation` holds under `key` from now until `release` (None: never)."""

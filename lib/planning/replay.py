@@ -66,6 +66,7 @@ from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
 from lib.planning.replay_kept import KeptPasses
+from lib.planning.replay_resume import Mark, PassMarks, copy_tallies
 from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
 from lib.planning.replay_state import Setting, WorldState
 from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
@@ -211,23 +212,34 @@ def _kept_run(store: KeptPasses | None, common: tuple, setting: Setting, mode: s
 
 def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting, *, mode: str,
          span: tuple[float, float], skip: set = frozenset(), shared: dict | None = None,
-         kept: KeptPasses | None = None, need: PoolNeed | None = None) -> dict:
+         kept: KeptPasses | None = None, need: PoolNeed | None = None, start: Mark | None = None) -> dict:
     """One pass over the replay world under `setting`: modes "proposed" and "baseline" decide every
     request with `decide`; mode "recorded" takes each recorded decision as it was (to measure the
     recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
     `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
-    those fitted in earlier processes. `need`: the pool need it measures (PoolNeed)."""
+    those fitted in earlier processes. `need`: the pool need it measures (PoolNeed, and its marks).
+    `start`: a mark to go on from, with the setting's pools (lib.planning.replay_resume)."""
     policies, levels = setting.policies, setting.levels
     runs = world["runs"]
     proposed = mode != "recorded"
-    ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
-                    setting=setting, shared=shared, kept=kept)
-    tallies: dict[str, dict] = {}
-    outcomes: list = []
     n = len(requests)
     parsed, checks = _parsed(requests, shared)
-    retries = _Retries(requests[-1]["decided_at"] if requests else None, need)
-    for i, req in enumerate(requests):
+    if start is None:
+        first, tallies, outcomes = 0, {}, []
+        ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
+                        setting=setting, shared=shared, kept=kept)
+        retries = _Retries(requests[-1]["decided_at"] if requests else None, need)
+    else:
+        first, tallies, outcomes = start.step, copy_tallies(start.tallies), list(start.outcomes)
+        ws, retries = start.world.copy(setting.pools), start.retries.copy(need)
+        need.most = start.most
+    marks = need.marks if need is not None else None
+    for i in range(first, n):
+        req = requests[i]
+        if need is not None:
+            need.step = i
+            if marks is not None and marks.due(i):
+                marks.take(i, ws, tallies, outcomes, retries, need.most)
         now = req["decided_at"]
         if i % 2000 == 0:
             say(span[0] + span[1] * i / max(n, 1), f"{mode}: {i:,} of {n:,} requests")
@@ -299,6 +311,12 @@ class _Retries:
     def __init__(self, until, need: PoolNeed | None):
         self.until, self.need, self.due, self.seq = until, need, [], 0
 
+    def copy(self, need: PoolNeed | None) -> _Retries:
+        """The same retries due, to go on on their own, measuring `need`."""
+        out = _Retries(self.until, need)
+        out.due, out.seq = list(self.due), self.seq
+        return out
+
     def after(self, at, now, item, tries: int = 0) -> None:
         if at is None or tries >= MAX_RETRIES:
             return
@@ -368,8 +386,9 @@ class PoolNeed:
     answer at every such size; with room at the start, and the holdings only falling after it, the
     earliest fit never waits for the pool either."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, marks: PassMarks | None = None):
         self.name, self.most, self.bound = name, 0, False
+        self.step, self.marks = 0, marks   # the request the pass is at; where it notes each rise
 
     def saw(self, req: dict, pools: dict | None, now, hours: float, codes: list[str]) -> None:
         """A decision (admit or defer) of the validated request `req`, estimated at `hours` of wall clock."""
@@ -380,14 +399,19 @@ class PoolNeed:
             return
         pool = pools[self.name]
         room, _, _ = pool_room(pool, req["team"], req["kind"], now, hours)
-        self.most = max(self.most, req["gpus"] + pool["gpus"] - room)   # room > 0 here: exactly its need
+        need = req["gpus"] + pool["gpus"] - room   # room > 0 here: exactly its need
+        if need > self.most:
+            self.most = need
+            if self.marks is not None:
+                self.marks.rose(self.step, need)
 
 
 def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
                     window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None,
-                    need_of: str | None = None, kept: KeptPasses | None = None) -> dict:
+                    need_of: str | None = None, kept: KeptPasses | None = None, marks: PassMarks | None = None,
+                    start: Mark | None = None) -> dict:
     """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
     team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
     for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
@@ -395,14 +419,16 @@ def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy]
     whose need the pass measures (PoolNeed). The result's "pool_need" is then the most accelerators
     of it any request needed, or None when the pool lacked room for one. `kept`: calibrations fitted
     by earlier processes over this window, and where this pass keeps its own (lib.planning.replay_kept;
-    the caller saves it)."""
+    the caller saves it). `marks` (with `need_of`): where the pass marks its way, for later passes of
+    the search to `start` from (lib.planning.replay_resume; only for a pass whose pool never ran short,
+    and a later one with the same policies and a smaller pool)."""
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"
     say = progress or (lambda fraction, message: None)
     setting = Setting(policies, levels or {}, {**world.get("pools", {}), **(pools or {})}, world.get("windows", []))
-    need = PoolNeed(need_of) if need_of is not None else None
+    need = PoolNeed(need_of, marks) if need_of is not None else None
     done = _run(requests, world, refresh, max_runs, window_days, say, setting, mode="proposed", span=(0.0, 1.0),
-                shared=fitted, need=need, kept=kept)
+                shared=fitted, need=need, kept=kept, start=start)
     out = {"overall": tally_summary(merged_tally(done["tallies"])),
            "teams": {t: tally_summary(v) for t, v in sorted(done["tallies"].items())}}
     if need is not None:

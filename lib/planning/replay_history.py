@@ -144,6 +144,12 @@ class Calibrations:
         self.kept = kept   # lib.planning.replay_kept.KeptPasses: calibrations fitted in earlier processes
         self.computed = 0
 
+    def copy(self, scopes: CalibrationScopes) -> Calibrations:
+        """Another over `scopes` (a copy of this one's), with the same cache, to go on on its own."""
+        out = Calibrations(scopes, self.refresh, self.shared, self.kept)
+        out.cache, out.computed = dict(self.cache), self.computed
+        return out
+
     def get(self, team: str, kind: str, level: float, now: datetime) -> Calibration:
         key = (team, kind, level)
         hit = self.cache.get(key)

@@ -28,6 +28,12 @@ class Setting:
         self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
         self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
 
+    def copy(self, pools: dict[str, int]) -> Setting:
+        """Another with these `pools` and the same reservations held in them, to go on on its own."""
+        out = Setting(self.policies, self.levels, pools, self.windows)
+        out.held = self.held.copy()
+        return out
+
     def key(self) -> tuple:
         return (self.policies, {t: self.levels.get(t, DEFAULT_LEVEL) for t in self.policies}, self.pools)
 
@@ -72,6 +78,19 @@ class WorldState:
         self.seq = 0                          # pushes so far: equal times end in booking order
         self.holds, self.ends = world["holds"], world["ends"]
         self.hi = self.ei = 0
+
+    def copy(self, pools: dict[str, int] | None = None) -> WorldState:
+        """Another at the same point of the pass, to go on on its own (`pools`: with these pool sizes
+        instead). What never changes during a pass (the world, the rows, the reservations) is shared."""
+        out = object.__new__(WorldState)
+        out.__dict__.update(self.__dict__)
+        out.scopes, out.rates = self.scopes.copy(), self.rates.copy()
+        out.cals = self.cals.copy(out.scopes)
+        out._snaps, out.spent, out.active = dict(self._snaps), self.spent.copy(), self.active.copy()
+        out.booked, out.admitted, out.dynamic = dict(self.booked), set(self.admitted), list(self.dynamic)
+        if self.setting is not None:
+            out.setting = self.setting.copy(self.setting.pools if pools is None else pools)
+        return out
 
     def _end(self, e) -> None:
         ended_at, team, kind, actual, cal, interruptions = e
