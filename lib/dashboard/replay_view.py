@@ -146,9 +146,9 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
     def meeting(n: int) -> int:
         """The smallest size known to replay exactly as n, which meets the target."""
         need = sizes.tried[n].get("pool_need")
-        if need is None or sizes.windows or need >= n:
+        if need is None or need >= n or sizes.same_as(need) is None:
             return n
-        sizes.tried.setdefault(need, sizes.tried[n])   # the same pass: every measure equal
+        sizes.at(need)   # known without a replay: a pass that decides the same
         return need
 
     found = None
