@@ -21,6 +21,7 @@ from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, 
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
+from lib.planning.collector import collector_paused
 from lib.planning.replay import replay
 from lib.planning.replay_kept import KEPT_SUFFIX
 from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
@@ -188,6 +189,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
 READ_MEMORY_LIMIT = "256MB"   # DuckDB's buffer limit while a replay reads its world
 
 
+@collector_paused()
 def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, end=None, now=None,
                   levels: dict[str, float] | None = None, refresh="auto", progress=None,
                   timeout_s: float = 10.0, pools: dict[str, int] | None = None, keep: bool = False) -> ReplayResult:
@@ -226,6 +228,7 @@ def replay_read(requests: list[RecordedRequest], world: World, current: dict[str
                   baseline=current, pools=pools, kept=kept)
 
 
+@collector_paused()
 def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0):
     """(requests, world, the ledger's policies, window) of a replay of [start, end), read once."""
     start, end = window_bounds(start, end, now)

@@ -65,6 +65,7 @@ from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
+from lib.planning.collector import collector_paused
 from lib.planning.replay_kept import KeptPasses
 from lib.planning.replay_resume import Mark, PassMarks, copy_tallies
 from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
@@ -149,6 +150,8 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
         return f"team {team!r} has no policy (neither proposed nor in the ledger)"
     return None
 
+
+@collector_paused()
 def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
@@ -406,6 +409,7 @@ class PoolNeed:
                 self.marks.rose(self.step, need)
 
 
+@collector_paused()
 def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
