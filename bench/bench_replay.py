@@ -91,7 +91,13 @@ def what_if_case(path: Path, case: str) -> dict:
     """A 4-week window up to the last decision, in this process: "pool", one replay with the stable pool
     at POOL_CHANGE of the quotas (its baseline beside it); "search", the smallest stable pool meeting
     a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.dashboard.replay_view.smallest_pool;
-    that first replay is not timed)."""
+    that first replay is not timed). A case ending in "-collecting" runs as the case before it with the
+    cyclic garbage collector left running (gc.disable made a no-op, so lib.planning.collector pauses
+    nothing): the code as it was before that pause, in the same run."""
+    if case.endswith("-collecting"):
+        import gc
+        gc.disable = lambda: None
+        case = case.removesuffix("-collecting")
     from lib.dashboard.replay_view import around, pool_rows, search_ceiling, smallest_pool
     from lib.planning.replay import replay_proposal
     from lib.ledger.connection import open_ledger
@@ -131,11 +137,33 @@ def what_if_case(path: Path, case: str) -> dict:
             "peak_mb": peak_rss_mb(), "detail": detail}
 
 
+def what_if(path: Path, case: str) -> dict:
+    """what_if_case in its own process."""
+    out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--what-if", str(path), case],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_collector(path: Path, rounds: int, skip_search: bool) -> None:
+    """The kept what-ifs with the collector running (as before lib.planning.collector) and paused,
+    alternated in one run, each in its own process: seconds side by side and their ratio."""
+    print(f"{'case':<12}{'round':>6}{'collecting s':>14}{'paused s':>10}{'ratio':>7}{'peak MB':>15}")
+    for case in ("pool-kept",) + (() if skip_search else ("search-kept",)):
+        what_if(path, case)   # the kept passes and fits in place, not timed
+        for k in range(rounds):
+            before, after = what_if(path, case + "-collecting"), what_if(path, case)
+            print(f"{case:<12}{k + 1:>6}{before['seconds']:>14.2f}{after['seconds']:>10.2f}"
+                  f"{after['seconds'] / before['seconds']:>7.2f}{before['peak_mb']:>8.0f}/{after['peak_mb']:.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--skip-search", action="store_true", help="leave out the smallest-pool search (minutes)")
+    ap.add_argument("--collector", type=int, metavar="ROUNDS", default=0,
+                    help="only compare the kept what-ifs with the garbage collector paused and running, "
+                         "alternated, ROUNDS times")
     ap.add_argument("--one", nargs=2, metavar=("LEDGER", "REQUESTS"), help=argparse.SUPPRESS)
     ap.add_argument("--what-if", nargs=2, metavar=("LEDGER", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -144,6 +172,9 @@ def main() -> None:
         return
     if args.what_if:
         print(json.dumps(what_if_case(Path(args.what_if[0]), args.what_if[1])))
+        return
+    if args.collector:
+        compare_collector(ledger_for(1_000_000, args.out), args.collector, args.skip_search)
         return
     cases = [("1m", ledger_for(1_000_000, args.out), args.requests),
              ("10k", ledger_for(10_000, args.out), 0)]
