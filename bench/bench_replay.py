@@ -193,9 +193,7 @@ def main() -> None:
     print(f"\n{'what-if':<11}{'window':<18}{'requests':>10}{'seconds':>9}{'CPU s':>7}{'peak MB':>9}  {'detail':<52}"
           f"{'target':>16}")
     for case in ("pool", "pool-cold", "pool-kept") + (() if args.skip_search else ("search", "search-kept")):
-        out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--what-if", str(cases[0][1]), case],
-                             cwd=ROOT, capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = what_if(cases[0][1], case)
         limit_s = TARGETS[case.split("-")[0]][0]
         target = f"< {limit_s:g} s: " + ("met" if r["seconds"] < limit_s else "MISSED")
         print(f"{case:<11}{'4 weeks, 1m runs':<18}{r['requests']:>10,}{r['seconds']:>9.2f}{r['cpu']:>7.1f}"
