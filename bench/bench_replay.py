@@ -21,6 +21,15 @@ run), cold (keep=True, the kept file beside the ledger removed first: every pass
 with the kept passes (keep=True again: a window replayed before runs only the proposal's pass;
 lib.planning.replay_kept). The kept file is bench/out/replay_demo_1m.duckdb.replay-passes.json.
 
+`--phases ROUNDS` splits the next what-if (the changed pool, kept passes) into its parts, timed by the
+progress the replay reports in one process: reading the window, digesting it and reading the kept file,
+the proposal's pass, the report. Then it times the proposal's pass alone in a process of its own, first
+(each request's JSON parsed, validated, calibrations fitted) and ROUNDS times again with all of that
+done: the least a pass over this window costs with this engine. `--compiled ROUNDS` times those warm
+passes with the engine's modules (the gate's decision and the replay's pass, COMPILED) as they are and
+compiled by Cython from the same source into a copy outside the tree, alternated, each in its own
+process (it needs `pip install cython setuptools`, which the project does not depend on).
+
 The search is timed as the page runs it (the window read, the bisection, the sizes shown around the
 size found), twice, each in its own process: with nothing kept ("search"), and after the pool replays,
 with the calibrations they kept beside the ledger ("search-kept").
@@ -30,8 +39,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +53,10 @@ sys.path.insert(0, str(ROOT))
 TARGETS = {"1m": (30.0, 1024.0), "10k": (3.0, None), "pool": (5.0, None), "search": (60.0, None)}
 POOL_CHANGE = 0.75        # the changed pool: this share of every quota together
 SEARCH_SLACK = 0.005      # the search's target: the deferral share with every quota's worth of accelerators, + this
+COMPILED = ("lib/gate/admission.py", "lib/gate/calibration.py", "lib/gate/capacity.py", "lib/gate/estimate.py",
+            "lib/gate/reasons.py", "lib/gate/request.py", "lib/gate/stopping.py", "lib/gate/terms.py",
+            "lib/planning/holdings.py", "lib/planning/replay.py", "lib/planning/replay_history.py",
+            "lib/planning/replay_report.py", "lib/planning/replay_state.py")
 
 
 def ledger_for(runs: int, out: Path) -> Path:
@@ -100,11 +115,8 @@ def what_if_case(path: Path, case: str) -> dict:
         case = case.removesuffix("-collecting")
     from lib.dashboard.replay_view import around, pool_rows, search_ceiling, smallest_pool
     from lib.planning.replay import replay_proposal
-    from lib.ledger.connection import open_ledger
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
-    with open_ledger(path, read_only=True, create=False) as con:
-        end = con.execute("SELECT max(decided_at) FROM decisions").fetchone()[0] + timedelta(seconds=1)
-        quotas = con.execute("SELECT sum(reserved_gpus) FROM teams").fetchone()[0]
+    end, quotas = window_end(path)
     if case.startswith("search"):
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
         top = search_ceiling(data[2], data[1].get("pools", {}), "stable")
@@ -137,11 +149,116 @@ def what_if_case(path: Path, case: str) -> dict:
             "peak_mb": peak_rss_mb(), "detail": detail}
 
 
+def in_process(*args: str) -> dict:
+    """`python -m bench.bench_replay ARGS` in a process of its own: the JSON it prints last."""
+    out = subprocess.run([sys.executable, "-m", "bench.bench_replay", *args], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def what_if(path: Path, case: str) -> dict:
     """what_if_case in its own process."""
-    out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--what-if", str(path), case],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return in_process("--what-if", str(path), case)
+
+
+def window_end(path: Path):
+    """A second after the ledger's last decision, and every team's quota summed (accelerators)."""
+    from lib.ledger.connection import open_ledger
+    with open_ledger(path, read_only=True, create=False) as con:
+        end = con.execute("SELECT max(decided_at) FROM decisions").fetchone()[0] + timedelta(seconds=1)
+        return end, con.execute("SELECT sum(reserved_gpus) FROM teams").fetchone()[0]
+
+
+def phases_case(path: Path) -> dict:
+    """The next what-if (pool-kept's replay) in this process, each part's seconds: from the progress the
+    replay reports, the window read (until "replaying"), its digest and the kept file (until the
+    proposal's first request), the proposal's pass (until "replay done") and the report (until it returns)."""
+    from lib.ledger.replay import DEFAULT_WINDOW, replay_ledger
+    end, quotas = window_end(path)
+    marks: dict[str, float] = {}
+
+    def progress(fraction, message):
+        for mark in ("replaying", "proposed: 0 of", "replay done"):
+            if message.startswith(mark):
+                marks.setdefault(mark, time.perf_counter())
+    t = time.perf_counter()
+    result = replay_ledger(path, start=end - DEFAULT_WINDOW, end=end, pools={"stable": int(quotas * POOL_CHANGE)},
+                           progress=progress, keep=True)
+    done = time.perf_counter()
+    at = [t, marks["replaying"], marks["proposed: 0 of"], marks["replay done"], done]
+    return {"requests": result["requests"], "parts": [b - a for a, b in zip(at, at[1:])], "seconds": done - t}
+
+
+def pass_case(path: Path, rounds: int, lib_root: Path) -> dict:
+    """The next what-if's proposal pass alone, with the lib of `lib_root`, in this process: its first
+    run (JSON parsed, requests validated, calibrations fitted) and `rounds` more with all that done."""
+    sys.path.insert(0, str(lib_root))
+    from lib.ledger.replay import DEFAULT_WINDOW, read_window
+    from lib.planning.replay import replay_proposal
+    end, quotas = window_end(path)
+    requests, world, policies, _ = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+    fitted: dict = {}
+    seconds = []
+    for _ in range(rounds + 1):
+        t = time.perf_counter()
+        replay_proposal(requests, policies, world, pools={"stable": int(quotas * POOL_CHANGE)}, fitted=fitted)
+        seconds.append(time.perf_counter() - t)
+    import lib.planning.replay as engine
+    return {"requests": len(requests), "first": seconds[0], "again": seconds[1:],
+            "compiled": not engine.__file__.endswith(".py")}
+
+
+def show_phases(path: Path, rounds: int) -> None:
+    """phases_case after pool-kept's setup, then pass_case, each in its own process: a table of seconds,
+    microseconds a request, and the 5 s goal beside the total."""
+    what_if(path, "pool-kept")   # the kept passes and fits in place, not timed
+    r = in_process("--phases-of", str(path))
+    n = r["requests"]
+    names = ("read the window", "digest it, read the kept file", "the proposal's pass", "the report")
+    print(f"the next what-if over {n:,} requests (stable at {POOL_CHANGE:g} of the quotas; baseline and record kept)")
+    print(f"{'part':<44}{'seconds':>9}{'µs/request':>12}")
+    for name, s in zip(names, r["parts"]):
+        print(f"{name:<44}{s:>9.2f}{s / n * 1e6:>12.1f}")
+    print(f"{'total (goal < 5 s)':<44}{r['seconds']:>9.2f}{r['seconds'] / n * 1e6:>12.1f}")
+    p = in_process("--pass", str(path), str(rounds), str(ROOT))
+    print("\nthe proposal's pass alone, in a process of its own")
+    print(f"{'the first (parse, validate, fit)':<44}{p['first']:>9.2f}{p['first'] / n * 1e6:>12.1f}")
+    for k, s in enumerate(p["again"]):
+        print(f"{f'again, all that done ({k + 1})':<44}{s:>9.2f}{s / n * 1e6:>12.1f}")
+
+
+def compiled_copy() -> Path:
+    """A copy of lib/ outside the tree with the COMPILED modules built by Cython beside their source."""
+    try:
+        import Cython  # noqa: F401
+        import setuptools  # noqa: F401
+    except ImportError:
+        sys.exit("--compiled needs Cython and setuptools: pip install cython setuptools")
+    root = Path(tempfile.mkdtemp(prefix="replay-compiled-"))
+    shutil.copytree(ROOT / "lib", root / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    build = ("from setuptools import setup; from Cython.Build import cythonize; "
+             f"setup(ext_modules=cythonize({list(COMPILED)!r}, quiet=True, compiler_directives="
+             "{'language_level': 3, 'annotation_typing': False, 'binding': True}), "
+             "script_args=['build_ext', '--inplace'])")
+    print(f"compiling {len(COMPILED)} modules with Cython into {root} ...", flush=True)
+    subprocess.run([sys.executable, "-c", build], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def compare_compiled(path: Path, rounds: int) -> None:
+    """The warm proposal pass (pass_case) with the engine as it is and compiled, alternated, each in its
+    own process: seconds side by side and their ratio."""
+    root = compiled_copy()
+    try:
+        print(f"{'round':>5}{'as it is s':>12}{'compiled s':>12}{'ratio':>7}   (each the faster of 2 warm passes)")
+        for k in range(rounds):
+            pure = in_process("--pass", str(path), "2", str(ROOT))
+            built = in_process("--pass", str(path), "2", str(root))
+            assert built["compiled"] and not pure["compiled"]
+            a, b = min(pure["again"]), min(built["again"])
+            print(f"{k + 1:>5}{a:>12.2f}{b:>12.2f}{b / a:>7.2f}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def compare_collector(path: Path, rounds: int, skip_search: bool) -> None:
@@ -164,6 +281,12 @@ def main() -> None:
     ap.add_argument("--collector", type=int, metavar="ROUNDS", default=0,
                     help="only compare the kept what-ifs with the garbage collector paused and running, "
                          "alternated, ROUNDS times")
+    ap.add_argument("--phases", type=int, metavar="ROUNDS", default=0,
+                    help="only split the next what-if into its parts, and time its pass ROUNDS more times warm")
+    ap.add_argument("--compiled", type=int, metavar="ROUNDS", default=0,
+                    help="only compare the warm pass as it is and compiled by Cython, alternated, ROUNDS times")
+    ap.add_argument("--phases-of", metavar="LEDGER", help=argparse.SUPPRESS)
+    ap.add_argument("--pass", dest="pass_", nargs=3, metavar=("LEDGER", "ROUNDS", "LIB_ROOT"), help=argparse.SUPPRESS)
     ap.add_argument("--one", nargs=2, metavar=("LEDGER", "REQUESTS"), help=argparse.SUPPRESS)
     ap.add_argument("--what-if", nargs=2, metavar=("LEDGER", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -172,6 +295,18 @@ def main() -> None:
         return
     if args.what_if:
         print(json.dumps(what_if_case(Path(args.what_if[0]), args.what_if[1])))
+        return
+    if args.phases_of:
+        print(json.dumps(phases_case(Path(args.phases_of))))
+        return
+    if args.pass_:
+        print(json.dumps(pass_case(Path(args.pass_[0]), int(args.pass_[1]), Path(args.pass_[2]))))
+        return
+    if args.phases:
+        show_phases(ledger_for(1_000_000, args.out), args.phases)
+        return
+    if args.compiled:
+        compare_compiled(ledger_for(1_000_000, args.out), args.compiled)
         return
     if args.collector:
         compare_collector(ledger_for(1_000_000, args.out), args.collector, args.skip_search)
