@@ -113,7 +113,7 @@ def what_if_case(path: Path, case: str) -> dict:
         import gc
         gc.disable = lambda: None
         case = case.removesuffix("-collecting")
-    from lib.dashboard.replay_view import around, pool_rows, search_ceiling, smallest_pool
+    from lib.dashboard.replay_view import pool_rows, search_ceiling, sizes_beside, smallest_pool
     from lib.planning.replay import replay_proposal
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
     end, quotas = window_end(path)
@@ -140,10 +140,11 @@ def what_if_case(path: Path, case: str) -> dict:
     else:   # the page's search: the window read, the search, and the sizes shown around the one found
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
         found = smallest_pool(data, "stable", target, kept=kept_file(path) if case == "search-kept" else None)
-        searched, replays = time.perf_counter() - t, found["sizes"].replays
-        pool_rows(found["sizes"], around(found["found"], found["ceiling"]))
+        sizes = found["sizes"]
+        searched, replays = time.perf_counter() - t, sizes.replays
+        pool_rows(sizes, sizes_beside(found))
         detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}: "
-                  f"{searched:.1f} s, {replays} replays; around +{found['sizes'].replays - replays}")
+                  f"{searched:.1f} s, {replays} replays; around +{sizes.replays - replays}")
         requests = len(data[0])
     return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
             "peak_mb": peak_rss_mb(), "detail": detail}

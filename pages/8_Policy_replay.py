@@ -207,9 +207,9 @@ def search_pool(bounds) -> None:
             data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
             found = replay_view.smallest_pool(data, capacity, target, progress=ui.import_progress(bar),
                                               kept=kept_file(ui.db_path()))
-            sizes = replay_view.around(found["found"], found["ceiling"]) if found["found"] is not None else []
+            sizes = replay_view.sizes_beside(found)
             today = data[1].get("pools", {}).get(capacity)
-            bar.progress(1.0, text="replaying the sizes around it")
+            bar.progress(1.0, text="the sizes around it (replaying any the search did not)")
             rows = replay_view.pool_rows(found["sizes"], sorted(set(sizes + ([today] if today is not None else []))))
             tried = replay_view.pool_rows(found["sizes"], sorted(found["tried"]))
         done = found["sizes"]
@@ -244,7 +244,8 @@ def show_search(s) -> None:
     ui.table(s["rows"], "pool_what_if", "dl_pr_pool",
              empty="No pool meets the target: nothing to show around it.",
              caption="Admits, deferrals and wait per team with the pool sizes around the one found (and today's), "
-                     "the window replayed under the current policy with that many accelerators.")
+                     "the window replayed under the current policy with that many accelerators: steps of about a "
+                     "tenth either side, or the size nearest a step that the search already replayed.")
     with st.expander("Every pool size the search replayed"):
         ui.table(s["tried"], "pool_search", "dl_pr_tried", empty="None.")
 

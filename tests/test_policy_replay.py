@@ -401,3 +401,49 @@ def test_a_smaller_pool_goes_on_from_a_never_short_pass_and_replays_the_same(poo
     for n in range(need):
         fresh = replay_proposal(requests, policies, world, pools={"stable": n}, need_of="stable")
         assert sizes.at(n) == fresh, n
+
+
+def test_the_sizes_beside_the_answer_are_steps_of_a_tenth_within_zero_and_the_ceiling():
+    from lib.dashboard.replay_view import around
+    assert around(363, 448) == [291, 327, 363, 399, 435]
+    assert around(100, 100) == [80, 90, 100]       # nothing above the ceiling
+    assert around(1, 448) == [0, 1, 2, 3]           # nothing below zero; a step is at least one
+
+
+def test_a_size_known_within_a_step_stands_in_for_a_step_on_its_side():
+    """The 1 M-run demo's search (N = 363 of at most 448; its never-short pass needed 404): every row
+    beside the answer is a size the search already knows, so none costs a replay."""
+    from lib.dashboard.replay_view import around
+    tried = {448, 201, 302, 353, 378, 365, 359, 362, 363}
+    assert around(363, 448, tried, 404) == [302, 353, 363, 404, 435]
+    assert around(363, 448, {250}) == [291, 327, 363, 399, 435]        # more than a step away
+    assert around(363, 448, {356}) == [291, 356, 363, 399, 435]        # below: stands in below only
+    assert around(363, 448, {370}) == [291, 327, 363, 370, 435]        # above: above only
+    assert around(5, 18, {4, 5, 6, 18}, 12) == [3, 4, 5, 6, 7]         # a known step keeps its own size
+
+
+def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known(pooled_submitted_ledger):
+    """pool_rows replays a size shown beside the answer only when the search did not know it, and each
+    one shown lies within a step of a step of about a tenth, on its side."""
+    from lib.dashboard.replay_view import around, pool_rows, search_ceiling, sizes_beside, smallest_pool
+    from lib.ledger.replay import read_window
+    from lib.planning.replay import replay_proposal
+    db, first, last = pooled_submitted_ledger
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    ceiling = search_ceiling(data[2], data[1].get("pools", {}), "stable")
+    share = replay_proposal(data[0], data[2], data[1], pools={"stable": ceiling})["overall"]["deferral_share"]
+    found = smallest_pool(data, "stable", {"measure": "deferral_share", "limit": share})
+    n, sizes = found["found"], found["sizes"]
+    assert n is not None and n > 0
+    shown = sizes_beside(found)
+    def unknown(ns):
+        return [s for s in ns if s not in sizes.tried and sizes.same_as(s) is None]
+    needed = unknown(shown)
+    assert len(needed) < len(unknown(around(n, found["ceiling"])))   # fewer than the plain steps would replay
+    before = sizes.replays
+    rows = pool_rows(sizes, shown)
+    assert sizes.replays - before == len(needed)
+    assert sorted(set(rows["pool_gpus"])) == shown and n in shown
+    step = max(1, n // 10)
+    for s in shown:
+        assert any(abs(s - (n + k * step)) <= step and (s < n) == (k < 0) for k in (-2, -1, 0, 1, 2)), s

@@ -115,6 +115,13 @@ class PoolSizes:
         return next((m for m in self.tried.values()
                      if m.get("pool_need") is not None and m["pool_need"] <= n), None)
 
+    def known_from(self) -> int | None:
+        """The smallest size known without a replay (every size from it up decides as a never-short
+        pass: `same_as`), or None."""
+        if self.windows:
+            return None
+        return min((m["pool_need"] for m in self.tried.values() if m.get("pool_need") is not None), default=None)
+
     def save(self) -> None:
         """Keep the calibrations fitted beside the ledger (with `kept`)."""
         if self.store is not None:
@@ -166,11 +173,38 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
     return {"found": found, "ceiling": ceiling, "tried": dict(sorted(sizes.tried.items())), "sizes": sizes}
 
 
-def around(found: int, ceiling: int) -> list[int]:
-    """The pool sizes shown beside the one found: SHOWN_AROUND steps of about a tenth either side."""
-    step = max(1, found // 10)
-    return sorted({n for n in (found + k * step for k in range(-SHOWN_AROUND, SHOWN_AROUND + 1))
-                   if 0 <= n <= max(ceiling, found)})
+def around(found: int, ceiling: int, tried=(), known_from: int | None = None) -> list[int]:
+    """The pool sizes shown beside the one found: SHOWN_AROUND steps of about a tenth either side.
+
+    A step's size that is not known yet is shown by the known size nearest it instead, when one lies
+    within a step of it, on its side of the one found, and is neither shown already nor another step's
+    own known size (the farther steps choose first). Known: replayed by the search (`tried`), or known
+    without a replay (at or above `known_from`: PoolSizes.known_from). So the rows beside the answer
+    seldom cost a replay of their own: the bisection has replayed sizes on both sides of it."""
+    step, top = max(1, found // 10), max(ceiling, found)
+
+    def known(n: int) -> bool:
+        return n in tried or (known_from is not None and n >= known_from)
+    steps = [found + k * step for k in (*range(-SHOWN_AROUND, 0), *range(SHOWN_AROUND, 0, -1))]
+    # a known step's size is shown as itself: no other step takes it
+    candidates = (set(tried) | ({known_from} if known_from is not None else set())) - set(filter(known, steps))
+    shown = {found}
+    for size in steps:
+        if not 0 <= size <= top:
+            continue
+        if not known(size):
+            near = [n for n in candidates if n not in shown and 0 <= n <= top and abs(n - size) <= step
+                    and (n < found) == (size < found)]
+            size = min(near, key=lambda n: (abs(n - size), n), default=size)
+        shown.add(size)
+    return sorted(shown)
+
+
+def sizes_beside(found: dict) -> list[int]:
+    """`around` the answer of a smallest_pool result, with what its search knows ([] with no answer)."""
+    if found["found"] is None:
+        return []
+    return around(found["found"], found["ceiling"], found["tried"], found["sizes"].known_from())
 
 
 def pool_rows(sizes: PoolSizes, ns: list[int]) -> pd.DataFrame:
