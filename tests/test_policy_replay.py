@@ -436,6 +436,7 @@ def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known
     n, sizes = found["found"], found["sizes"]
     assert n is not None and n > 0
     shown = sizes_beside(found)
+
     def unknown(ns):
         return [s for s in ns if s not in sizes.tried and sizes.same_as(s) is None]
     needed = unknown(shown)

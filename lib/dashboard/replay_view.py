@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from pathlib import Path
-from typing import Callable, TypedDict
+from typing import Callable, Collection, TypedDict
 
 import pandas as pd
 
@@ -173,7 +173,7 @@ def smallest_pool(data: tuple, capacity: str, target: Target, *,
     return {"found": found, "ceiling": ceiling, "tried": dict(sorted(sizes.tried.items())), "sizes": sizes}
 
 
-def around(found: int, ceiling: int, tried=(), known_from: int | None = None) -> list[int]:
+def around(found: int, ceiling: int, tried: Collection[int] = (), known_from: int | None = None) -> list[int]:
     """The pool sizes shown beside the one found: SHOWN_AROUND steps of about a tenth either side.
 
     A step's size that is not known yet is shown by the known size nearest it instead, when one lies
