@@ -26,7 +26,7 @@ progress the replay reports in one process: reading the window, digesting it and
 the proposal's pass, the report. Then it times the proposal's pass alone in a process of its own, first
 (each request's JSON parsed, validated, calibrations fitted) and ROUNDS times again with all of that
 done: the least a pass over this window costs with this engine. `--compiled ROUNDS` times those warm
-passes with the engine's modules (the gate's decision and the replay's pass, COMPILED) as they are and
+passes with the engine's modules (COMPILED: the gate's decision and the replay's pass) as they are and
 compiled by Cython from the same source into a copy outside the tree, alternated, each in its own
 process (it needs `pip install cython setuptools`, which the project does not depend on).
 
