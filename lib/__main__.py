@@ -1,7 +1,7 @@
-"""`python -m lib ...`: the queue's command line (see lib/cli.py)."""
+"""`python -m lib ...`: the queue's command line (see lib/cli/main.py)."""
 import sys
 
-from lib.cli import main
+from lib.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

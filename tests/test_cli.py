@@ -193,7 +193,7 @@ def test_usage_errors_exit_2():
 
 @pytest.mark.parametrize("bug", [ValueError("a bug in the gate"), KeyError("estimate"), TypeError("bad operand")])
 def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(demo_ledger, tmp_path, monkeypatch, capsys, bug):
-    from lib import cli
+    from lib.cli import main as cli
     from lib.ledger import deciding
 
     def broken(*args, **kwargs):
@@ -205,7 +205,7 @@ def test_an_internal_error_is_a_gate_failure_exit_3_not_bad_input(demo_ledger, t
 
 
 def test_a_finish_value_the_user_got_wrong_is_input_exit_2(tiny_ledger, capsys):
-    from lib import cli
+    from lib.cli import main as cli
     from lib.gate.terms import InputError
     from lib.ledger.finishing import FinishInputError, finish_run
     assert issubclass(FinishInputError, InputError)

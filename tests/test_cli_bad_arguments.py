@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lib.cli_args import TIME_RANGE
+from lib.cli.args import TIME_RANGE
 from lib.planning.forecast import MAX_WEEKS
 from tests.fixtures_ledger import TINY_TEAMS, counts, query, run_cli, tiny_request, write_json
 

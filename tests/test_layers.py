@@ -3,9 +3,7 @@
 lib/, the core: a module never imports a layer above its own, and never Streamlit, the UI kit (ui/),
 the app or the tests. From the bottom: the decision (`lib.gate`), planning maths (`lib.planning`), the
 ledger (`lib.ledger`), the authority several clusters share (`lib.authority`), then the dashboard's read models (`lib.dashboard`) and the Slurm integration
-(`lib.slurm`), and on top the command line (`lib.cli`, its argument types `lib.cli_args`, its output
-`lib.cli_output`, its run, plan, alert, Slurm and authority commands `lib.cli_runs`, `lib.cli_plan`,
-`lib.cli_alerts`, `lib.cli_slurm`, `lib.cli_authority`, `lib.__main__`).
+(`lib.slurm`), and on top the command line (the package `lib.cli`, and `lib.__main__`).
 
 Above lib/: the UI kit (ui/), which imports lib/ and itself; above it app.py and the page scripts in
 pages/, which import ui and lib/ only (of this project's code).
@@ -27,9 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB, UI = ROOT / "lib", ROOT / "ui"
-RANK = {"gate": 0, "planning": 1, "ledger": 2, "authority": 3, "dashboard": 4, "slurm": 4, "cli": 5, "cli_args": 5,
-        "cli_output": 5, "cli_runs": 5, "cli_alerts": 5, "cli_slurm": 5, "cli_authority": 5, "cli_plan": 5, "cli_replay": 5,
-        "__main__": 5}
+RANK = {"gate": 0, "planning": 1, "ledger": 2, "authority": 3, "dashboard": 4, "slurm": 4, "cli": 5, "__main__": 5}
 # the top-level names this project's own code can be imported by (pages/ is not importable)
 PROJECT = {"lib", "ui", "app", "tests", "bench"}
 ALLOWED = {"lib": {"lib"}, "ui": {"lib", "ui"}, "pages": {"lib", "ui"}}   # whose code may import whose

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from lib.authority.settings import SYNC_GRACE_S, configured_authority
 from lib.authority.store import init_schema, status
-from lib.cli_args import nonneg_float
-from lib.cli_output import EXIT_OK, dump_json, say
+from lib.cli.args import nonneg_float
+from lib.cli.output import EXIT_OK, dump_json, say
 from lib.gate.terms import InputError, utcnow
 from lib.ledger.teams_file import load_teams_file
 

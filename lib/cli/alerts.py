@@ -2,8 +2,8 @@
 every crossing not yet delivered to the webhook ($GATE_ALERT_WEBHOOK, else [alerts] webhook), once."""
 from __future__ import annotations
 
-from lib.cli_args import TIME_RANGE, timestamp
-from lib.cli_output import EXIT_FAILURE, EXIT_OK, dump_json, say
+from lib.cli.args import TIME_RANGE, timestamp
+from lib.cli.output import EXIT_FAILURE, EXIT_OK, dump_json, say
 from lib.dashboard.alerts import run_alerts
 from lib.ledger.alert_settings import shown_webhook, webhook_url
 from lib.ledger.audit import command_line

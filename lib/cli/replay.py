@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from lib.cli_args import TIME_RANGE, level, timestamp, window_end
-from lib.cli_output import EXIT_OK, dump_json, progress_for, say
+from lib.cli.args import TIME_RANGE, level, timestamp, window_end
+from lib.cli.output import EXIT_OK, dump_json, progress_for, say
 from lib.gate.terms import CAPACITIES, InputError
 from lib.ledger.teams_file import load_teams_file
 from lib.ledger.teams_pools import INT_MAX

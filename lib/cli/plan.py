@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from lib.cli_args import TIME_RANGE, timestamp
-from lib.cli_output import EXIT_OK, dump_json, say
+from lib.cli.args import TIME_RANGE, timestamp
+from lib.cli.output import EXIT_OK, dump_json, say
 from lib.planning.plan_world import MAX_PLAN_DAYS as MAX_DAYS
 
 

@@ -5,7 +5,7 @@ $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
 A file argument must be a regular file (a FIFO is refused, not waited on); times lie in
-lib.cli_args.TIME_RANGE; a usage error is one line on stderr.
+lib.cli.args.TIME_RANGE; a usage error is one line on stderr.
 
 `submit` checks the OS user's teams first when the access file asks for it (check_submitter).
 
@@ -26,16 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from lib.cli_output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
-from lib.cli_output import progress_for as _progress
-from lib.cli_alerts import ALERT_COMMANDS, add_alert_parser
-from lib.cli_plan import PLAN_COMMANDS, add_plan_parser
-from lib.cli_replay import REPLAY_COMMANDS, add_replay_parser
-from lib.cli_runs import RUN_COMMANDS, add_run_parsers
-from lib.cli_slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
-from lib.cli_authority import AUTHORITY_COMMANDS, add_authority_parser
+from lib.cli.output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, EXIT_OK, dump_json, say
+from lib.cli.output import progress_for as _progress
+from lib.cli.alerts import ALERT_COMMANDS, add_alert_parser
+from lib.cli.plan import PLAN_COMMANDS, add_plan_parser
+from lib.cli.replay import REPLAY_COMMANDS, add_replay_parser
+from lib.cli.runs import RUN_COMMANDS, add_run_parsers
+from lib.cli.slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
+from lib.cli.authority import AUTHORITY_COMMANDS, add_authority_parser
 from lib.authority.settings import configured_authority
-from lib.cli_args import TIME_RANGE, nonneg_float, nonneg_int, positive_int, timestamp, weeks
+from lib.cli.args import TIME_RANGE, nonneg_float, nonneg_int, positive_int, timestamp, weeks
 from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
 from lib.gate.contracts import Decision
 from lib.gate.reasons import summary

@@ -11,7 +11,7 @@ Exit 0, or 3 when Slurm does not answer (nothing written then; the ledger keeps 
 """
 from __future__ import annotations
 
-from lib.cli_output import EXIT_FAILURE, EXIT_OK, dump_json, say
+from lib.cli.output import EXIT_FAILURE, EXIT_OK, dump_json, say
 from lib.ledger.connection import upgrade_ledger
 from lib.slurm.reservations import SlurmUnavailable
 from lib.slurm.windows_sync import SOURCE, pools_proposal, read_cluster_windows, sync_windows

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from lib.cli_args import TIME_RANGE, nonneg_float, nonneg_int, timestamp
+from lib.cli.args import TIME_RANGE, nonneg_float, nonneg_int, timestamp
 from lib.authority.settings import configured_authority
-from lib.cli_output import EXIT_OK, dump_json, say
+from lib.cli.output import EXIT_OK, dump_json, say
 from lib.gate.terms import ARTIFACT_STATUSES, STOP_REASONS
 from lib.ledger.finishing import finish_run
 from lib.ledger.recovering import EVENTS, checkpoint_run, recover_run
