@@ -60,7 +60,7 @@ if len(data["overcommit"]):
     ui.table(data["pools"], "pool_calendar", "dl_res_pools", empty="No pool.")
 
 st.subheader("Monthly budget")
-months = budget_queries.budget_months(ui.sidebar_options()["first_day"], ui.now_minute())
+months = budget_queries.budget_months(ui.cached_sidebar_options()["first_day"], ui.now_minute())
 month = st.selectbox("Month", months, key="res_budget_month", format_func=lambda m: f"{m:%B %Y}")
 # this month's budget comes with the page's data; another month is its own cached query
 budget = data if month == data["month"] else ui.PageData(budget_queries.monthly_budget_in(month), f)
@@ -77,7 +77,7 @@ budget.chart(reservation_figures.budget_bars, "budget", month_label=f"{budget['m
 ui.table(budget["budget"], "monthly_budget", "dl_res_budget",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.")
 if budget["current_month"]:
-    ui.budget_outlook(data["burn"])
+    ui.show_budget_outlook(data["burn"])
     if len(data["burn"]):
         team = st.selectbox("Burn-down of", data["burn"]["team"].tolist(), key="res_burn_team")
         data.chart(forecast_figures.burn_down_chart, "burn_path", "burn", team=team)

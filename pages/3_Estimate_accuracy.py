@@ -33,7 +33,7 @@ ui.table(data["sources"], "error_sources", "dl_acc_sources",
 
 st.subheader("Calibration the gate applies today")
 with st.spinner("Calibrating from the gate's history window (slow on a large ledger the first time)…"):
-    cal = ui.PageData(estimate_queries.calibration, f, hourly=True)
+    cal = ui.PageData(estimate_queries.calibration_shown, f, hourly=True)
 alarms = cal["alarms"]
 if len(alarms):
     st.warning(f"Drift alarm: {len(alarms)} team × kind "

@@ -90,7 +90,7 @@ with st.form("what_if"):
     submitted = st.form_submit_button("Check this request", type="primary")
 
 values = {k[3:]: v for k, v in st.session_state.items() if isinstance(k, str) and k.startswith("wi_")}
-request = whatif.build_request(values)
+request = whatif.request_from_form(values)
 start = whatif.start_time(st.session_state.get("whatif_start_day"), st.session_state.get("whatif_start_time"))
 
 if submitted:
@@ -134,7 +134,7 @@ ui.table(reasons, "whatif_reasons", "dl_whatif_reasons", empty="No failing check
 st.subheader("Estimate: itemised raw and calibrated")
 est = decision.get("estimate") or {}
 if est:
-    ui.chart(estimate_figures.estimate_items(est))
+    ui.chart(estimate_figures.estimate_items_figure(est))
     ui.table(pd.DataFrame(whatif.estimate_rows(decision)), "whatif_estimate", "dl_whatif_estimate",
              empty="No estimate.")
     cal = est.get("calibration") or {}

@@ -17,7 +17,7 @@ ui.caption(f"From now ({data['as_of']:%Y-%m-%d %H:%M} UTC) · "
            "starts now and rests on each team's whole history")
 
 st.subheader("Budget this month")
-ui.budget_outlook(burn)
+ui.show_budget_outlook(burn)
 ui.table(burn, "budget_burn_down", "dl_fc_burn",
          empty="No team policies in the ledger — load data/teams.toml with `python -m lib teams`.",
          caption="Spend is counted when a run ends, as the gate counts a team's monthly spend; demand when it "

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the read models of the ledger-wide pages, each called as the page calls it: query(filters, path, now)
 PAGE_QUERIES = {"overview": overview_queries.overview, "reservations": reservation_queries.reservations,
                 "idle_capacity": idle_queries.idle_capacity, "estimate_accuracy": estimate_queries.estimate_accuracy,
-                "stops_promotion": stop_queries.stops_promotion, "calibration": estimate_queries.calibration,
+                "stops_promotion": stop_queries.stops_promotion, "calibration": estimate_queries.calibration_shown,
                 "team_board": team_board.team_board}
 CHROMIUM = "/usr/bin/chromium"
 

@@ -87,7 +87,7 @@ def full_demo(tmp_path_factory):
 def test_the_demo_history_shows_the_alarm_on_the_team_whose_costs_shift(full_demo):
     from lib.ledger.demo import COST_SHIFT
     path, now = full_demo
-    out = estimate_queries.calibration(default_filters(now.date()), path, now)
+    out = estimate_queries.calibration_shown(default_filters(now.date()), path, now)
     alarms, table = out["alarms"], out["table"]
     shift = alarms[alarms["team"] == COST_SHIFT[0]]
     assert len(shift) and shift["what_to_do"].str.contains("re-run the pilots").all()
@@ -140,14 +140,14 @@ def test_the_calibration_table_keeps_its_replayed_bounds_beside_the_ledger_and_r
     ledger = tmp_path / "copy.duckdb"
     shutil.copy(path, ledger)
     f = default_filters(now.date())
-    cold = estimate_queries.calibration(f, ledger, now)
+    cold = estimate_queries.calibration_shown(f, ledger, now)
     saved = ledger.with_name(ledger.name + estimate_queries.BOUNDS_SUFFIX)
     assert saved.parent == ledger.parent and saved.stat().st_size > 0
     stamp = saved.stat().st_mtime_ns
-    warm = estimate_queries.calibration(f, ledger, now)
+    warm = estimate_queries.calibration_shown(f, ledger, now)
     assert saved.stat().st_mtime_ns == stamp, "nothing new replayed, nothing rewritten"
     saved.write_text("{ not json")                      # a damaged file is no store: computed again
-    damaged = estimate_queries.calibration(f, ledger, now)
+    damaged = estimate_queries.calibration_shown(f, ledger, now)
     for got in (warm, damaged):
         pd.testing.assert_frame_equal(got["table"], cold["table"])
         pd.testing.assert_frame_equal(got["alarms"], cold["alarms"])
@@ -158,7 +158,7 @@ def test_the_boards_drift_flags_are_the_alarms_estimate_accuracy_shows(full_demo
     path, now = full_demo
     f = default_filters(now.date())
     got = team_board.team_board(f, path, now)
-    shown = estimate_queries.calibration(f, path, now)["alarms"]
+    shown = estimate_queries.calibration_shown(f, path, now)["alarms"]
     pd.testing.assert_frame_equal(got["alarms"], shown)
     flagged = got["board"].set_index("team")["drift"]
     assert flagged[COST_SHIFT[0]] != "" and flagged[COST_SHIFT[0]] == team_board.with_drift(

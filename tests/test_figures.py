@@ -120,7 +120,7 @@ def test_predicted_vs_actual_is_log_log_with_identity_and_bands():
 def test_the_what_if_estimate_chart_shows_items_and_the_calibrated_totals():
     est = {"items_gpu_hours": {"compute": 10.0, "checkpoint": 1.0}, "raw_gpu_hours": 11.0,
            "median_gpu_hours": 12.0, "upper_gpu_hours": None}
-    fig = estimate_figures.estimate_items(est)
+    fig = estimate_figures.estimate_items_figure(est)
     assert list(fig.data[0].x) == [10.0, 1.0]
     names = " ".join(t.name for t in fig.data)
     assert "raw total: 11.0" in names and "calibrated median: 12.0" in names and "upper" not in names

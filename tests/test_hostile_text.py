@@ -73,7 +73,7 @@ def figures_by_builder(pages) -> dict[str, list]:
         "error_sources": [estimate_figures.error_sources(e["sources"])],
         "calibration_factors": [estimate_figures.calibration_factors(pages["calibration"]["table"])],
         "stop_reasons": [stop_figures.stop_reasons(s["by_reason"], c)],
-        "estimate_items": [estimate_figures.estimate_items(estimate)],
+        "estimate_items_figure": [estimate_figures.estimate_items_figure(estimate)],
         "checkpoint_interval_curve": [recovery_figures.checkpoint_interval_curve(curve, optima, 1.0, 29.0)],
         "completion_histogram": [recovery_figures.completion_histogram(np.linspace(5, 40, 500), budget_hours=30.0,
                                                                        budget_label=HOSTILE[1], p_breach=0.1,

@@ -53,9 +53,9 @@ def test_the_dashboards_calibration_table_and_alarms_are_the_same_with_or_withou
         p = {**calib.calibration_params(NOW), "max_runs": max_runs}
         teams = [t for (t,) in con.execute(calib.KNOWN_TEAMS).fetchall()]
         cut = calib.newest_cutoffs(con, calib.CALIBRATION_ROWS_SQL, p, max_runs + estimate_queries.BACKTEST_RUNS, teams)
-    fast = estimate_queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
+    fast = estimate_queries.calibration_shown(f, busy_ledger, NOW, max_runs=max_runs)
     monkeypatch.setattr(calib, "NEWEST_FIRST_DAYS", ())
-    slow = estimate_queries.calibration(f, busy_ledger, NOW, max_runs=max_runs)
+    slow = estimate_queries.calibration_shown(f, busy_ledger, NOW, max_runs=max_runs)
     if max_runs == FEW:
         assert any(since > p["since"] for since in cut.values()), "some scope must be cut short"
     pd.testing.assert_frame_equal(fast["table"], slow["table"])

@@ -52,7 +52,7 @@ def test_what_if_says_the_calibration_once(page_ledger):
 
 def test_the_calibration_tables_notes_do_not_repeat_its_columns(page_ledger):
     path, now = page_ledger
-    table = estimate_queries.calibration(default_filters(now.date()), path, now)["table"]
+    table = estimate_queries.calibration_shown(default_filters(now.date()), path, now)["table"]
     assert len(table)
     for row in table.itertuples():
         assert f"{row.runs} runs" not in row.note and "scope" not in row.note, row.note

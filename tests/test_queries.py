@@ -16,7 +16,7 @@ from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.calibration_rows import calibration as store_calibration
 from lib.ledger.recording import canonical_json
 from lib.dashboard.tables import escape_markdown, neutralise, safe_csv_bytes
-from lib.dashboard.whatif import build_request
+from lib.dashboard.whatif import request_from_form
 from tests.fixtures_app import PAGE_QUERIES, fill_ledger, insert_teams
 from tests.fixtures_gate import NOW
 from tests.fixtures_ledger import demo_request
@@ -221,7 +221,7 @@ def test_stops_and_promotion(exact):
 def test_the_calibration_table_is_what_the_gate_applies(tmp_path, max_runs):
     path = tmp_path / "cal.duckdb"
     now = fill_ledger(path, n_runs=400)
-    out = estimate_queries.calibration(default_filters(now.date()), path, now, max_runs=max_runs)["table"]
+    out = estimate_queries.calibration_shown(default_filters(now.date()), path, now, max_runs=max_runs)["table"]
     assert len(out) == 4 * 3
     limit = {} if max_runs is None else {"max_runs": max_runs}
     with open_ledger(path, read_only=True) as con:
@@ -235,7 +235,7 @@ def test_the_calibration_table_is_what_the_gate_applies(tmp_path, max_runs):
     assert (out["backtest_checked"] <= estimate_queries.BACKTEST_RUNS).all() and out["backtest_checked"].sum() > 0
     checked = out[out["backtest_checked"] > 0]["backtest_coverage"]
     assert ((checked >= 0) & (checked <= 1)).all()
-    speech = estimate_queries.calibration(Filters(now.date(), now.date(), teams=("speech",), kinds=("production",)),
+    speech = estimate_queries.calibration_shown(Filters(now.date(), now.date(), teams=("speech",), kinds=("production",)),
                                  path, now)["table"]
     assert list(zip(speech["team"], speech["kind"])) == [("speech", "production")]
 
@@ -279,11 +279,11 @@ def test_the_what_if_form_builds_a_contract_request():
             "expected_interruptions": 0.5, "capacity": "stable", "data_snapshot": "", "estimate_from": "estimate",
             "estimated_gpu_hours": 20, "steps_per_second": 3.0, "max_wall_clock_hours": 0,
             "early_stop_metric": "", "holdout_allowance": 0}
-    r = build_request(base)
+    r = request_from_form(base)
     assert r == {"run_id": "r1", "team": "speech", "kind": "exploratory", "gpus": 2, "gpu_mem_gb": 40.0,
                  "max_runtime_hours": 12.0, "budget_gpu_hours": 60.0, "checkpoint_supported": True,
                  "expected_interruptions": 0.5, "capacity": "stable", "estimated_gpu_hours": 20.0}
-    p = build_request({**base, "estimate_from": "pilot", "planned_steps": 1000, "peak_mem_gb": 30,
+    p = request_from_form({**base, "estimate_from": "pilot", "planned_steps": 1000, "peak_mem_gb": 30,
                        "checkpoint_interval_steps": 0, "early_stop_metric": "val_loss", "early_stop_mode": "min",
                        "early_stop_patience": 3, "max_wall_clock_hours": 10})
     assert "estimated_gpu_hours" not in p

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lib.dashboard.whatif import UPPER_UNKNOWN, build_request, estimate_rows
+from lib.dashboard.whatif import UPPER_UNKNOWN, request_from_form, estimate_rows
 from lib.gate.request import validate
 
 # the form's values as the widgets give them: whole numbers typed into float inputs among them
@@ -21,7 +21,7 @@ FORM = {"run_id": " whatif-1 ", "team": "vision", "kind": "production", "capacit
 
 
 def test_the_form_builds_the_request_check_reads_with_the_gates_fields_and_types():
-    request = build_request(FORM)
+    request = request_from_form(FORM)
     assert json.dumps(request) == json.dumps({   # the same fields, order and JSON types (8, not 8.0)
         "run_id": "whatif-1", "team": "vision", "kind": "production", "gpus": 8, "gpu_mem_gb": 80.0,
         "max_runtime_hours": 24.0, "budget_gpu_hours": 200.0, "checkpoint_supported": True,
@@ -36,7 +36,7 @@ def test_the_form_builds_the_request_check_reads_with_the_gates_fields_and_types
 
 
 def test_a_stated_estimate_and_zeros_leave_the_optional_fields_out():
-    request = build_request({**FORM, "estimate_from": "estimate", "data_snapshot": " ", "holdout_allowance": 0,
+    request = request_from_form({**FORM, "estimate_from": "estimate", "data_snapshot": " ", "holdout_allowance": 0,
                              "max_wall_clock_hours": 0.0, "max_failed_steps": 0, "early_stop_metric": ""})
     assert request["estimated_gpu_hours"] == 40.0
     assert not {"pilot", "stop_policy", "data_snapshot", "holdout_allowance"} & request.keys()

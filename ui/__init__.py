@@ -16,9 +16,9 @@ of lib/ imports ui (tests/test_layers.py checks both).
 """
 from ui.access import may_open, require, sign_in_screen, signed_out, who, who_writes, write_refusal
 from ui.data import (CACHE_TTL_S, PageData, all_teams, chart, clear_caches, data_version, db_path, ledger_errors,
-                     ledger_is_empty, now_minute, qualified_name, sidebar_options)
+                     ledger_is_empty, now_minute, qualified_name, cached_sidebar_options)
 from ui.layout import row
 from ui.page_frame import frame
 from ui.pages import PAGES, page_script, url_path
 from ui.tables import WRAP_CHARS, download, show_table, table
-from ui.text import WORD_JOINER, as_text, budget_outlook, caption, glossary, import_progress
+from ui.text import WORD_JOINER, as_text, show_budget_outlook, caption, glossary, import_progress

@@ -15,7 +15,7 @@ from ui.data import CACHE_TTL_S, data_version
 from ui.pages import PAGE_ACTIONS, PAGE_TITLE
 from ui.text import as_text
 
-LOCAL = "local"                  # the identity of every write in local mode
+LOCAL_USER = "local"                  # the identity of every write in local mode
 LOCAL_MODE = "local mode: single user, every role"
 WRITES = ("import", "policy")
 
@@ -74,7 +74,7 @@ def who() -> Grant:
     role, or a malformed access file: the page shows why (with a Sign in or Sign out button) and
     stops here, before anything else is drawn."""
     if not sign_in_configured():
-        return everyone(LOCAL)
+        return everyone(LOCAL_USER)
     if not _claims().get("is_logged_in"):
         sign_in_screen()
         st.stop()

@@ -146,12 +146,12 @@ class PageData:
         with ledger_errors("Reload the page in a moment."):
             # colours over every team of the ledger, not only this session's: the same for everyone
             fig = _figure(qualified_name(builder), builder, self.name, self.query, keys, self.path,
-                          self.version, self.filters, self.now, tuple(sidebar_options()["teams"]), set_colours(),
+                          self.version, self.filters, self.now, tuple(cached_sidebar_options()["teams"]), set_colours(),
                           tuple(sorted(options.items())))
         st.plotly_chart(fig, width="stretch")
 
 
-def sidebar_options() -> dict:
+def cached_sidebar_options() -> dict:
     """Teams, run count and last day for the filters; a locked or unreadable ledger stops the page
     with a message."""
     path = db_path()
@@ -167,12 +167,12 @@ def clear_caches() -> None:
 
 
 def ledger_is_empty() -> bool:
-    return sidebar_options()["runs"] == 0
+    return cached_sidebar_options()["runs"] == 0
 
 
 def all_teams() -> list[str]:
     """Every team the sidebar offers this session (the frame's filters keep them for the run)."""
-    return st.session_state.get("all_teams") or sidebar_options()["teams"]
+    return st.session_state.get("all_teams") or cached_sidebar_options()["teams"]
 
 
 def chart(fig) -> None:

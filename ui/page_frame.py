@@ -18,7 +18,7 @@ from lib.dashboard.filters import (CUSTOM, DATE_MIN, QUERY_KEYS, RANGE_LABELS, F
 from lib.gate.terms import CAPACITIES, KINDS
 from lib.ledger.connection import keep_reads_open
 from ui.access import who, who_box
-from ui.data import db_path, ledger_errors, now_minute, sidebar_options
+from ui.data import db_path, ledger_errors, now_minute, cached_sidebar_options
 from ui.demo import ensure_demo, ensure_ledger
 from ui.pages import PAGE_ICON, tab_title
 from ui.text import as_text
@@ -73,7 +73,7 @@ def filter_widgets() -> Filters:
     The filters live in the URL too (lib.dashboard.filters.query_from_filters: `teams`, `kinds`,
     `capacity`, `range` or `from` + `to`, only what differs from the default): a session's first run
     sets the widgets from the query string, and every run writes the widgets back to it."""
-    opts = sidebar_options()
+    opts = cached_sidebar_options()
     sees = who()["sees"]          # None: every team; else a member who sees only their own teams
     if sees is not None:
         opts = {**opts, "teams": [t for t in opts["teams"] if t in sees]}
@@ -170,5 +170,5 @@ def filters() -> Filters:
     """The filters the frame drew for this run."""
     f = st.session_state.get("filters")
     if f is None:  # the frame stopped before the filters (never on a readable ledger)
-        f = default_filters(sidebar_options()["last_day"])
+        f = default_filters(cached_sidebar_options()["last_day"])
     return f

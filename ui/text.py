@@ -36,7 +36,7 @@ def caption(text: str) -> None:
     st.caption(as_text(text))
 
 
-def budget_outlook(burn: pd.DataFrame, *, quiet: bool = False) -> None:
+def show_budget_outlook(burn: pd.DataFrame, *, quiet: bool = False) -> None:
     """Name the teams projected (P50) to use up this month's budget, with the day
     (lib.dashboard.forecasts burn rows); otherwise say none is, and which might at P90 — unless
     `quiet`, where a page shows only the warning."""

@@ -14,7 +14,7 @@ from lib.authority.url import AuthorityURLError, check_url, redact, shown
 from lib.gate.terms import InputError, month_start, next_month_start
 from lib.ledger.connection import LedgerError
 
-SCHEMA_VERSION = 1
+AUTHORITY_SCHEMA_VERSION = 1
 SCHEMA_SQL = Path(__file__).with_name("schema.sql")
 CONNECT_TIMEOUT_S = 5      # libpq's connect_timeout when the URL sets none
 LOCK_TIMEOUT_MS = 30_000   # the longest a decider waits for another's team lock
@@ -79,7 +79,7 @@ def check_version(con, url: str) -> int:
     if version is None:
         raise AuthoritySchemaError(f"the authority {shown(url)} has no Training Gate schema: create it with "
                                    "`python -m lib authority init` (as a role that may create schemas)")
-    if version > SCHEMA_VERSION:
+    if version > AUTHORITY_SCHEMA_VERSION:
         raise AuthoritySchemaError(f"the authority {shown(url)} has schema version {version}, newer than this "
                                    f"program's {SCHEMA_VERSION}: upgrade Training Gate on this cluster")
     return version
@@ -93,7 +93,7 @@ def init_schema(url: str, teams: list[dict], now) -> dict:
     try:
         with con.transaction():
             version = schema_version(con)
-            if version is not None and version > SCHEMA_VERSION:
+            if version is not None and version > AUTHORITY_SCHEMA_VERSION:
                 raise AuthoritySchemaError(f"the authority {shown(url)} has schema version {version}, newer "
                                            f"than this program's {SCHEMA_VERSION}: nothing changed")
             con.execute(SCHEMA_SQL.read_text(encoding="utf-8"))

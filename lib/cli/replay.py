@@ -10,7 +10,7 @@ from lib.cli.args import TIME_RANGE, level, timestamp, window_end
 from lib.cli.output import EXIT_OK, dump_json, progress_for, say
 from lib.gate.terms import CAPACITIES, InputError
 from lib.ledger.teams_file import load_teams_file
-from lib.ledger.teams_pools import INT_MAX
+from lib.gate.terms import INT_MAX
 
 
 def pool_size(text):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
-from lib.dashboard.reading import frame, reader
+from lib.dashboard.reading import read_frame, reader
 from lib.gate.terms import json_text, utcnow
 from lib.ledger.alert_log import delivered, raise_new, unsent
 from lib.ledger.alert_settings import AlertSettings, shown_webhook, thresholds_for
@@ -95,7 +95,7 @@ def alerts_this_month(f: Filters, db=None, now: dt.datetime | None = None) -> pd
     month = f"{now.year:04d}-{now.month:02d}"
     teams = list(f.teams) or None
     with reader(db) as con:
-        df = frame(con, """SELECT raised_at, team, alert,
+        df = read_frame(con, """SELECT raised_at, team, alert,
                              TRY_CAST(payload_json->>'percent_used' AS DOUBLE) AS percent_used,
                              TRY_CAST(payload_json->>'exhausts_p50' AS DATE) AS exhausts_p50,
                              TRY_CAST(payload_json->>'exhausts_p90' AS DATE) AS exhausts_p90,

@@ -7,7 +7,7 @@ import datetime as dt
 
 from lib.dashboard.cluster_queries import authority_board
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, reader
+from lib.dashboard.reading import read_frame, reader
 from lib.gate.terms import month_start as month_start_of, next_month_start, utcnow
 from lib.ledger.state import held_condition
 
@@ -25,7 +25,7 @@ def budget_of_month(con, f: Filters, now: dt.datetime, month: dt.date) -> dict:
     tp.update(now=now, month_start=start, next_month=next_month_start(start))
     committed = (f"""coalesce((SELECT sum(reserved_gpu_hours) FROM runs r WHERE r.team = t.team
                                AND {held_condition("r", "$now")}), 0)""" if current else "0.0")
-    budget = frame(con, f"""
+    budget = read_frame(con, f"""
       SELECT t.team, t.monthly_budget_gpu_hours,
              coalesce((SELECT sum(actual_gpu_hours) FROM runs r WHERE r.team = t.team
                        AND r.ended_at >= $month_start AND r.ended_at < $next_month), 0) AS consumed_gpu_hours,

@@ -19,12 +19,12 @@ import pandas as pd
 from lib.authority.settings import configured_authority
 from lib.authority.url import CLUSTER_NAME, CLUSTER_RULE
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, period_params
+from lib.dashboard.reading import read_frame, period_params
 from lib.gate.terms import month_start, next_month_start
 from lib.ledger.connection import LedgerError, LedgerLocked, default_timeout_s, ledger_path
 from lib.ledger.state import held_condition
 
-LOCAL = "local"
+LOCAL_CLUSTER = "local"
 
 
 def cluster_ledgers(path=None, env=None) -> dict[str, Path]:
@@ -33,7 +33,7 @@ def cluster_ledgers(path=None, env=None) -> dict[str, Path]:
     env = os.environ if env is None else env
     spec = (env.get("GATE_CLUSTER_LEDGERS") or "").strip()
     if not spec:
-        return {env.get("GATE_CLUSTER") or LOCAL: ledger_path(path)}
+        return {env.get("GATE_CLUSTER") or LOCAL_CLUSTER: ledger_path(path)}
     out = {}
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         name, sep, file = item.partition("=")
@@ -97,7 +97,7 @@ def cluster_board(f: Filters, path=None, now: dt.datetime | None = None) -> dict
     rwhere, _ = f.where("r", capacity_col="capacity")
     con = attach(ledgers)
     try:
-        board = frame(con, f"""
+        board = read_frame(con, f"""
           WITH dec AS (SELECT cluster, team, count(*) FILTER (WHERE state = 'admit') AS admitted,
                               count(*) FILTER (WHERE state = 'defer') AS deferred
                        FROM decisions_all d WHERE {where} AND decided_at >= $start AND decided_at < $end
@@ -111,7 +111,7 @@ def cluster_board(f: Filters, path=None, now: dt.datetime | None = None) -> dict
                  coalesce(month_spent_gpu_hours, 0) AS month_spent_gpu_hours
           FROM dec FULL JOIN held USING (cluster, team) FULL JOIN spent USING (cluster, team)
           ORDER BY cluster, team""", params)
-        decisions = frame(con, f"""
+        decisions = read_frame(con, f"""
           SELECT cluster, decided_at, run_id, team, kind, state, array_to_string(reason_codes, ', ') AS reasons,
                  reserved_gpu_hours
           FROM decisions_all d WHERE {where} AND decided_at >= $start AND decided_at < $end

@@ -92,7 +92,7 @@ def calibration_factors(cal: pd.DataFrame) -> go.Figure:
 
 
 @shows_text_as_typed
-def estimate_items(estimate: dict) -> go.Figure:
+def estimate_items_figure(estimate: dict) -> go.Figure:
     """The itemised raw estimate (bars) with the raw, calibrated median and upper totals."""
     title = "Estimate by item, raw and calibrated (GPU-h)"
     items = (estimate or {}).get("items_gpu_hours") or {}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
-from lib.dashboard.reading import frame, one_row, period_params, reader
+from lib.dashboard.reading import read_frame, one_row, period_params, reader
 from lib.gate.backtest import backtest, drift_alarm
 from lib.gate.calibration import DEFAULT_MAX_RUNS
 from lib.gate.terms import KINDS, utcnow
@@ -43,12 +43,12 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
                 "AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours > 0")
         counts = one_row(con, f"""SELECT count(*) AS runs,
                  count(*) FILTER (WHERE r.estimate_source = 'requested') AS requested_runs {base}""", p)
-        points = frame(con, f"""SELECT * FROM (
+        points = read_frame(con, f"""SELECT * FROM (
                  SELECT r.run_id, r.team, r.kind, r.estimated_gpu_hours, r.actual_gpu_hours, r.stop_reason,
                         CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}'
                              ELSE coalesce(r.estimate_source, 'unknown') END AS estimate_source {base})
                  USING SAMPLE reservoir({SCATTER_POINTS} ROWS) REPEATABLE (7)""", p)
-        rolling = frame(con, f"""
+        rolling = read_frame(con, f"""
           WITH x AS (SELECT r.team, r.ended_at, r.actual_gpu_hours / r.estimated_gpu_hours AS ratio
                      FROM runs r WHERE {where} AND r.ended_at >= $wstart AND r.ended_at < $end
                        AND r.estimated_gpu_hours > 0 AND r.actual_gpu_hours IS NOT NULL
@@ -60,7 +60,7 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
           FROM weeks JOIN x ON x.ended_at < least(weeks.week_end, $end::TIMESTAMP)
                            AND x.ended_at >= least(weeks.week_end, $end::TIMESTAMP) - to_days($wdays::INTEGER)
           GROUP BY ALL ORDER BY day, team""", p)
-        sources = frame(con, f"""
+        sources = read_frame(con, f"""
           WITH x AS (SELECT r.team,
                  coalesce(r.est_compute_gpu_hours, 0) + coalesce(r.est_data_loading_gpu_hours, 0) AS est_runtime,
                  r.actual_gpu_hours - coalesce(r.act_checkpoint_gpu_hours, 0) - coalesce(r.act_retry_gpu_hours, 0)
@@ -83,7 +83,7 @@ def estimate_accuracy(f: Filters, db=None, now: dt.datetime | None = None, windo
     return {"counts": counts, "points": points, "rolling": rolling, "sources": long}
 
 
-def calibration(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs: int | None = None,
+def calibration_shown(f: Filters, db=None, now: dt.datetime | None = None, *, max_runs: int | None = None,
                 window_days: int | None = None) -> dict:
     """The calibration the gate applies at `now` per team x kind, with how many runs (and censored
     runs) each rests on, and the drift alarms. Team and kind filters apply; dates do not (the gate

@@ -165,7 +165,7 @@ def query_from_filters(view: View, default: Filters) -> dict[str, list[str]]:
     return q
 
 
-def shown(value: str) -> str:
+def quoted_link_value(value: str) -> str:
     """A value from a link, quoted for a note: cut to a readable length. Plain text: the caller shows
     it as text (ui.as_text), never as markup."""
     value = str(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, period_params, reader
+from lib.dashboard.reading import read_frame, period_params, reader
 from lib.dashboard.run_sql import IDLE_GPU_HOURS, ROW_LIMIT
 from lib.gate.terms import utcnow
 
@@ -27,20 +27,20 @@ def idle_capacity(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  r.ended_at, {IDLE_GPU_HOURS}
           FROM runs r WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
             AND r.reserved_until <= $now)"""
-        weekly = frame(con, idle + """
+        weekly = read_frame(con, idle + """
           SELECT date_trunc('week', reserved_from)::DATE AS week, team,
                  sum(late_start_gpu_hours) AS late_start_gpu_hours,
                  sum(early_end_gpu_hours) AS early_end_gpu_hours,
                  sum(never_used_gpu_hours) AS never_used_gpu_hours,
                  sum(window_gpu_hours) AS reserved_gpu_hours
           FROM idle GROUP BY ALL ORDER BY week, team""", p)
-        top = frame(con, idle + f"""
+        top = read_frame(con, idle + f"""
           SELECT run_id, team, kind, gpus, reserved_from, reserved_until, started_at, ended_at,
                  late_start_gpu_hours, early_end_gpu_hours, never_used_gpu_hours,
                  late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours AS idle_gpu_hours
           FROM idle WHERE late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours > 0
           ORDER BY idle_gpu_hours DESC, run_id LIMIT {ROW_LIMIT}""", p)
-        by_team_capacity = frame(con, idle + """
+        by_team_capacity = read_frame(con, idle + """
           SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)

@@ -14,19 +14,19 @@ from typing import Literal, TypedDict
 ALL_TEAMS = "(all teams)"     # the team label of rows pooled over every shown team (calendar, recovery)
 REQUESTED_LABEL = "requested, not measured"   # the estimate source of a run whose estimate is only its time limit
 
-Kind = Literal["text", "number", "integer", "share", "ratio", "datetime", "date", "bool"]
+ColumnKind = Literal["text", "number", "integer", "share", "ratio", "datetime", "date", "bool"]
 
 
 class ColumnSpec(TypedDict):
     label: str                  # the header shown (unit in brackets)
-    kind: Kind                  # how values are shown
+    kind: ColumnKind                  # how values are shown
     digits: int                 # decimals for numbers and ratios; shares are shown as % with this many
     help: str | None            # tooltip on the header
     long: bool                  # text that may run long: the table wraps it rather than cut it off
     key: bool                   # what the table is for: pinned, so it stays in view however wide the table
 
 
-def _spec(label: str, kind: Kind = "text", digits: int = 1, help: str | None = None,
+def _spec(label: str, kind: ColumnKind = "text", digits: int = 1, help: str | None = None,
           long: bool = False, key: bool = False) -> ColumnSpec:
     return {"label": label, "kind": kind, "digits": digits, "help": help, "long": long, "key": key}
 
@@ -80,7 +80,7 @@ def estimate_item(key: str) -> str:
 
 
 _H = "hours"
-COLUMNS: dict[str, ColumnSpec] = {
+COLUMN_SPECS: dict[str, ColumnSpec] = {
     # who and what
     "run_id": _spec("Run ID"), "team": _spec("Team"), "kind": _spec("Kind"),
     "capacity": _spec("Capacity type"), "reason": _spec("Reason code"), "reason_codes": _spec("Reasons", long=True),
@@ -208,7 +208,7 @@ COLUMNS: dict[str, ColumnSpec] = {
     "enough_lifetimes": _spec("Enough lifetimes", "bool"), "censored": _spec("Censored", "bool"),
 }
 
-_UNIT_SUFFIXES: tuple[tuple[str, str, Kind], ...] = (
+_UNIT_SUFFIXES: tuple[tuple[str, str, ColumnKind], ...] = (
     ("_gpu_hours", "GPU-h", "number"), ("_gpus", "GPUs", "number"), ("_hours", "h", "number"),
     ("_h", "h", "number"), ("_share", "", "share"), ("_ratio", "", "ratio"), ("_at", "UTC", "datetime"),
 )
@@ -217,8 +217,8 @@ _UNIT_SUFFIXES: tuple[tuple[str, str, Kind], ...] = (
 def column_spec(name: str) -> ColumnSpec:
     """How to show column `name`: from COLUMNS, else derived from the name (snake_case words,
     a unit read from a known suffix such as `_gpu_hours`)."""
-    if name in COLUMNS:
-        return COLUMNS[name]
+    if name in COLUMN_SPECS:
+        return COLUMN_SPECS[name]
     for suffix, unit, kind in _UNIT_SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             words = name[: -len(suffix)].replace("_", " ")

@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, period_params, reader
+from lib.dashboard.reading import read_frame, period_params, reader
 from lib.dashboard.recovery_view import default_restart_h, finished_runs_cte
 from lib.gate.terms import INTERRUPTING_EVENTS
 from lib.planning.preemption import expected_time
@@ -122,11 +122,11 @@ def lost_work(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     where, p = f.where("r")
     p.update(period_params(f))
     with reader(db) as con:
-        attempts = frame(con, _ATTEMPTS.format(where=where), p)
+        attempts = read_frame(con, _ATTEMPTS.format(where=where), p)
         if attempts.empty:
             return {"groups": pd.DataFrame(columns=GROUP_COLUMNS), "runs": pd.DataFrame()}
-        runs = frame(con, _RUNS.format(where=where), p)
-        mtbf = frame(con, finished_runs_cte(where) + _MTBF, p)
+        runs = read_frame(con, _RUNS.format(where=where), p)
+        mtbf = read_frame(con, finished_runs_cte(where) + _MTBF, p)
     by_group = {(None if pooled else t, c): m
                 for t, c, pooled, m in zip(mtbf["team"], mtbf["capacity"], mtbf["pooled"], mtbf["mtbf_h"])}
     per_run = attempts.groupby("run_id")["lost_gpu_hours"].agg(["size", "sum"]).to_dict("index")

@@ -8,7 +8,7 @@ import datetime as dt
 import pandas as pd
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, one_row, period_params, reader
+from lib.dashboard.reading import read_frame, one_row, period_params, reader
 from lib.dashboard.run_sql import ANCHOR, IDLE_GPU_HOURS, anchored
 from lib.gate.terms import utcnow
 
@@ -21,7 +21,7 @@ def _overview_metrics(con, f: Filters, now: dt.datetime) -> tuple[dict, pd.DataF
     sums of the per-capacity rows, so money priced per capacity type adds up to them."""
     where, p = f.where("r")
     p.update(period_params(f), now=now)
-    by_capacity = frame(con, f"""
+    by_capacity = read_frame(con, f"""
       WITH x AS (SELECT r.*, {IDLE_GPU_HOURS} FROM {anchored(where)})
       SELECT capacity, coalesce(sum(reserved_gpu_hours), 0) AS reserved_gpu_hours,
              coalesce(sum(actual_gpu_hours), 0) AS used_gpu_hours,
@@ -60,7 +60,7 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         prev, prev_by_capacity = _overview_metrics(con, f.previous(), now)
         dwhere, dp = f.where("d", capacity_col="coalesce(d.request_json->>'capacity', 'stable')")
         dp.update(start=f.previous().start, mid=f.start, end=f.end)
-        reasons = frame(con, f"""
+        reasons = read_frame(con, f"""
           SELECT reason, count(*) FILTER (WHERE decided_at >= $mid) AS requests,
                  count(*) FILTER (WHERE decided_at < $mid) AS previous_requests
           FROM (SELECT unnest(d.reason_codes) AS reason, d.decided_at FROM decisions d
@@ -68,7 +68,7 @@ def overview(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           GROUP BY reason ORDER BY requests DESC, reason""", dp)
         where, p = f.where("r")
         p.update(period_params(f))
-        daily = frame(con, f"""
+        daily = read_frame(con, f"""
           SELECT {ANCHOR}::DATE AS day, r.team,
                  coalesce(sum(r.reserved_gpu_hours), 0) AS reserved_gpu_hours,
                  coalesce(sum(r.actual_gpu_hours), 0) AS used_gpu_hours

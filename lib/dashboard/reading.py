@@ -28,7 +28,7 @@ def reader(db):
             raise LedgerError(f"cannot read ledger {ledger_path(db)}: {exc}") from exc
 
 
-def frame(con, sql: str, params: dict | None = None) -> pd.DataFrame:
+def read_frame(con, sql: str, params: dict | None = None) -> pd.DataFrame:
     """Run one query with named parameters, fetched whole into a DataFrame."""
     return con.execute(sql, used_params(sql, params)).df()
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import ALL_TEAMS
-from lib.dashboard.reading import frame, period_params, reader
+from lib.dashboard.reading import read_frame, period_params, reader
 from lib.ledger.state import MEASURED_EVENTS, run_interruptions
 from lib.planning import interval_curve as ic
 from lib.planning.lifetimes import km_sample
@@ -133,7 +133,7 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
         # the period's rows, read by each query straight from runs (the time filter skips the rest
         # of the history; copying them into a table first cost more than reading them twice)
         fin = finished_runs_cte(where)
-        rates = frame(con, fin + """
+        rates = read_frame(con, fin + """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
                  count(*) AS runs, count(*) FILTER (WHERE interruptions > 0) AS interrupted_runs,
                  count(*) FILTER (WHERE measured) AS measured_runs,
@@ -151,7 +151,7 @@ def recovery_inputs(f: Filters, db=None, now: dt.datetime | None = None) -> dict
         # per team x capacity and pooled: lifetimes grouped by length (ended by an interruption,
         # censored), each length to LIFETIME_DIGITS significant digits, so a busy period makes a few
         # thousand groups, not one per run
-        gaps = frame(con, fin + """
+        gaps = read_frame(con, fin + """
           SELECT CASE WHEN grouping(team) = 1 THEN $all ELSE team END AS team, capacity,
                  round(run_hours / (interruptions + 1),
                        $digits - 1 - floor(log10(run_hours / (interruptions + 1)))::INTEGER) AS lifetime_h,

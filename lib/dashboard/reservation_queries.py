@@ -11,7 +11,7 @@ from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
 from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
-from lib.dashboard.reading import frame, period_params, reader
+from lib.dashboard.reading import read_frame, period_params, reader
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.terms import utcnow
 
@@ -32,7 +32,7 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     twhere, tp = Filters(f.date_from, f.date_to, teams=f.teams).where("t")
     with reader(db) as con:
         # each reservation's days in the period (one row per day it touches), not every day x every reservation
-        over_time = frame(con, f"""
+        over_time = read_frame(con, f"""
           WITH res AS (SELECT r.team, r.gpus, r.reserved_from, r.reserved_until FROM runs r
                   WHERE {where} AND r.reserved_from IS NOT NULL AND r.reserved_until IS NOT NULL
                     AND r.reserved_from < $end AND r.reserved_until > $start),
@@ -43,31 +43,31 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  sum(gpus * (epoch_us(least(reserved_until, day + INTERVAL 1 DAY))
                              - epoch_us(greatest(reserved_from, day))) / 86400e6) AS reserved_gpus
           FROM each_day GROUP BY ALL ORDER BY day, team""", p)
-        quotas = frame(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
+        quotas = read_frame(con, f"SELECT t.team, t.reserved_gpus AS quota_gpus, t.retraining_reserved_gpus, "
                          f"t.monthly_budget_gpu_hours FROM teams t WHERE {twhere} ORDER BY t.team", tp)
         budget = budget_of_month(con, f, now, now.date())
         cols = ("r.run_id, r.team, r.kind, r.capacity, r.gpus, r.reserved_from, r.reserved_until, "
                 "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
                 f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
                 "AS estimate_source")
-        current = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+        current = read_frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
                  AND r.ended_at IS NULL AND r.reserved_from <= $now
                  AND (r.reserved_until IS NULL OR r.reserved_until > $now)
                  ORDER BY r.reserved_until NULLS LAST, r.run_id LIMIT {ROW_LIMIT}""", p)
-        upcoming = frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
+        upcoming = read_frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
                  AND r.ended_at IS NULL AND r.reserved_from > $now
                  ORDER BY r.reserved_from, r.run_id LIMIT {ROW_LIMIT}""", p)
         over_base = (f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end "
                      "AND r.actual_gpu_hours > r.reserved_gpu_hours")
-        overrun_by_team = frame(con, f"""SELECT r.team, count(*) AS runs,
+        overrun_by_team = read_frame(con, f"""SELECT r.team, count(*) AS runs,
                  sum(r.actual_gpu_hours - r.reserved_gpu_hours) AS overrun_gpu_hours {over_base}
                  GROUP BY r.team ORDER BY overrun_gpu_hours DESC""", p)
-        overruns = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
+        overruns = read_frame(con, f"""SELECT r.run_id, r.team, r.kind, r.reserved_gpu_hours, r.actual_gpu_hours,
                  r.actual_gpu_hours - r.reserved_gpu_hours AS overrun_gpu_hours, r.stop_reason, r.ended_at,
                  CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END
                    AS estimate_source
                  {over_base} ORDER BY overrun_gpu_hours DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
-        blocked = frame(con, f"""SELECT count(*) FILTER (WHERE list_contains(d.reason_codes, 'cluster-capacity')
+        blocked = read_frame(con, f"""SELECT count(*) FILTER (WHERE list_contains(d.reason_codes, 'cluster-capacity')
                    AND NOT list_has_any(d.reason_codes, ['capacity', 'retraining-protection'])) AS by_pool_only,
                  count(*) FILTER (WHERE list_has_any(d.reason_codes, ['capacity', 'retraining-protection']))
                    AS by_quota, count(*) AS deferred

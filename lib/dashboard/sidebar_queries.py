@@ -1,14 +1,14 @@
 """What the sidebar's filters offer (the teams, the span of the data) and the ledger's counts."""
 from __future__ import annotations
 
-from lib.dashboard.reading import frame, one_row, reader
+from lib.dashboard.reading import read_frame, one_row, reader
 from lib.ledger.calibration_rows import KNOWN_TEAMS
 
 
 def sidebar_options(db=None) -> dict:
     """Teams (from the policy table and the runs), the span of the data, and the run count."""
     with reader(db) as con:
-        teams = frame(con, f"{KNOWN_TEAMS} ORDER BY 1")
+        teams = read_frame(con, f"{KNOWN_TEAMS} ORDER BY 1")
         # each time column's own min and max: DuckDB reads them from its statistics, no scan
         span = one_row(con, """SELECT count(*) AS runs,
                               least(min(reserved_from), min(started_at), min(ended_at))::DATE AS first_day,

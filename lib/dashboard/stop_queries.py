@@ -8,7 +8,7 @@ import datetime as dt
 import pandas as pd
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.reading import frame, one_row, period_params, reader
+from lib.dashboard.reading import read_frame, one_row, period_params, reader
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.promotion import promotion_status
 from lib.gate.terms import utcnow
@@ -22,21 +22,21 @@ def stops_promotion(f: Filters, db=None, now: dt.datetime | None = None) -> dict
     p.update(period_params(f))
     ended = f"FROM runs r WHERE {where} AND r.ended_at >= $start AND r.ended_at < $end"
     with reader(db) as con:
-        by_reason = frame(con, f"""SELECT coalesce(r.stop_reason, 'unknown') AS stop_reason, r.team, count(*) AS runs,
+        by_reason = read_frame(con, f"""SELECT coalesce(r.stop_reason, 'unknown') AS stop_reason, r.team, count(*) AS runs,
                  coalesce(sum(r.actual_gpu_hours), 0) AS actual_gpu_hours {ended} GROUP BY ALL
                  ORDER BY runs DESC, stop_reason, team""", p)
         limit_counts = one_row(con, f"SELECT count(*) AS runs {ended} AND r.stop_reason IN ('budget', 'wall-clock')", p)
-        limit_stopped = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.stop_reason, r.actual_gpu_hours,
+        limit_stopped = read_frame(con, f"""SELECT r.run_id, r.team, r.kind, r.stop_reason, r.actual_gpu_hours,
                  r.budget_gpu_hours, coalesce(r.artifact_status, 'incomplete') AS artifact_status,
                  r.last_valid_checkpoint, r.ended_at
                  {ended} AND r.stop_reason IN ('budget', 'wall-clock') ORDER BY r.ended_at DESC, r.run_id
                  LIMIT {ROW_LIMIT}""", p)
-        over_reads = frame(con, f"""SELECT r.run_id, r.team, r.kind, r.holdout_reads,
+        over_reads = read_frame(con, f"""SELECT r.run_id, r.team, r.kind, r.holdout_reads,
                  coalesce(r.holdout_allowance, 0) AS holdout_allowance, r.stop_reason, r.ended_at
                  {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)
                  ORDER BY r.holdout_reads - coalesce(r.holdout_allowance, 0) DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
         over_read_count = one_row(con, f"SELECT count(*) AS runs {ended} AND r.holdout_reads > coalesce(r.holdout_allowance, 0)", p)
-        candidates = frame(con, f"""SELECT r.* {ended} AND r.kind = 'production'
+        candidates = read_frame(con, f"""SELECT r.* {ended} AND r.kind = 'production'
                  ORDER BY r.ended_at DESC, r.run_id LIMIT {ROW_LIMIT}""", p)
         candidate_count = one_row(con, f"SELECT count(*) AS runs {ended} AND r.kind = 'production'", p)
     promotable, missing = [], []

@@ -32,7 +32,7 @@ from lib.dashboard.estimate_queries import BACKTEST_RUNS, calibration_from
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
-from lib.dashboard.reading import frame, reader
+from lib.dashboard.reading import read_frame, reader
 from lib.dashboard.run_sql import IDLE_GPU_HOURS
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.calibration_scopes import ScopeRows
@@ -97,7 +97,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
         # one read of the calibration rows for the plan's calibrations and the drift alarms' backtests
         scopes = ScopeRows(con, now, replay=BACKTEST_RUNS)
         view = forward_view(con, f, now, scopes=scopes)
-        idle = frame(con, f"""
+        idle = read_frame(con, f"""
           WITH idle AS (SELECT r.team, r.capacity, {IDLE_GPU_HOURS} FROM runs r
                         WHERE {where} AND r.reserved_from >= $start AND r.reserved_from < $end
                           AND r.reserved_until <= $now)

@@ -40,7 +40,7 @@ def start_time(day: dt.date | None, at: dt.time | None) -> dt.datetime | None:
     return None if day is None else dt.datetime.combine(day, at or dt.time())
 
 
-def build_request(v: dict) -> dict:
+def request_from_form(v: dict) -> dict:
     """The request for form values `v` (keys as in the contract, plus 'estimate_from' = 'pilot' |
     'estimate' and the stop-rule keys flattened: max_wall_clock_hours, spend_limit_gpu_hours,
     max_failed_steps, early_stop_metric, early_stop_mode, early_stop_patience, early_stop_min_delta)."""

@@ -17,9 +17,9 @@ from typing import TypedDict
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
-ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert",
+AUDITED_ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert",
            "cluster-windows")
-ORIGINS = ("app", "cli", "slurm")
+AUDITED_ORIGINS = ("app", "cli", "slurm")
 
 
 class Who(TypedDict):
@@ -75,9 +75,9 @@ def command_line(file_name: str | None = None) -> Who:
 def record(con, who: Who, action: str, *, fmt: str | None = None, inserted: int | None = None,
            updated: int | None = None, unchanged: int | None = None, detail: str | None = None) -> None:
     """Append one audit row on `con` (inside the caller's transaction): now (UTC), who, what."""
-    if action not in ACTIONS:
+    if action not in AUDITED_ACTIONS:
         raise ValueError(f"unknown audit action {action!r} (known: {', '.join(ACTIONS)})")
-    if who["origin"] not in ORIGINS:
+    if who["origin"] not in AUDITED_ORIGINS:
         raise ValueError(f"unknown origin {who['origin']!r} (known: {', '.join(ORIGINS)})")
     con.execute("INSERT INTO audit (written_at, actor, origin, action, file_name, format, rows_inserted, "
                 "rows_updated, rows_unchanged, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -14,11 +14,10 @@ from datetime import datetime
 from typing import Iterable
 
 from lib.gate.contracts import CapacityWindow
-from lib.gate.terms import CAPACITIES, InputError, shown, utcnow
+from lib.gate.terms import CAPACITIES, INT_MAX, InputError, shown, utcnow
 from lib.ledger.audit import Who, command_line, record
 from lib.ledger.connection import transaction
 
-INT_MAX = 2**31 - 1   # the gpus column is an INTEGER
 _SELECT = ("SELECT name, start_at, end_at, gpus, pool, accounts, users FROM cluster_windows "
            "{where} ORDER BY start_at, name, source")
 

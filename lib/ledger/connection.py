@@ -32,7 +32,7 @@ from lib.ledger import team_weeks
 
 SCHEMA_VERSION = 7
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
-DEFAULT_TIMEOUT_S = 10.0
+LOCK_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
            "autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SCHEMA_SQL = (Path(__file__).with_name("schema.sql")).read_text(encoding="utf-8")
@@ -106,10 +106,10 @@ def change_stamp(path, fd: int) -> tuple:
 def default_timeout_s() -> float:
     """Seconds to wait for a ledger another process holds: $GATE_TIMEOUT_S, else 10."""
     try:
-        value = float(os.environ.get("GATE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        value = float(os.environ.get("GATE_TIMEOUT_S", LOCK_TIMEOUT_S))
     except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return value if number_problem(value) is None else DEFAULT_TIMEOUT_S
+        return LOCK_TIMEOUT_S
+    return value if number_problem(value) is None else LOCK_TIMEOUT_S
 
 
 def check_ledger_file(path: str | os.PathLike | None = None) -> bool:

@@ -37,7 +37,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TypedDict
 
-from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, TEAM_NAME_RULE, naive_utc, number_problem,
+from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, INT_MAX, TEAM_NAME_RULE, naive_utc, number_problem,
                             team_name_problem)
 from lib.ledger.alert_settings import AlertSettings, parse_alerts
 from lib.ledger.audit import record
@@ -78,7 +78,6 @@ POLICY_FIELDS: dict[str, tuple[str, object]] = {
 LATER_KEYS = {"scaling_efficiency": 1.0, "enforce_spend_limit": True, "set_time_limit": False,
               "queue_max_age_days": 14}
 POOLS_SOURCE = "teams-file"     # pools rows this file writes (and replaces)
-INT_MAX = 2**31 - 1            # the ledger's INTEGER columns (reserved_gpus, ...)
 COLOUR_KEY = "colour"          # a team table's display colour: not policy, not in policy_version
 COLOUR_RULE = "a 6-digit hex colour such as \"#0072b2\""
 COLUMNS = ("team", *POLICY_FIELDS, "policy_version", COLOUR_KEY)

@@ -5,10 +5,9 @@ smaller than a quota, the overcommit) is a warning.
 """
 from __future__ import annotations
 
-from lib.gate.terms import CAPACITIES, number_problem
+from lib.gate.terms import CAPACITIES, INT_MAX, number_problem
 
 POOL_KEYS = ("gpus",)
-INT_MAX = 2**31 - 1            # the ledger's INTEGER columns
 
 
 def _whole_number_problem(value) -> str | None:

@@ -39,7 +39,7 @@ from lib.slurm.attempts import ended_count, job_events
 from lib.slurm.reservations import SlurmUnavailable
 from lib.slurm.wire import flush
 
-DEFAULT_TIMEOUT_S = 120.0
+EPILOG_TIMEOUT_S = 120.0
 CATCH_UP_AGE_S = 120.0      # a spool entry this old has outlived its own worker
 POLL_S = 0.5
 
@@ -62,7 +62,7 @@ def _flush_gate(db) -> None:
         _log(f"the gate server at {sock} did not flush ({type(exc).__name__}: {exc})")
 
 
-def handle_job(job_id: str, restarts: int, *, db=None, wait_s: float = DEFAULT_TIMEOUT_S, name: str | None = None) -> dict:
+def handle_job(job_id: str, restarts: int, *, db=None, wait_s: float = EPILOG_TIMEOUT_S, name: str | None = None) -> dict:
     """Reconcile one job after its epilog (module docstring); NotYet when it cannot be done within
     `wait_s`. `name`: the job's name when known (a job of no admitted run is done at once)."""
     deadline = time.monotonic() + wait_s
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("catch-up", help="the spool's entries, and with --since every job sacct lists since then")
     c.add_argument("--since", type=naive_utc, default=None, help="ISO-8601 time (UTC when no offset)")
     args = p.parse_args(argv)
-    wait_s = _float_env("TG_EPILOG_TIMEOUT_S", DEFAULT_TIMEOUT_S)
+    wait_s = _float_env("TG_EPILOG_TIMEOUT_S", EPILOG_TIMEOUT_S)
     if args.command == "catch-up":
         results, left = catch_up(db=args.db, since=args.since, wait_s=wait_s)
         for r in results:

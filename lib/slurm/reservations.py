@@ -37,7 +37,7 @@ from lib.gate.contracts import CapacityWindow
 from lib.gate.terms import CAPACITIES, shown
 from lib.slurm.comment import capacity_for
 
-DEFAULT_TIMEOUT_S = 10.0
+SCONTROL_TIMEOUT_S = 10.0
 SLURM_ENV = {"TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}   # UTC times, in one format
 SINFO_NODES = ("sinfo", "--noheader", "--Node", "--format", "%N|%R|%G|%c|%Z|%T")
 SHOW_RESERVATIONS = (("scontrol", "show", "reservation", "--oneliner"),
@@ -78,7 +78,7 @@ class SlurmClient:
     `stop()` kills the command running now and refuses any later one: a gate server that closes
     leaves no scontrol behind (one waits up to half a minute for a controller that is down)."""
 
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, timeout_s: float = SCONTROL_TIMEOUT_S):
         self.timeout_s = timeout_s
         self._mu = threading.Lock()
         self._running: subprocess.Popen | None = None
@@ -125,18 +125,18 @@ class SlurmClient:
                 self._running.kill()
 
 
-def run_slurm(argv: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+def run_slurm(argv: Iterable[str], timeout_s: float = SCONTROL_TIMEOUT_S) -> str:
     """The stdout of one Slurm client command (`SlurmClient.run`)."""
     return SlurmClient(timeout_s).run(argv)
 
 
-def read_nodes(timeout_s: float = DEFAULT_TIMEOUT_S, client: SlurmClient | None = None
+def read_nodes(timeout_s: float = SCONTROL_TIMEOUT_S, client: SlurmClient | None = None
                ) -> tuple[dict[str, Node], list[str]]:
     """The cluster's nodes from sinfo (`parse_nodes`) and the lines it could not read."""
     return parse_nodes((client or SlurmClient(timeout_s)).run(SINFO_NODES))
 
 
-def read_reservations(timeout_s: float = DEFAULT_TIMEOUT_S, client: SlurmClient | None = None) -> str:
+def read_reservations(timeout_s: float = SCONTROL_TIMEOUT_S, client: SlurmClient | None = None) -> str:
     """The text of `scontrol show reservation --oneliner` (else of `scontrol -o show reservation`),
     its times in UTC."""
     client = client or SlurmClient(timeout_s)
@@ -149,7 +149,7 @@ def read_reservations(timeout_s: float = DEFAULT_TIMEOUT_S, client: SlurmClient 
             raise first from None
 
 
-def cluster_windows(preemptible: Iterable[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+def cluster_windows(preemptible: Iterable[str], *, timeout_s: float = SCONTROL_TIMEOUT_S,
                     client: SlurmClient | None = None) -> tuple[list[CapacityWindow], list[str]]:
     """The cluster's reservations now, as windows (UTC), and every line that could not be read."""
     client = client or SlurmClient(timeout_s)

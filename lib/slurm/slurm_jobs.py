@@ -9,7 +9,7 @@ from typing import TypedDict
 from lib.slurm.attempts import ATTEMPT_FIELDS, Attempt, parse_attempts
 from lib.slurm.reservations import SlurmFailed, run_slurm
 
-DEFAULT_TIMEOUT_S = 20.0
+SLURM_COMMAND_TIMEOUT_S = 20.0
 ENDED_PREFIX = "training-gate: ended:"   # the Comment of a job the gate ended after an interruption
 COMMENT_CHARS = 900
 
@@ -22,7 +22,7 @@ class JobNow(TypedDict):
     comment: str
 
 
-def job_now(job_id: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> JobNow | None:
+def job_now(job_id: str, timeout_s: float = SLURM_COMMAND_TIMEOUT_S) -> JobNow | None:
     """The job as squeue shows it, or None when slurmctld no longer knows it (purged after MinJobAge)."""
     try:
         out = run_slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%k"], timeout_s)
@@ -38,7 +38,7 @@ def job_now(job_id: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> JobNow | None:
 
 
 def attempts_of(job_id: str | None = None, *, since: str | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, list[Attempt]]:
+                timeout_s: float = SLURM_COMMAND_TIMEOUT_S) -> dict[str, list[Attempt]]:
     """Every attempt of one job (`job_id`), or of every job active since `since` (sacct -S), as
     lib.slurm.attempts.parse_attempts reads them."""
     argv = ["sacct", "--duplicates", "--allocations", "--parsable2", "--noheader", "-o", ATTEMPT_FIELDS]
@@ -47,7 +47,7 @@ def attempts_of(job_id: str | None = None, *, since: str | None = None,
     return jobs
 
 
-def hold(job_id: str, running: bool, why: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def hold(job_id: str, running: bool, why: str, timeout_s: float = SLURM_COMMAND_TIMEOUT_S) -> None:
     """Say why in the job's Comment, then keep it from running again: a pending job is held, a
     running one requeued and held (`scontrol requeuehold`). The Comment first: whoever sees the job
     held sees why."""
@@ -55,10 +55,10 @@ def hold(job_id: str, running: bool, why: str, timeout_s: float = DEFAULT_TIMEOU
     run_slurm(["scontrol", "requeuehold" if running else "hold", job_id], timeout_s)
 
 
-def set_comment(job_id: str, text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def set_comment(job_id: str, text: str, timeout_s: float = SLURM_COMMAND_TIMEOUT_S) -> None:
     one_line = " ".join(str(text).split())[:COMMENT_CHARS]
     run_slurm(["scontrol", "update", f"JobId={job_id}", f"Comment={one_line}"], timeout_s)
 
 
-def lower_time_limit(job_id: str, minutes: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def lower_time_limit(job_id: str, minutes: int, timeout_s: float = SLURM_COMMAND_TIMEOUT_S) -> None:
     run_slurm(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={int(minutes)}"], timeout_s)

@@ -21,7 +21,7 @@ from lib.ledger.cluster_windows import preemptible_partitions, replace_windows
 from lib.ledger.connection import check_ledger_file, default_timeout_s, open_ledger
 from lib.ledger.teams_file import load_teams_file
 from lib.ledger.writer import write_ledger
-from lib.slurm.reservations import (DEFAULT_TIMEOUT_S, SlurmClient, SlurmUnavailable, cluster_windows, pools_toml,
+from lib.slurm.reservations import (SCONTROL_TIMEOUT_S, SlurmClient, SlurmUnavailable, cluster_windows, pools_toml,
                                     read_nodes)
 
 SOURCE = "scontrol"
@@ -35,7 +35,7 @@ class WindowWatch:
     each problem line in Slurm's output once."""
 
     def __init__(self, log: Callable[[str], None], *, interval_s: float = DEFAULT_INTERVAL_S,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+                 timeout_s: float = SCONTROL_TIMEOUT_S):
         self.log, self.interval_s, self.timeout_s = log, interval_s, timeout_s
         self.client = SlurmClient(timeout_s)
         self.windows: list[CapacityWindow] | None = None
@@ -77,7 +77,7 @@ def server_who() -> Who:
     return {**command_line(), "origin": "slurm"}
 
 
-def read_cluster_windows(db=None, *, timeout_s: float = DEFAULT_TIMEOUT_S, ledger_timeout_s: float | None = None
+def read_cluster_windows(db=None, *, timeout_s: float = SCONTROL_TIMEOUT_S, ledger_timeout_s: float | None = None
                          ) -> tuple[list[CapacityWindow], list[str]]:
     """Slurm's reservations now as windows (pools from the ledger's preemptible partitions; from
     data/teams.toml when there is no ledger yet), and the lines that could not be read.
@@ -105,7 +105,7 @@ def teams_file_preemptible(path) -> set[str]:
     return {p for t in load_teams_file(path)["teams"] for p in t["preemptible_partitions"]}
 
 
-def pools_proposal(teams_file=None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, list[str]]:
+def pools_proposal(teams_file=None, *, timeout_s: float = SCONTROL_TIMEOUT_S) -> tuple[str, list[str]]:
     """The `[pools]` TOML proposed from sinfo (partitions typed by the teams file's preemptible
     ones), and sinfo's lines that could not be read. SlurmUnavailable when sinfo does not answer."""
     nodes, problems = read_nodes(timeout_s)

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from lib.ledger.audit import Who, command_line
-from lib.ledger.connection import DEFAULT_TIMEOUT_S, open_ledger
+from lib.ledger.connection import LOCK_TIMEOUT_S, open_ledger
 from lib.ledger.imports.columns import CSV_COLUMNS, MAX_TEXT_CHARS, REQUIRED_COLUMNS
 from lib.ledger.imports.csv_file import import_csv
 from lib.ledger.imports.merge import DEFAULT_TEAM_POLICY, PREVIEW_ROWS
@@ -89,7 +89,7 @@ def _session(con):
 
 def import_runs(source, *, fmt: str = "csv", db=None, create_teams: bool = False,
                 dry_run: bool = False, progress: Progress | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S, who: Who | None = None) -> ImportReport:
+                timeout_s: float = LOCK_TIMEOUT_S, who: Who | None = None) -> ImportReport:
     """Import run history from `source` (a path, or the file's bytes) into the ledger `db`.
 
     fmt: "csv" (csv_file's docstring) or "sacct" (sacct's docstring). Nothing is written when any error
