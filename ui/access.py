@@ -51,7 +51,7 @@ def write_refusal() -> str | None:
         return None
     return (f"This app listens on {as_text(listen_address() or 'every interface')} without sign-in, so "
             "anyone who can reach it could write: imports and policy exports are off. Configure sign-in "
-            "([auth] in .streamlit/secrets.toml, see the README's \"Deploying for a team\"), or listen "
+            "([auth] in .streamlit/secrets.toml, see docs/deploying.md), or listen "
             "on 127.0.0.1 only.")
 
 

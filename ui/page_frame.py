@@ -3,7 +3,7 @@ in local mode or for a planner, the demo history: ui.demo) on first start and dr
 filters, turning a locked or unreadable ledger into a message. app.py calls it before running the
 page; every page script calls it first too, and within one script run it draws once. So a page is
 framed the same whether it runs through app.py's st.navigation or on its own — as Streamlit runs a
-`pages/` script in its classic multipage mode (see README, "The dashboard").
+`pages/` script in its classic multipage mode (see docs/dashboard.md).
 """
 from __future__ import annotations
 

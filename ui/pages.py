@@ -4,7 +4,7 @@ check reads each page's action (ui.access.may_open), and the tests and benchmark
 by its short name. Plain data: no Streamlit here.
 
 The scripts live in pages/, named `<n>_<Title>.py`: Streamlit's classic multipage mode (a fresh
-process's first request straight to a page URL, see README, "The dashboard") labels such a file
+process's first request straight to a page URL, see docs/dashboard.md) labels such a file
 <Title> (underscores as spaces) at URL /<Title>, so each title here is its file's <Title> and
 `url_path` gives st.navigation the same path.
 """

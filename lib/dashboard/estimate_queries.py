@@ -99,7 +99,7 @@ def calibration_shown(f: Filters, db=None, now: dt.datetime | None = None, *, ma
     lib.ledger.calibration_rows.calibration (what submit and check use): the `max_runs` most recent
     per scope, fed to lib.gate.calibration.calibrate_scopes. Instead of up to three scans per team x
     kind, it reads each scope for every team at once (lib.ledger.calibration_scopes.ScopeRows): a few
-    queries in all, not a few per team x kind (what that saves: README, Benchmarks)."""
+    queries in all, not a few per team x kind (what that saves: docs/benchmarks.md)."""
     now = now or utcnow()
     max_runs = DEFAULT_MAX_RUNS if max_runs is None else max_runs
     window_days = CALIBRATION_WINDOW_DAYS if window_days is None else window_days

@@ -51,7 +51,7 @@ class Pilot(TypedDict):
 
 
 class Request(TypedDict):
-    """A training request (README, The request format); exactly one of estimated_gpu_hours / pilot.
+    """A training request (docs/request-format.md); exactly one of estimated_gpu_hours / pilot.
 
     After lib.gate.request.validate, data_snapshot, skip_full_evaluation, holdout_allowance and
     submitted_at (then a datetime or None) are always present.
@@ -260,7 +260,7 @@ class Estimate(TypedDict):
 
 
 class Decision(TypedDict):
-    """What lib.gate.admission.decide returns (README, The decision); decided_at is ISO seconds."""
+    """What lib.gate.admission.decide returns (docs/request-format.md, The decision); decided_at is ISO seconds."""
     state: DecisionState
     run_id: str | None
     team: str | None

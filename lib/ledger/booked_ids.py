@@ -3,8 +3,8 @@ refuse a run ID a second time without opening the ledger for every request.
 
 A run ID is booked when its run holds a reservation or has run (service.BOOKED): a resubmission
 under it would double-book. The ledger's scan hashes every booked run ID with DuckDB's own string
-`hash()`, far cheaper than an MD5 of each (the server reloads after every import; README,
-Benchmarks, `bench_gate_reload`); `string_hash` computes the same number in Python for the one run
+`hash()`, far cheaper than an MD5 of each (the server reloads after every import; docs/benchmarks.md:
+`bench_gate_reload`); `string_hash` computes the same number in Python for the one run
 ID a request names. A DuckDB release that hashed strings differently would be caught by
 `load_booked`'s check of fixed probes, asked once per DuckDB version in a process, which then falls
 back on MD5 (`md5_number_lower`, the same in Python's hashlib).
