@@ -116,3 +116,8 @@ def test_every_problem_is_listed_at_once():
 def test_a_missing_file_is_an_access_file_error(tmp_path):
     with pytest.raises(AccessFileError, match="does not exist"):
         load_access_file(tmp_path / "nope.toml")
+
+
+def test_an_access_file_nested_thousands_deep_is_an_access_file_error():
+    with pytest.raises(AccessFileError, match="nested too deeply"):
+        parse_access("[access]\nx = " + "[" * 3000 + "]" * 3000 + "\n")

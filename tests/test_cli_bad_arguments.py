@@ -138,3 +138,12 @@ def test_stdin_stays_a_request_source(tiny_ledger):
     import json
     p = run_cli("check", "-", db=tiny_ledger, stdin=json.dumps(tiny_request(1)))
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("nested", ["[ " * 2000 + "1" + " ]" * 2000, "{a = " * 2000 + "1" + "}" * 2000])
+def test_a_teams_file_nested_thousands_deep_is_bad_input_not_a_gate_failure(tmp_path, nested):
+    db = tmp_path / "g.duckdb"
+    path = tmp_path / "teams.toml"
+    path.write_text(TINY_TEAMS + f"\n[alerts]\nx = {nested}\n", encoding="utf-8")
+    assert_bad_input(run_cli("teams", "--file", path, db=db), str(path), "not valid TOML", "nested too deeply")
+    assert query(db, "SELECT count(*) FROM teams") == [(0,)]

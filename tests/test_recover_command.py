@@ -152,3 +152,21 @@ def test_a_checkpoint_of_a_run_that_never_started_exits_2(tiny_ledger):
     p = run_cli("checkpoint", "tiny-007", "ckpt/x", db=tiny_ledger)
     assert p.returncode == 2 and "never started" in p.stderr
     assert _snapshot(tiny_ledger) == before
+
+
+def test_a_lost_work_of_minus_zero_is_stored_as_zero(tiny_ledger):
+    start = _started(tiny_ledger, "tiny-001", hours_ago=3)
+    p = run_cli("recover", "tiny-001", "--event", "preempted", "--at", _iso(start + timedelta(hours=1)),
+                "--lost-gpu-hours", "-0", db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    [(lost, given)] = query(tiny_ledger, "SELECT lost_gpu_hours, lost_given_gpu_hours FROM interruptions")
+    assert str(lost) == str(given) == "0.0" and str(json.loads(p.stdout)["lost_gpu_hours"]) == "0.0"
+
+
+def test_a_node_failure_is_reported_as_a_node_failure(tiny_ledger):
+    start = _started(tiny_ledger, "tiny-001", hours_ago=3)
+    p = run_cli("recover", "tiny-001", "--event", "node-fail", "--at", _iso(start + timedelta(hours=1)),
+                db=tiny_ledger)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["event"] == "node-fail" and "node-fail (attempt 1" in p.stderr
+    assert query(tiny_ledger, "SELECT event FROM interruptions") == [("node-fail",)]

@@ -10,6 +10,7 @@ import os
 import tomllib
 
 from lib.authority.url import AuthoritySettingError, check_cluster, check_url
+from lib.gate.terms import TOO_DEEP
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE
 
 KEYS = ("url", "cluster", "offline_share")
@@ -26,6 +27,8 @@ def file_settings(path=None) -> dict:
         return {}
     except (OSError, ValueError) as exc:
         raise AuthoritySettingError(f"{p}: cannot read its [authority] table: {exc}") from None
+    except RecursionError:   # tomllib reads nested arrays and inline tables by recursion
+        raise AuthoritySettingError(f"{p}: cannot read its [authority] table: {TOO_DEEP}") from None
     table = doc.get("authority", {})
     if type(table) is not dict:
         raise AuthoritySettingError(f"{p}: authority must be a table ([authority])")

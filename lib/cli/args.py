@@ -51,7 +51,7 @@ def nonneg_float(text):
     problem = number_problem(v)
     if problem:
         raise argparse.ArgumentTypeError(f"{problem} ({text!r})")
-    return v
+    return v + 0.0   # -0 is read as 0.0, never stored as -0.0
 
 
 def nonneg_int(text):

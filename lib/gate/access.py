@@ -35,7 +35,7 @@ import tomllib
 from pathlib import Path
 from typing import Iterable, Literal, TypedDict
 
-from lib.gate.terms import team_name_problem
+from lib.gate.terms import TOO_DEEP, team_name_problem
 
 DEFAULT_ACCESS_FILE = Path(__file__).resolve().parents[2] / "data" / "access.toml"
 ROLES = ("planner", "member", "viewer")
@@ -112,6 +112,8 @@ def parse_access(text: str, path: str | os.PathLike = "access.toml") -> Access:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise AccessFileError(path, [_toml_problem(exc)]) from None
+    except RecursionError:   # tomllib reads nested arrays and inline tables by recursion
+        raise AccessFileError(path, [f"not valid TOML: {TOO_DEEP}"]) from None
     problems: list[str] = []
     where = _Lines(text)
     for key in doc:

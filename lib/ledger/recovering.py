@@ -160,6 +160,8 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
         raise RecoverInputError(f"event must be one of {', '.join(EVENTS)}; got {event!r}")
     if lost_gpu_hours is not None and not (0 <= lost_gpu_hours < float("inf")):
         raise RecoverInputError(f"--lost-gpu-hours must be a finite number >= 0; got {lost_gpu_hours!r}")
+    if lost_gpu_hours is not None:
+        lost_gpu_hours += 0.0   # -0.0 is stored as 0.0
     now = utcnow()
     at = _time("--at", at, now)
     who = who or command_line()
@@ -202,7 +204,8 @@ def recover_run(run_id: str, *, event: str, at=None, lost_gpu_hours: float | Non
         decision = decide_recovery(situation)
         out = {"run_id": run_id, "team": run["team"], "event": event, "at": at.isoformat(), "attempt": n + 1,
                "attempt_started_at": attempt_start.isoformat(), "attempt_gpu_hours": attempt,
-               "lost_gpu_hours": lost, "lost_source": lost_source, **decision}
+               "lost_gpu_hours": lost, "lost_source": lost_source, **decision,
+               "event": event}   # the event as the caller named it (node-fail, not the decision's "preemption")
         if decision["action"] == "end":
             out["stop_reason"] = "budget" if event == "budget" or decision["stop_reason"] == "budget" \
                 else decision["stop_reason"] if decision["stop_reason"] == "failed-steps" else EVENTS[event][1]

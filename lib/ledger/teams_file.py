@@ -37,7 +37,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TypedDict
 
-from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, INT_MAX, TEAM_NAME_RULE, naive_utc, number_problem,
+from lib.gate.terms import (BUDGET_BASES as BASES, CAPACITIES, INT_MAX, TEAM_NAME_RULE, TOO_DEEP, naive_utc, number_problem,
                             team_name_problem)
 from lib.ledger.alert_settings import AlertSettings, parse_alerts
 from lib.ledger.audit import record
@@ -229,6 +229,8 @@ def parse_teams_file(text: str, path="teams.toml") -> TeamsFile:
         doc = tomllib.loads(text)
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise TeamsFileError(path, [f"not valid TOML: {str(exc).split('; use sys.')[0]}"]) from None
+    except RecursionError:   # tomllib reads nested arrays and inline tables by recursion
+        raise TeamsFileError(path, [f"not valid TOML: {TOO_DEEP}"]) from None
     problems: list[str] = []
     # [authority] names the shared authority (lib.authority.settings reads and checks it); [pools] the
     # cluster's physical accelerators
