@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT))
 from lib.dashboard.forecasts import forecast, model_cache, week_start, weekly_usage  # noqa: E402
 from lib.gate.terms import month_start, next_month_start, utcnow  # noqa: E402
 from lib.ledger.connection import open_ledger  # noqa: E402
-from lib.planning import forecast_cache, forecast_models  # noqa: E402
-from lib.planning.forecast import MAX_WEEKS, naive_forecast, team_forecast  # noqa: E402
-from lib.planning.forecast_models import fit_team  # noqa: E402
+from lib.planning.forecast import cache as forecast_cache, models as forecast_models  # noqa: E402
+from lib.planning.forecast.demand import MAX_WEEKS, naive_forecast, team_forecast  # noqa: E402
+from lib.planning.forecast.models import fit_team  # noqa: E402
 from tests.fixtures_forecast import KINDS, expected_demand, generated_histories  # noqa: E402
 
 HISTORY_WEEKS = 156                 # generated histories: three years

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lib.cli.args import TIME_RANGE
-from lib.planning.forecast import MAX_WEEKS
+from lib.planning.forecast.demand import MAX_WEEKS
 from tests.fixtures_ledger import TINY_TEAMS, counts, query, run_cli, tiny_request, write_json
 
 FAST_S = 20   # a real process on a shared machine: well under the 24 s a million weeks took

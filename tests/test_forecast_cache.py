@@ -12,8 +12,9 @@ import pytest
 
 from lib.dashboard.forecasts import forecast, model_cache, week_start
 from lib.ledger.connection import open_ledger, transaction
-from lib.planning import content_store, forecast_cache, forecast_models
-from lib.planning.forecast_models import fit_team
+from lib.planning import content_store
+from lib.planning.forecast import cache as forecast_cache, models as forecast_models
+from lib.planning.forecast.models import fit_team
 from tests.fixtures_app import ROOT
 from tests.fixtures_forecast import generated_histories
 

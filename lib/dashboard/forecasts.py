@@ -6,12 +6,12 @@ counts its actual GPU-hours; a run started but not finished by then counts its r
 (what the gate expected it to use), so the last weeks are not understated by runs still running.
 Only complete weeks before the as-of week are history; horizon 1 is the as-of week itself.
 Every team's model is fitted (the pooled bands of a team with a short history need them all), once per
-history: lib.planning.forecast_models caches the fits. The burn-down's spend still to come is the same
-weekly forecast (lib.planning.forecast.burn_down). Its committed part, when forecasting from now, is the
+history: lib.planning.forecast.models caches the fits. The burn-down's spend still to come is the same
+weekly forecast (lib.planning.forecast.demand.burn_down). Its committed part, when forecasting from now, is the
 forward plan's (lib.ledger.plan_ledger.planned_holdings: the reservations the gate holds and the
 waiting requests the plan starts before the month ends, each spending what it reserves at its end);
 from a past moment, the reservations whose window had begun and not ended. The maths is
-lib.planning.forecast.
+lib.planning.forecast.demand.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from lib.dashboard.reading import reader
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
 from lib.ledger.connection import ledger_path
 from lib.ledger.plan_ledger import planned_holdings
-from lib.planning.forecast import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
+from lib.planning.forecast.demand import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                    pooled_ratios, team_forecast, team_models)
 
-CACHE_SUFFIX = ".forecast-models.json"   # beside the ledger: its teams' fitted models (lib.planning.forecast_cache)
+CACHE_SUFFIX = ".forecast-models.json"   # beside the ledger: its teams' fitted models (lib.planning.forecast.cache)
 METHOD = ("per team, the exponential smoothing model (statsmodels ETS: a level, a damped trend, a trend in the log "
           "of demand, or their mean, the default; any with the year-end weeks) whose own backtest missed least; "
           "P50/P90 from that model's own past errors "
@@ -97,7 +97,7 @@ def team_forecasts(usage: pd.DataFrame, teams: list[str], first_week: dt.date,
                    cache: Path | None = None) -> dict[str, TeamForecast]:
     """The weekly forecast (MAX_WEEKS weeks from `first_week`) of each of `teams` from `usage` (every
     team's weekly usage: a team with a short history borrows the pooled bands of them all). `cache`:
-    the file of fitted models (lib.planning.forecast_cache)."""
+    the file of fitted models (lib.planning.forecast.cache)."""
     series = {t: g["gpu_hours"].to_numpy(float) for t, g in usage.groupby("team", sort=True)}
     models = team_models({t: series.get(t, np.zeros(0)) for t in teams}, first_week, cache)
     pooled = None
