@@ -12,9 +12,10 @@ import sys
 import pytest
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.forecasts import forecast, plan_ahead, week_start
+from lib.dashboard.forecasts import plan_ahead
 from lib.gate.terms import next_month_start
 from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.forecast import forecast, week_start
 from lib.ledger.team_weeks import rebuild as rebuild_team_weeks
 from lib.planning.forecast.demand import MAX_WEEKS, burn_down, naive_forecast
 from tests.fixtures_app import ROOT
