@@ -10,7 +10,7 @@ run's end relates to demand counted at its start.
    steady team. Forecasts as of each of the last --origins weeks with --weeks weeks of outcome after
    them, from the history up to then only (refitted), against what followed.
 2. The demo history (built into a temp file), or --db: forecasts as of past Mondays through
-   lib.dashboard.forecasts.forecast(as_of), from what the ledger knew then, against what followed.
+   lib.ledger.forecast.forecast(as_of), from what the ledger knew then, against what followed.
 Per horizon: the share of team-weeks whose actual fell at or under P90 (goal 85-95 % at every horizon
 up to 26) and the median absolute percentage error (MdAPE) of P50, new / old / naive ("P50 = mean of
 the last 4 weeks, P90 = their maximum"). Per kind of generated team: P50 MdAPE and its gain over naive
@@ -43,12 +43,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.dashboard.forecasts import forecast, model_cache, week_start, weekly_usage  # noqa: E402
 from lib.gate.terms import month_start, next_month_start, utcnow  # noqa: E402
 from lib.ledger.connection import open_ledger  # noqa: E402
-from lib.planning import forecast_cache, forecast_models  # noqa: E402
-from lib.planning.forecast import MAX_WEEKS, naive_forecast, team_forecast  # noqa: E402
-from lib.planning.forecast_models import fit_team  # noqa: E402
+from lib.ledger.forecast import forecast, model_cache, week_start, weekly_usage  # noqa: E402
+from lib.planning.forecast import cache as forecast_cache, models as forecast_models  # noqa: E402
+from lib.planning.forecast.demand import MAX_WEEKS, naive_forecast, team_forecast  # noqa: E402
+from lib.planning.forecast.models import fit_team  # noqa: E402
 from tests.fixtures_forecast import KINDS, expected_demand, generated_histories  # noqa: E402
 
 HISTORY_WEEKS = 156                 # generated histories: three years

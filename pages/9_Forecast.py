@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from lib.dashboard import forecast_figures, forecasts
-from lib.planning.forecast import MAX_WEEKS
+from lib.planning.forecast.demand import MAX_WEEKS
 
 f = ui.frame()
 

@@ -8,7 +8,7 @@ import datetime as dt
 
 import numpy as np
 
-from lib.planning.forecast_models import year_end_place
+from lib.planning.forecast.models import year_end_place
 
 GROWTH_PER_YEAR = 0.40          # the growing team: 40 % more a year, compounded weekly
 YEAR_END_DIP = {-2: 0.85, -1: 0.45, 0: 0.50}   # share of its usual demand around the new year (place: share)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lib.cli.args import TIME_RANGE
-from lib.planning.forecast import MAX_WEEKS
+from lib.planning.forecast.demand import MAX_WEEKS
 from tests.fixtures_ledger import TINY_TEAMS, counts, query, run_cli, tiny_request, write_json
 
 FAST_S = 20   # a real process on a shared machine: well under the 24 s a million weeks took
@@ -67,8 +67,8 @@ def test_the_calendars_last_day_and_the_farthest_horizon_are_still_taken(tiny_le
 
 
 def test_the_forecast_function_refuses_a_horizon_past_the_maximum(tiny_ledger):
-    from lib.dashboard.forecasts import forecast
     from lib.gate.terms import InputError
+    from lib.ledger.forecast import forecast
     with pytest.raises(InputError, match=f"from 1 to {MAX_WEEKS}, got 1000000"):
         forecast(tiny_ledger, weeks=1_000_000)
 

@@ -12,18 +12,19 @@ import sys
 import pytest
 
 from lib.dashboard.filters import Filters
-from lib.dashboard.forecasts import forecast, plan_ahead, week_start
+from lib.dashboard.forecasts import plan_ahead
 from lib.gate.terms import next_month_start
 from lib.ledger.connection import open_ledger, transaction
+from lib.ledger.forecast import forecast, week_start
 from lib.ledger.team_weeks import rebuild as rebuild_team_weeks
-from lib.planning.forecast import MAX_WEEKS, burn_down, naive_forecast
+from lib.planning.forecast.demand import MAX_WEEKS, burn_down, naive_forecast
 from tests.fixtures_app import ROOT
 
 MONDAY = dt.date(2026, 12, 14)
 
 
 def steady_demand(p50: float, point: float | None = None, sum_p90: float = 1.0) -> dict:
-    """A weekly forecast (lib.planning.forecast.TeamForecast) of `p50` GPU-hours every week from MONDAY."""
+    """A weekly forecast (lib.planning.forecast.demand.TeamForecast) of `p50` GPU-hours every week from MONDAY."""
     point = p50 if point is None else point
     return {"model": "level", "point": [point] * MAX_WEEKS, "sum_p90": [sum_p90] * MAX_WEEKS,
             "weeks": [{"week_start": MONDAY + dt.timedelta(weeks=h), "horizon": h + 1, "p50_gpu_hours": p50,

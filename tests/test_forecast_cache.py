@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-from lib.dashboard.forecasts import forecast, model_cache, week_start
 from lib.ledger.connection import open_ledger, transaction
-from lib.planning import content_store, forecast_cache, forecast_models
-from lib.planning.forecast_models import fit_team
+from lib.ledger.forecast import forecast, model_cache, week_start
+from lib.planning import content_store
+from lib.planning.forecast import cache as forecast_cache, models as forecast_models
+from lib.planning.forecast.models import fit_team
 from tests.fixtures_app import ROOT
 from tests.fixtures_forecast import generated_histories
 
@@ -22,7 +23,7 @@ LAST = dt.date(2026, 11, 23)
 # In a fresh process: the forecast as JSON, and whether it imported statsmodels.
 CHILD = """
 import json, sys
-from lib.dashboard.forecasts import forecast
+from lib.ledger.forecast import forecast
 r = forecast(sys.argv[1], as_of=__import__("datetime").datetime.fromisoformat(sys.argv[2]), weeks=26)
 print(json.dumps({"teams": r["teams"], "statsmodels": "statsmodels" in sys.modules}, default=str))
 """

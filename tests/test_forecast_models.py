@@ -9,9 +9,9 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from lib.planning import forecast_models
-from lib.planning.forecast import MIN_RATIOS, naive_forecast, pooled_ratios, team_forecast
-from lib.planning.forecast_models import MAX_WEEKS, fit_team, year_end_place
+from lib.planning.forecast import models as forecast_models
+from lib.planning.forecast.demand import MIN_RATIOS, naive_forecast, pooled_ratios, team_forecast
+from lib.planning.forecast.models import MAX_WEEKS, fit_team, year_end_place
 from tests.fixtures_forecast import (BASE, GROWTH_PER_YEAR, YEAR_END_DIP, expected_demand, generated_histories,
                                      mondays_to)
 

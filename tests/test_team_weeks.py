@@ -8,8 +8,8 @@ import datetime as dt
 
 import pytest
 
-from lib.dashboard.forecasts import forecast
 from lib.ledger.connection import open_ledger
+from lib.ledger.forecast import forecast
 from lib.ledger.imports import import_runs
 from lib.ledger.deciding import submit_request
 from lib.ledger.finishing import finish_run

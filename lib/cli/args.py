@@ -72,8 +72,8 @@ def positive_int(text):
 
 
 def weeks(text):
-    """--weeks of a forecast: 1 .. lib.planning.forecast.MAX_WEEKS."""
-    from lib.planning.forecast import MAX_WEEKS  # here, not at start: it brings numpy, which a submit does not need
+    """--weeks of a forecast: 1 .. lib.planning.forecast.demand.MAX_WEEKS."""
+    from lib.planning.forecast.demand import MAX_WEEKS  # here: it brings numpy, which a submit does not need
     v = positive_int(text)
     if v > MAX_WEEKS:
         raise argparse.ArgumentTypeError(f"at most {MAX_WEEKS} weeks ahead, got {text!r}")

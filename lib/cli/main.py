@@ -300,7 +300,7 @@ def cmd_teams(args) -> int:
 def cmd_forecast(args) -> int:
     """Weekly demand P50/P90 per team for the next --weeks weeks and this month's burn-down, as JSON;
     --as-of forecasts from only what the ledger knew then."""
-    from lib.dashboard.forecasts import forecast  # here: it brings numpy and pandas (and statsmodels to fit)
+    from lib.ledger.forecast import forecast  # here: it brings numpy and pandas (and statsmodels to fit)
     result = forecast(args.db, as_of=args.as_of, weeks=args.weeks)
     history = result.pop("history")  # the weekly usage behind it: a table, not part of the JSON
     print(dump_json(result))

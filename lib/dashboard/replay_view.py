@@ -19,10 +19,10 @@ from typing import Callable, Collection, TypedDict
 import pandas as pd
 
 from lib.dashboard import settings
-from lib.dashboard.forecasts import forecast
+from lib.ledger.forecast import forecast
 from lib.dashboard.reading import reader
 from lib.ledger.state import pool_sizes
-from lib.planning.forecast import MAX_WEEKS
+from lib.planning.forecast.demand import MAX_WEEKS
 from lib.planning.replay import replay_proposal
 from lib.planning.replay_kept import KeptPasses
 from lib.planning.replay_resume import PassMarks

@@ -3,7 +3,7 @@ rows instead of the whole history.
 
 A week is the Monday (UTC) of the week a run started; a run counts its actual GPU-hours once it has
 ended, else its reserved GPU-hours (runs that never started count nowhere): the live weekly usage
-the demand forecast rests on (lib.dashboard.forecasts.weekly_usage). Every write that can change
+the demand forecast rests on (lib.ledger.forecast.weekly_usage). Every write that can change
 it recomputes the weeks it touched from runs, inside its own transaction: an import (the weeks of
 its runs before and after), a finished run (its week), the demo build (all). An admit books a run
 that has not started, so it changes no week. `rebuild` recomputes every week: what a write path

@@ -31,7 +31,7 @@ def _fmt_percent(p: float) -> str:
 
 
 def crossings(team: str, burn: dict, thresholds: dict, as_of: dt.datetime) -> list[Alert]:
-    """The alerts `team`'s month has crossed at `as_of`, given its burn-down (`lib.planning.forecast.
+    """The alerts `team`'s month has crossed at `as_of`, given its burn-down (`lib.planning.forecast.demand.
     burn_down`'s keys) and its thresholds ({"budget_percent": [...], "runout": ["p50", ...]})."""
     month = f"{as_of.year:04d}-{as_of.month:02d}"
     budget, consumed = burn["budget_gpu_hours"], burn["consumed_gpu_hours"]

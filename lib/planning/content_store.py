@@ -6,7 +6,7 @@ One JSON file per store (no pickle: reading it runs no code) holds the `max_entr
 last, written whole to a temporary file and renamed over the old one: a reader sees the old file or
 the new one; of two writers the last wins, which loses entries, never correctness. A file that
 cannot be read or written is no store: the caller computes as it would without one. Used for the
-demand forecast's fitted models (lib.planning.forecast_cache) and the calibration's replayed bounds
+demand forecast's fitted models (lib.planning.forecast.cache) and the calibration's replayed bounds
 (lib.dashboard.estimate_queries).
 """
 from __future__ import annotations

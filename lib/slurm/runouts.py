@@ -2,7 +2,7 @@
 line (lib.slurm.hook.budget_text), and the month's budget as the server counts it (`month_budget`).
 
 `RunOuts.get()` answers from memory at once: each team's (P50 day, P90 day) as the burn-down
-(lib.dashboard.forecasts.budget_outlook, the one Overview and Forecast show) last gave them, or None
+(lib.ledger.forecast.forecast, the one Overview and Forecast show) last gave them, or None
 before the first computation. A get that finds them older than `max_age_s` (or the month changed)
 starts one computation; sbatch never waits for it. The computation runs in a process of its own at
 a lower priority (`python -m lib.slurm.runouts --db LEDGER`: the forecast's imports and fits never
@@ -82,14 +82,10 @@ def compute_runouts(db, now: dt.datetime) -> dict[str, tuple]:
     """{team: (P50 run-out day, P90 run-out day)} of this month's burn-down at `now`, every team with a
     policy (None: not this month)."""
     # here: pandas and the forecast's statsmodels are heavy, and only this command needs them
-    import pandas as pd  # (see above)
-    from lib.dashboard.filters import Filters  # (see above)
-    from lib.dashboard.forecasts import budget_outlook  # (see above)
-    burn = budget_outlook(Filters(date_from=now.date(), date_to=now.date()), db, now)["burn"]
-
-    def day(v):
-        return None if pd.isna(v) else v
-    return {r["team"]: (day(r["exhausts_p50"]), day(r["exhausts_p90"])) for r in burn.to_dict("records")}
+    from lib.ledger.forecast import forecast  # (see above)
+    teams = forecast(db, as_of=now, live=True)["teams"]
+    return {team: (e["burn_down"]["exhausts_p50"], e["burn_down"]["exhausts_p90"])
+            for team, e in teams.items() if "burn_down" in e}
 
 
 def month_budget(live, team: str, kind: str | None, now: dt.datetime) -> tuple[float, float, float] | None:

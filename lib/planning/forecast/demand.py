@@ -4,7 +4,7 @@ for both, as plain numbers.
 Weekly demand: y[t] is the GPU-hours a team's runs used, counted in the week (Monday 00:00 UTC) they
 started. Each team's model is the candidate (a level, a damped trend, a trend in log demand, their mean —
 the default — any with the year-end weeks) whose own backtest missed least
-(lib.planning.forecast_models). P50 and P90 at horizon h (h = 1 is the week after the last complete one)
+(lib.planning.forecast.models). P50 and P90 at horizon h (h = 1 is the week after the last complete one)
 are its point forecast times the 50th and 90th percentiles of the ratios actual ÷ forecast the chosen
 model made h weeks ahead over the team's last 52 origins (sample quantiles that cover what they say:
 `_quantiles`); a team with fewer than MIN_RATIOS ratios at a horizon borrows the pooled ratios of every
@@ -32,8 +32,8 @@ from typing import Iterable, Sequence, TypedDict
 
 import numpy as np
 
-from lib.planning import forecast_cache
-from lib.planning.forecast_models import MAX_WEEKS, TeamModel, fit_team
+from lib.planning.forecast import cache as cache_file
+from lib.planning.forecast.models import MAX_WEEKS, TeamModel, fit_team
 
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
 HOURS_PER_WEEK = 168.0
@@ -55,7 +55,7 @@ class WeekForecast(TypedDict):
 
 
 class TeamForecast(TypedDict):
-    model: str                  # the candidate the backtest chose (forecast_models.fit_team)
+    model: str                  # the candidate the backtest chose (models.fit_team)
     weeks: list[WeekForecast]   # horizons 1 .. MAX_WEEKS
     point: list[float]          # the point forecast per horizon (GPU-hours)
     sum_p90: list[float]        # per j weeks: 90th percentile of actual ÷ forecast of the j-week sums
@@ -64,19 +64,19 @@ class TeamForecast(TypedDict):
 def team_models(series: dict[str, Sequence[float]], first_week: dt.date,
                 cache: Path | None = None) -> dict[str, TeamModel]:
     """Each team's chosen model from its weekly GPU-hours (oldest first, the last the week before
-    `first_week`). `cache`: a file of models fitted before (lib.planning.forecast_cache), read for the
+    `first_week`). `cache`: a file of models fitted before (lib.planning.forecast.cache), read for the
     histories it holds and rewritten when a history had to be fitted."""
     last = first_week - dt.timedelta(weeks=1)
     if cache is None:
         return {team: fit_team(y, last) for team, y in series.items()}
-    stored = forecast_cache.load(cache)
-    keys = {team: forecast_cache.model_key(y, last) for team, y in series.items()}
+    stored = cache_file.load(cache)
+    keys = {team: cache_file.model_key(y, last) for team, y in series.items()}
     out = {team: stored.get(keys[team]) or fit_team(y, last) for team, y in series.items()}
     if any(k not in stored for k in keys.values()):
         for team, k in keys.items():        # the ones used now last: the most recently used are kept
             stored.pop(k, None)
             stored[k] = out[team]
-        forecast_cache.save(cache, stored)
+        cache_file.save(cache, stored)
     return out
 
 

@@ -3,7 +3,7 @@ since the last one reads its models instead of importing statsmodels (with scipy
 machine, three and more under load) and fitting again.
 
 Content-addressed (lib.planning.content_store): an entry's key is a SHA-256 of the weekly history (its
-float64 bytes), the last week, the horizons, the origins, the model code (forecast_models.py's source)
+float64 bytes), the last week, the horizons, the origins, the model code (models.py's source)
 and statsmodels' version. A history that changed, or a changed model, finds no entry. The file holds
 the MAX_ENTRIES entries used last; a file that cannot be read or written is no cache: the forecast
 fits as it would without one.
@@ -18,8 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lib.planning import content_store, forecast_models
-from lib.planning.forecast_models import TeamModel
+from lib.planning import content_store
+from lib.planning.forecast import models
+from lib.planning.forecast.models import TeamModel
 
 MAX_ENTRIES = 64            # team histories kept (about 50 kB each); the least recently used go first
 FORMAT = 1
@@ -27,18 +28,18 @@ FORMAT = 1
 
 @lru_cache(maxsize=1)
 def _code() -> bytes:
-    """What the models depend on besides their inputs: forecast_models' source and statsmodels' version."""
+    """What the models depend on besides their inputs: the models' source and statsmodels' version."""
     # here: the version without importing statsmodels (importing it is what the cache saves)
     from importlib.metadata import PackageNotFoundError, version
     try:
         sm = version("statsmodels")
     except PackageNotFoundError:
         sm = "none"
-    return Path(forecast_models.__file__).read_bytes() + f"\0statsmodels {sm}\0format {FORMAT}".encode()
+    return Path(models.__file__).read_bytes() + f"\0statsmodels {sm}\0format {FORMAT}".encode()
 
 
-def model_key(weekly: Sequence[float], last_monday: dt.date, horizons: int = forecast_models.MAX_WEEKS,
-              origins: int = forecast_models.ERROR_ORIGINS) -> str:
+def model_key(weekly: Sequence[float], last_monday: dt.date, horizons: int = models.MAX_WEEKS,
+              origins: int = models.ERROR_ORIGINS) -> str:
     """The key of the model fit_team(weekly, last_monday, horizons, origins) returns."""
     h = hashlib.sha256(_code())
     h.update(np.asarray(weekly, dtype="<f8").tobytes())

@@ -26,7 +26,7 @@ another candidate (in the order level, damped trend, log-trend, then each with t
 the best so far only if it misses at least MARGIN less. Errors over 52 overlapping origins differ by a
 few per cent between candidates that forecast alike, and picking the single best by so little (a
 steady team's trend, a growing team's level) missed more out of sample than keeping the combination.
-Its ratios y[t+h] / ŷ[t+h|t] are the bands' raw material (lib.planning.forecast). The fit is
+Its ratios y[t+h] / ŷ[t+h|t] are the bands' raw material (lib.planning.forecast.demand). The fit is
 deterministic: same history, same forecast.
 """
 from __future__ import annotations
