@@ -1,3 +1,4 @@
 """The ledger: everything that opens the DuckDB file (connection, schema, the gate over the ledger:
-state, deciding, recording, finishing; the team policy file, imports, the demo history).
+state, deciding, recording, finishing; the team policy file and a proposal written into it, imports,
+the demo history).
 """
