@@ -15,9 +15,9 @@ from lib.ledger.connection import LedgerError
 from lib.dashboard import replay_figures, replay_view, settings
 from lib.dashboard.costs import money_text
 from lib.gate.terms import CAPACITIES
-from lib.ledger.replay import (held_p90, kept_file, ledger_teams_file, policy_to_toml, propose, read_window,
-                               replay_ledger)
+from lib.ledger.replay import held_p90, kept_file, ledger_teams_file, read_window, replay_ledger
 from lib.ledger.teams_file import TeamsFileError
+from lib.ledger.teams_proposal import proposal_file, propose
 from lib.planning.replay_report import team_table
 
 f = ui.frame()
@@ -79,6 +79,12 @@ def record_export(changed_key: str = "pr_changed") -> None:
         st.session_state["pr_export_error"] = str(exc)
 
 
+def download_note(key: str) -> str:
+    """What a teams.toml download is: data/teams.toml with only the changed keys written, or why not."""
+    note = st.session_state[key]
+    return "data/teams.toml with only the changed keys written." if note is None else ui.as_text(note)
+
+
 def first_of(shown: int, total: int, what: str) -> str | None:
     """A truncated list's caption: how many rows it shows of how many in all."""
     if total > shown:
@@ -107,7 +113,7 @@ def propose_and_replay(bounds) -> None:
     for p in proposed:
         p["colour"] = policies[p["team"]].get("colour")
     st.session_state["pr_result"] = result
-    st.session_state["pr_toml"] = policy_to_toml(proposed, snapshots, prices)
+    st.session_state["pr_toml"], st.session_state["pr_toml_note"] = proposal_file(policies, proposed, snapshots, prices)
     st.session_state["pr_changed"] = sorted(p["team"] for p in changed)
 
 
@@ -172,7 +178,8 @@ def show_effect(result) -> None:
                        file_name="teams.toml", mime="application/toml", key="dl_pr_toml", on_click=record_export)
     if problem := st.session_state.pop("pr_export_error", None):
         st.warning(f"The download was not recorded in the ledger's audit: {ui.as_text(problem)}")
-    st.caption("Load it with `python -m lib teams --file teams.toml` once it has been reviewed.")
+    st.caption(f"{download_note('pr_toml_note')} Load it with `python -m lib teams --file teams.toml` once it has "
+               "been reviewed.")
 
 
 with policy_tab:
@@ -296,7 +303,8 @@ def recommend_cuts(bounds) -> None:
     for p in proposed:
         p["colour"] = policies[p["team"]].get("colour")
     st.session_state["pr_sizing"] = sizing
-    st.session_state["pr_sizing_toml"] = policy_to_toml(proposed, snapshots, prices)
+    st.session_state["pr_sizing_toml"], st.session_state["pr_sizing_note"] = proposal_file(policies, proposed,
+                                                                                          snapshots, prices)
     st.session_state["pr_sizing_changed"] = sorted(sizing["edits"])
 
 
@@ -321,3 +329,4 @@ with sizing_tab:
                                st.session_state["pr_sizing_toml"].encode("utf-8"), file_name="teams.toml",
                                mime="application/toml", key="dl_pr_sizing_toml", on_click=record_export,
                                args=("pr_sizing_changed",))
+            st.caption(download_note("pr_sizing_note"))

@@ -37,3 +37,43 @@ def test_a_good_url_passes_unchanged(url):
 def test_a_cluster_name_outside_the_rule_is_refused(name):
     with pytest.raises(AuthoritySettingError, match="GATE_CLUSTER"):
         check_cluster(name)
+
+
+LEAK = "LEAK7b"
+
+
+@pytest.mark.parametrize("conninfo, password", [
+    (f"postgresql://gate:{LEAK}@db.example.org:5432/gate?sslmode=require", LEAK),
+    (f"postgresql://gate@db.example.org/gate?password={LEAK}", LEAK),
+    (f"postgresql://gate@db.example.org/gate?sslpassword={LEAK}", LEAK),
+    (f"host=db.example.org dbname=gate user=gate password={LEAK}", LEAK),
+    (f"host=db.example.org dbname=gate password='{LEAK} \\'x' sslmode=require", f"{LEAK} 'x"),
+])
+def test_both_forms_are_read_and_shown_without_their_password(conninfo, password):
+    assert check_url(conninfo) == conninfo
+    assert LEAK not in shown(conninfo) and "password=***" in shown(conninfo)
+    assert "host=db.example.org" in shown(conninfo) and "dbname=gate" in shown(conninfo)
+    text = f"FATAL: connection to {conninfo} failed for password {password}"
+    assert LEAK not in redact(text, conninfo) and "FATAL: connection to" in redact(text, conninfo)
+
+
+@pytest.mark.parametrize("conninfo, said", [
+    (f"postgresql://gate:LEAK7@db/gate?passwd={LEAK}", "unknown connection parameter 'passwd'"),
+    (f"host=db dbname=gate passwd={LEAK}", "unknown connection parameter 'passwd'"),
+    (f"host=db dbname=gate password={LEAK} oops", "must be a postgresql://"),
+    (f"host=db dbname=gate password='{LEAK}", "must be a postgresql://"),
+    (f"mysql://gate:{LEAK}@db/gate", "must be a postgresql://"),
+    (f"gate:{LEAK}@db/gate", "must be a postgresql://"),
+    (f"postgresql://gate:{LEAK}@[::1/gate", "must be a postgresql://"),
+    (f"postgresql://gate:{LEAK}@db:99999/gate", "port must be a number"),
+    (f"host=db port=x dbname=gate password={LEAK}", "port must be a number"),
+    (f"host=db user=gate password={LEAK}", "names no database"),
+    (f"dbname=gate password={LEAK}", "names no host"),
+])
+def test_a_refused_string_is_never_echoed(conninfo, said):
+    with pytest.raises(AuthorityURLError, match=said) as info:
+        check_url(conninfo)
+    message = str(info.value)
+    # nothing of the secret, not even around a partial match (`passwd=***b` would tell its end)
+    assert "LEAK" not in message and "***b" not in message
+    assert "LEAK" not in shown(conninfo) and "LEAK" not in redact(f"error in {conninfo}", conninfo)

@@ -42,7 +42,8 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if outer.status < 300:
-                    outer.bodies.append({"path": self.path, **json.loads(body)})
+                    outer.bodies.append({"path": self.path, "key": self.headers["Idempotency-Key"],
+                                         **json.loads(body)})
                 self.send_response(outer.status)
                 self.end_headers()
 
@@ -99,6 +100,7 @@ def test_each_crossing_is_sent_once_with_its_numbers(spent_ledger):
         month = utcnow().strftime("%Y-%m")
         assert (b["month"], b["consumed_gpu_hours"], b["budget_gpu_hours"]) == (month, 85.0, 100.0)
         assert b["id"] == f"tiny/budget-80/{month}" and b["path"] == f"/hooks/{SECRET}"
+        assert all(b["key"] == b["id"] for b in rx.bodies)   # a receiver can drop a repeat by its key
         # the P50 run-out alert follows the burn-down the dashboard shows
         burn = budget_outlook(Filters(date_from=utcnow().date(), date_to=utcnow().date()), db)["burn"]
         runs_out = burn.set_index("team").loc["tiny", "exhausts_p50"]
@@ -167,6 +169,49 @@ def test_a_malformed_alerts_table_is_refused_with_every_problem(spent_ledger, tm
     bad.write_text(TEAMS + "\n" + table + "\n", encoding="utf-8")
     p = run_cli("alerts", "--teams-file", bad, db=db)
     assert p.returncode == 2 and needle in p.stderr
+    assert query(db, "SELECT count(*) FROM alerts") == [(0,)]
+
+
+def test_a_redirect_is_not_followed(spent_ledger):
+    rx = Receiver()
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(307)
+            self.send_header("Location", rx.url())
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    away = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=away.serve_forever, daemon=True).start()
+    db, teams = spent_ledger
+    try:
+        p = _alerts(db, teams, f"http://127.0.0.1:{away.server_address[1]}/hooks/{SECRET}")
+        assert p.returncode == 3 and rx.bodies == []
+        assert query(db, "SELECT DISTINCT last_error FROM alerts") == [
+            (f"http://127.0.0.1:{away.server_address[1]}/… answered HTTP 307",)]
+    finally:
+        away.shutdown()
+        away.server_close()
+        rx.close()
+
+
+PASSWORD = "pa55-LEAK-9q"
+
+
+@pytest.mark.parametrize("userinfo", [f"hook:{PASSWORD}@", f"{PASSWORD}@", f":{PASSWORD}@"])
+def test_a_webhook_with_a_password_before_the_host_is_refused_without_showing_it(spent_ledger, tmp_path, userinfo):
+    db, teams = spent_ledger
+    url = f"https://{userinfo}hooks.example.org/T0/{SECRET}"
+    in_file = tmp_path / "with-userinfo.toml"
+    in_file.write_text(TEAMS + f'\n[alerts]\nwebhook = "{url}"\n', encoding="utf-8")
+    for p in (run_cli("alerts", "--teams-file", in_file, db=db), _alerts(db, teams, url)):
+        assert p.returncode == 2, p.stderr
+        assert "must not carry a user name or password before the host" in p.stderr
+        assert PASSWORD not in p.stderr + p.stdout and SECRET not in p.stderr + p.stdout
+    assert "$GATE_ALERT_WEBHOOK" in _alerts(db, teams, url).stderr
     assert query(db, "SELECT count(*) FROM alerts") == [(0,)]
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from lib.ledger.replay import kept_file, ledger_teams_file, policy_to_toml, propose, replay_ledger
+from lib.ledger.replay import kept_file, ledger_teams_file, replay_ledger
 from lib.planning.replay import NOT_SENT
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
+from lib.ledger.teams_proposal import propose, teams_text
 from tests.fixtures_app import fill_ledger
 from tests.fixtures_ledger import query, run_cli
 from tests.fixtures_replay import REPLAY_TEAMS
@@ -161,10 +162,10 @@ def test_the_command_line_refuses_a_bad_policy_file_listing_every_problem(submit
 
 def test_the_proposed_policy_file_round_trips_through_the_teams_file_parser():
     parsed = parse_teams_file(DEFAULT_TEAMS_FILE.read_text(encoding="utf-8"))
-    text = policy_to_toml(parsed["teams"], parsed["snapshots"], parsed["prices"])
+    text = teams_text(parsed["teams"], parsed["snapshots"], parsed["prices"])
     assert parse_teams_file(text) == parsed
     odd = {**parsed["teams"][0], "team": "a.b_c-9", "preemptible_partitions": ["spot \"x\"", "back\\slash", "tab\t"]}
-    (got,), _ = parse_teams(policy_to_toml([odd]))
+    (got,), _ = parse_teams(teams_text([odd]))
     assert {k: got[k] for k in ("team", *POLICY_FIELDS)} == {
         **{k: odd[k] for k in ("team", *POLICY_FIELDS)}, "preemptible_partitions": sorted(odd["preemptible_partitions"])}
 

@@ -1,6 +1,6 @@
 """Which authority a cluster decides against, if any: `configured_authority()`.
 
-`$GATE_AUTHORITY` (a postgresql:// URL) and `$GATE_CLUSTER` (this cluster's name), else the
+`$GATE_AUTHORITY` (a postgresql:// URL or libpq key=value pairs) and `$GATE_CLUSTER` (this cluster's name), else the
 `[authority]` table of the teams file (`url`, `cluster`; the environment wins key by key). Neither
 set: None, and every decider uses its embedded ledger alone, as without this package.
 """

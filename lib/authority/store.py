@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib.authority.url import AuthorityURLError, check_url, redact, shown
+from lib.authority.url import AuthorityURLError, check_url, parameters, redact, shown
 from lib.gate.terms import InputError, month_start, next_month_start
 from lib.ledger.connection import LedgerError
 
@@ -34,11 +34,7 @@ def connect(url: str, *, cluster: str = "", check_schema: bool = True):
     url = check_url(url)
     # here: psycopg costs a few hundred ms to import, and only a gate that names an authority needs it
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise AuthorityURLError(f"the authority URL {shown(url)} is malformed: {redact(str(exc), url)}") from None
+    params = parameters(url)
     extra = {"application_name": f"training-gate {cluster}".strip()}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = CONNECT_TIMEOUT_S

@@ -1,31 +1,28 @@
-"""The authority's address and this cluster's name. The address: a libpq URL (`postgresql://ROLE[:PASSWORD]@HOST[:PORT]/DB?sslmode=...`),
-checked before any connection is tried, and shown only with its password replaced.
+"""The authority's address and this cluster's name. The address: a libpq connection string, either a
+URL (`postgresql://ROLE[:PASSWORD]@HOST[:PORT]/DB?sslmode=...`) or key=value pairs
+(`host=HOST dbname=DB user=ROLE sslmode=...`), read by libpq itself (psycopg's `conninfo_to_dict`)
+and checked before any connection is tried.
 
-Every text that could carry the URL (an error of the driver, a log line, a message on the command
-line) goes through `redact`, so a password never reaches a log, a decision or an error message.
-libpq's own settings pass through the query string unchanged (`sslmode`, `sslrootcert`, `sslcert`,
-`sslkey`, `connect_timeout`, `passfile`, `options`, ...); a password is better kept out of the URL
-altogether, in the role's `~/.pgpass` (`passfile=`) or `$PGPASSWORD`.
+It is shown only as libpq read it, rendered again as key=value pairs with its password (and
+sslpassword) as *** (`shown`): never the text as written, so nothing of a secret survives a partial
+match. A string libpq cannot read (a typo such as `passwd=`, which libpq does not know) is refused
+without being shown. Every other text that could carry the string (an error of the driver, a log
+line, a message on the command line) goes through `redact`. A password is better kept out of the
+string altogether, in the role's `~/.pgpass` (`passfile=`) or `$PGPASSWORD`.
 """
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import quote
 
 from lib.gate.terms import InputError
 
-SCHEMES = ("postgresql", "postgres")
 HIDDEN = "***"
-# libpq parameters a URL may carry (PostgreSQL 15, "Parameter Key Words"); anything else is a typo
-PARAMETERS = frozenset((
-    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "channel_binding",
-    "connect_timeout", "client_encoding", "options", "application_name", "fallback_application_name",
-    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-    "replication", "gssencmode", "sslmode", "requiressl", "sslcompression", "sslcert", "sslkey",
-    "sslpassword", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
-    "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib", "service",
-    "target_session_attrs"))
 SECRET_PARAMETERS = ("password", "sslpassword")
+NOT_SHOWN = "(not shown: libpq cannot read it, and it may hold a password)"
+# libpq's own words for a parameter it does not know: only the name is taken from them
+_UNKNOWN = re.compile(r'invalid (?:URI query parameter|connection option):? "([A-Za-z0-9_]{1,64})"')
+_FORMS = "a postgresql://ROLE@HOST/DATABASE URL or libpq key=value pairs (host=HOST dbname=DATABASE ...)"
 
 
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -47,60 +44,79 @@ def check_cluster(name) -> str:
     return name
 
 
-def secrets_of(url: str) -> list[str]:
-    """The password-like parts of `url` (as written and as decoded), for `redact`."""
-    out = []
+def parameters(conninfo: str) -> dict[str, str]:
+    """libpq's parameters of `conninfo` (a URL or key=value pairs), parameter -> value as given;
+    AuthorityURLError when libpq cannot read it, naming at most an unknown parameter's name (libpq's
+    own message may quote the string, so it is never passed on)."""
+    # here: psycopg costs a few hundred ms to import, and only a gate that names an authority needs it
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
     try:
-        parts = urlsplit(url)
-        if parts.password:
-            out += [parts.password, unquote(parts.password)]
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key in SECRET_PARAMETERS and value:
-                out.append(value)
-    except ValueError:
-        pass
-    # a URL too broken for urlsplit: whatever stands between "user:" and "@"
-    m = re.match(r"[A-Za-z]+://[^:/@]*:([^@]*)@", url)
-    if m and m.group(1):
-        out += [m.group(1), unquote(m.group(1))]
-    return sorted({s for s in out if s}, key=len, reverse=True)
+        return conninfo_to_dict(conninfo)
+    except ProgrammingError as exc:
+        unknown = _UNKNOWN.search(str(exc))
+        if unknown:
+            raise AuthorityURLError(f"the authority URL {NOT_SHOWN}: unknown connection parameter "
+                                    f"{unknown.group(1)!r}") from None
+        raise AuthorityURLError(f"the authority URL {NOT_SHOWN} must be {_FORMS}") from None
 
 
-def redact(text: str, url: str | None) -> str:
-    """`text` with every secret of `url` replaced by ***."""
-    if not url:
+def shown(conninfo: str) -> str:
+    """`conninfo` as it may be shown: libpq's parameters as key=value pairs, password and sslpassword
+    as ***; NOT_SHOWN when libpq cannot read it."""
+    from psycopg.conninfo import make_conninfo  # here: as in `parameters`
+    try:
+        params = parameters(conninfo)
+    except AuthorityURLError:
+        return NOT_SHOWN
+    return make_conninfo("", **{k: HIDDEN if k in SECRET_PARAMETERS else v for k, v in params.items()})
+
+
+def _written(secret: str) -> set[str]:
+    """`secret` and the ways a connection string may spell it: percent-encoded in a URL, escaped in
+    a quoted key=value."""
+    return {secret, quote(secret, safe=""), quote(secret), secret.replace("\\", "\\\\").replace("'", "\\'")}
+
+
+def redact(text: str, conninfo: str | None) -> str:
+    """`text` with `conninfo` (as written) shown as `shown` does, and each of its secrets (as libpq read
+    them, and as a URL or key=value spells them) replaced by ***; when libpq cannot read `conninfo`,
+    none of `text` (its secrets are not known)."""
+    if not conninfo:
         return text
-    for secret in secrets_of(url):
+    try:
+        params = parameters(conninfo)
+    except AuthorityURLError:
+        return NOT_SHOWN
+    text = text.replace(conninfo, shown(conninfo))
+    secrets = set().union(*(_written(params[k]) for k in SECRET_PARAMETERS if params.get(k)))
+    for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, HIDDEN)
     return text
 
 
-def shown(url: str) -> str:
-    """The URL as it may be shown: its password (and sslpassword) as ***."""
-    return redact(url, url)
+def _port_problem(port: str) -> str | None:
+    """Why libpq's `port` (one per host, comma-separated) is not a port number (libpq reads any text)."""
+    for p in port.split(","):
+        if p and not (p.isascii() and p.isdigit() and 0 < int(p) < 65536):
+            return "port must be a number from 1 to 65535"
+    return None
 
 
 def check_url(url) -> str:
-    """`url` when it is a PostgreSQL URL this program can use; AuthorityURLError saying what is wrong
-    otherwise (never echoing a password)."""
+    """`url` (stripped) when it is a libpq connection string this program can use (a URL or key=value
+    pairs naming a host and a database); AuthorityURLError saying what is wrong otherwise, showing
+    the string only as `shown` does and never echoing one libpq cannot read."""
     if type(url) is not str or not url.strip():
         raise AuthorityURLError("the authority URL is empty: set GATE_AUTHORITY=postgresql://ROLE@HOST/DATABASE")
     url = url.strip()
+    params = parameters(url)
     safe = shown(url)
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError as exc:
-        raise AuthorityURLError(f"the authority URL {safe} is malformed: {redact(str(exc), url)}") from None
-    if parts.scheme not in SCHEMES:
-        raise AuthorityURLError(f"the authority URL {safe} must start with postgresql:// (got scheme "
-                                f"{parts.scheme or 'none'!r})")
-    query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False)
-    for key, _ in query:
-        if key not in PARAMETERS:
-            raise AuthorityURLError(f"the authority URL {safe}: unknown connection parameter {key!r}")
-    if not (parts.hostname or any(k in ("host", "hostaddr", "service") for k, _ in query)):
+    problem = _port_problem(params.get("port", ""))
+    if problem:
+        raise AuthorityURLError(f"the authority URL {safe} is malformed: {problem}")
+    if not any(params.get(k) for k in ("host", "hostaddr", "service")):
         raise AuthorityURLError(f"the authority URL {safe} names no host (postgresql://ROLE@HOST/DATABASE)")
-    if not (parts.path.strip("/") or any(k in ("dbname", "service") for k, _ in query)):
+    if not any(params.get(k) for k in ("dbname", "service")):
         raise AuthorityURLError(f"the authority URL {safe} names no database (postgresql://ROLE@HOST/DATABASE)")
     return url

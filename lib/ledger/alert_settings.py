@@ -10,13 +10,16 @@ alert setting changes a team's policy_version).
     budget_percent = [50, 80, 100]
     runout = []
 
-Every problem is reported at once, each naming the table and the key.
+Every problem is reported at once, each naming the table and the key. A webhook URL never carries
+credentials before its host (`https://user:password@host/...`): it is refused, and no message shows it.
 """
 from __future__ import annotations
 
 import os
 from typing import TypedDict
 from urllib.parse import urlsplit
+
+from lib.gate.terms import InputError
 
 RUNOUT_LEVELS = ("p50", "p90")
 DEFAULT_BUDGET_PERCENT = (80.0, 100.0)
@@ -38,12 +41,22 @@ class AlertSettings(TypedDict):
 
 
 def webhook_problem(url) -> str | None:
-    """Why `url` cannot be a webhook (None when it can): http or https with a host."""
+    """Why `url` cannot be a webhook (None when it can): http or https with a host, no user name or
+    password before the host. The answer never quotes the URL (its userinfo, path or query may hold a
+    secret)."""
     if type(url) is not str or not url.strip():
         return "must be a non-empty string"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return "must be an http:// or https:// URL with a host"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host"
+    if "@" in parts.netloc:
+        return ("must not carry a user name or password before the host (user:password@): a client would "
+                "send them to the receiver and messages could show them; put the receiver's token where it "
+                "expects it (its path or query)")
     return None
 
 
@@ -112,8 +125,16 @@ def parse_alerts(doc, team_names, problems: list[str]) -> AlertSettings:
 
 
 def webhook_url(settings: AlertSettings) -> str | None:
-    """Where alerts are sent: $GATE_ALERT_WEBHOOK when set, else the file's [alerts] webhook."""
-    return os.environ.get(WEBHOOK_ENV) or settings["webhook"]
+    """Where alerts are sent: $GATE_ALERT_WEBHOOK when set, else the file's [alerts] webhook (checked
+    when the file was read). InputError, naming the variable but not its value, when the variable's
+    URL cannot be a webhook (webhook_problem)."""
+    url = os.environ.get(WEBHOOK_ENV)
+    if not url:
+        return settings["webhook"]
+    problem = webhook_problem(url)
+    if problem:
+        raise InputError(f"${WEBHOOK_ENV}: {problem}")
+    return url
 
 
 def thresholds_for(settings: AlertSettings, team: str) -> Thresholds:

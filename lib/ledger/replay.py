@@ -1,14 +1,10 @@
 """Policy replay over the ledger: read a window's recorded requests and the history they need, then
 decide them again under proposed team policies (lib.planning.replay). Opens the ledger read-only and
-never writes.
-
-Also the proposed policy as a teams file: `policy_to_toml` writes team policies (and snapshots,
-prices) as data/teams.toml text that lib.ledger.teams_file.parse_teams reads back unchanged, and
-`propose` applies a planner's edits to the ledger's policies, validated by the teams-file rules.
+never writes. Also what a proposal is made from (`ledger_teams_file`: the ledger's policies, snapshots
+and prices; lib.ledger.teams_proposal writes the proposal as a teams file).
 """
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -20,7 +16,7 @@ from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, 
                                          cut_params, newest_cutoffs)
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
-from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
+from lib.ledger.teams_file import COLOUR_KEY
 from lib.planning.collector import collector_paused
 from lib.planning.replay import replay
 from lib.planning.replay_kept import KEPT_SUFFIX
@@ -238,81 +234,6 @@ def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 1
         con.execute(f"SET memory_limit = '{READ_MEMORY_LIMIT}'")
         requests, world = read_world(con, start, end)
     return requests, world, current, {"from": start, "to": end}
-
-
-# ------------------------------------------------------------------------------ teams file
-
-def _toml_string(text: str) -> str:
-    """`text` as a TOML basic string (quotes, backslashes and control characters escaped)."""
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite number: {value!r}")
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def policy_to_toml(teams: list[dict], snapshots=(), prices: dict | None = None) -> str:
-    """data/teams.toml text for these team policies (every policy field written out, and a team's
-    colour when it has one), snapshots and prices; lib.ledger.teams_file.parse_teams reads it back
-    as the same policies and versions."""
-    lines = ["# Team policy for Training Gate (python -m lib teams --file THIS_FILE).", ""]
-    for t in teams:
-        lines.append(f"[teams.{_toml_string(t['team'])}]")
-        for key in POLICY_FIELDS:
-            lines.append(f"{key} = {_toml_value(t[key])}")
-        if t.get(COLOUR_KEY):
-            lines.append(f"{COLOUR_KEY} = {_toml_value(t[COLOUR_KEY])}")
-        lines.append("")
-    for s in snapshots:
-        lines.append("[[snapshots]]")
-        lines.append(f"snapshot = {_toml_string(s['snapshot'])}")
-        if s.get("team") is not None:
-            lines.append(f"team = {_toml_string(s['team'])}")
-        if s.get("created_at") is not None:
-            lines.append(f"created_at = {_toml_value(s['created_at'])}")
-        lines.append("")
-    if prices and prices.get("per_gpu_hour"):
-        lines.append("[prices]")
-        lines.append(f"currency = {_toml_string(prices['currency'])}")
-        for capacity, price in sorted(prices["per_gpu_hour"].items()):
-            lines.append(f"{capacity} = {_toml_value(float(price))}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def propose(policies: dict[str, dict], edits: dict[str, dict]) -> list[dict]:
-    """The ledger's team `policies` with a planner's `edits` (team -> {policy field: value}) applied,
-    validated by the teams-file rules (raises TeamsFileError listing every problem), with their new
-    policy versions. Every team is returned, edited or not."""
-    merged = []
-    for team, policy in sorted(policies.items()):
-        p = {k: policy[k] for k in ("team", *POLICY_FIELDS)}
-        p.update(edits.get(team, {}))
-        merged.append(p)
-    return parse_teams_file(policy_to_toml(merged), "proposed policy")["teams"]
 
 
 def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, dict], list[dict], dict]:

@@ -349,12 +349,18 @@ def load_teams(path=None) -> tuple[list[dict], list[dict]]:
 
 
 def load_teams_file(path=None) -> TeamsFile:
-    """Read and validate the whole teams file (default data/teams.toml): a regular file (a FIFO, a
-    directory or a device is refused before reading)."""
+    """Read (read_teams_text) and validate the whole teams file (default data/teams.toml)."""
+    p = Path(path) if path else DEFAULT_TEAMS_FILE
+    return parse_teams_file(read_teams_text(p), p)
+
+
+def read_teams_text(path=None) -> str:
+    """The teams file's text (default data/teams.toml): a regular file (a FIFO, a directory or a device
+    is refused before reading) in UTF-8; TeamsFileError otherwise."""
     p = Path(path) if path else DEFAULT_TEAMS_FILE
     try:
         with open_regular(p) as f:
-            text = f.read().decode("utf-8-sig")
+            return f.read().decode("utf-8-sig")
     except FileNotFoundError:
         raise TeamsFileError(p, ["file not found"]) from None
     except NotRegularFile as exc:
@@ -363,7 +369,6 @@ def load_teams_file(path=None) -> TeamsFile:
         raise TeamsFileError(p, [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
-    return parse_teams_file(text, p)
 
 
 def sync_teams(con, path=None, *, who=None) -> dict:
