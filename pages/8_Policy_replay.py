@@ -18,7 +18,7 @@ from lib.gate.terms import CAPACITIES
 from lib.ledger.replay import (held_p90, kept_file, ledger_teams_file, policy_to_toml, propose, read_window,
                                replay_ledger)
 from lib.ledger.teams_file import TeamsFileError
-from lib.planning.replay_report import team_table
+from lib.planning.replay.report import team_table
 
 f = ui.frame()
 grant = ui.require("policy")   # planners only; and never on an app that listens beyond loopback unsigned

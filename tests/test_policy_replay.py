@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from lib.ledger.replay import kept_file, ledger_teams_file, policy_to_toml, propose, replay_ledger
-from lib.planning.replay import NOT_SENT
+from lib.planning.replay.passes import NOT_SENT
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
 from tests.fixtures_app import fill_ledger
 from tests.fixtures_ledger import query, run_cli
@@ -254,7 +254,7 @@ def test_the_page_finds_the_smallest_pool_meeting_a_target(pooled_submitted_ledg
     (more accelerators need not lower the deferral share everywhere: more admits spend budgets sooner)."""
     from lib.dashboard.replay_view import meets
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     db, first, last = pooled_submitted_ledger
     start, end = first.replace(hour=0, minute=0, second=0, microsecond=0), last.replace(
         hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
@@ -317,7 +317,7 @@ def test_a_pass_whose_pool_never_ran_short_replays_the_same_down_to_its_need(poo
     One accelerator fewer runs short. The search answers as a plain scan over every size would."""
     from lib.dashboard.replay_view import meets, search_ceiling, smallest_pool
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     requests, world, policies, _ = data
@@ -343,7 +343,7 @@ def test_the_search_reuses_kept_calibrations_and_answers_the_same(pooled_submitt
     """With the file beside the ledger, a search keeps the calibrations it fits; a later search of the
     same window (another process would read the same file) fits none and answers the same, size for
     size, as a search without the file."""
-    import lib.planning.replay_history as history
+    import lib.planning.replay.history as history
     from lib.dashboard.replay_view import smallest_pool
     from lib.ledger.replay import read_window
     db, first, last = pooled_submitted_ledger
@@ -368,7 +368,7 @@ def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(p
     pool never ran short decides as that pass, so it is shown from it, replaying nothing."""
     from lib.dashboard.replay_view import PoolSizes, pool_rows, search_ceiling
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     sizes = PoolSizes(data, "stable")
@@ -389,7 +389,7 @@ def test_a_smaller_pool_goes_on_from_a_never_short_pass_and_replays_the_same(poo
     the need, gives exactly what a pass from the window's start gives."""
     from lib.dashboard.replay_view import PoolSizes, search_ceiling
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     requests, world, policies, _ = data
@@ -427,7 +427,7 @@ def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known
     one shown lies within a step of a step of about a tenth, on its side."""
     from lib.dashboard.replay_view import around, pool_rows, search_ceiling, sizes_beside, smallest_pool
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     ceiling = search_ceiling(data[2], data[1].get("pools", {}), "stable")

@@ -14,8 +14,8 @@ import pytest
 
 from lib.ledger.replay import replay_ledger
 from lib.ledger.teams_file import parse_teams
-from lib.planning.replay import NOT_SENT
-from lib.planning.replay_report import wait_measures
+from lib.planning.replay.passes import NOT_SENT
+from lib.planning.replay.report import wait_measures
 from tests.fixtures_ledger import query, run_cli
 from tests.fixtures_replay import POOLED_STABLE_GPUS, POOLED_TEAMS, REPLAY_TEAMS
 

@@ -1,4 +1,4 @@
-"""A replay pauses CPython's cyclic garbage collector (lib.planning.collector): the collector is off
+"""A replay pauses CPython's cyclic garbage collector (lib.planning.replay.collector): the collector is off
 while the window is read and its passes run, on again after (also after a failure, and after
 overlapping replays in other threads), and a replay leaves next to no cyclic garbage behind, which
 is what makes the pause safe. Ledgers are made by real `submit` and `finish` calls."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from lib.ledger.replay import read_window, replay_ledger, replay_read
-from lib.planning.collector import collector_paused
-from lib.planning.replay import replay_proposal
+from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.passes import replay_proposal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ LEFT_BEHIND = """
 import gc, json, sys
 from datetime import datetime
 from lib.ledger.replay import replay_ledger
-from lib.planning.collector import collector_paused
+from lib.planning.replay.collector import collector_paused
 start, end = datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3])
 replay_ledger(sys.argv[1], start=start, end=end)   # the imports and first-use caches made
 gc.collect()

@@ -1,4 +1,4 @@
-"""A replay keeps the passes that do not depend on the proposal beside the ledger (lib.planning.replay_kept,
+"""A replay keeps the passes that do not depend on the proposal beside the ledger (lib.planning.replay.kept,
 `replay_ledger(..., keep=True)`): the result is the same, to the byte, with the store empty, filled, or
 unwritable, and a window replayed before runs only the proposal's pass.
 

@@ -1,4 +1,4 @@
-"""Properties of policy replay (lib.planning.replay) over small replay worlds built as plain data.
+"""Properties of policy replay (lib.planning.replay.passes) over small replay worlds built as plain data.
 
 Monotonic in the limits: when the replayed requests do not interact (each one's reservation window
 has passed before the next, and none ran, so none spends or calibrates), a proposal that only raises
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from hypothesis import given, settings, strategies as st
 
-from lib.planning.replay import NOT_SENT, replay
+from lib.planning.replay.passes import NOT_SENT, replay
 
 T0 = datetime(2026, 6, 3, 9, 0)
 SPACING = timedelta(hours=400)   # longer than any reservation window below (wall <= 60 h x calibration)

@@ -3,7 +3,7 @@ team (lib.ledger.replay), the capacity what-if's search for the smallest pool th
 target, what that pool costs at the `[prices]`, and the week the demand forecast outgrows today's pool.
 
 The search replays one window, read once (lib.ledger.replay.read_window), under the ledger's policies
-with N accelerators in one pool (lib.planning.replay.replay_proposal: the gate's own pool check,
+with N accelerators in one pool (lib.planning.replay.passes.replay_proposal: the gate's own pool check,
 cluster-capacity), and bisects over N: it assumes more accelerators never make the target harder to
 meet (true of the pool check alone; a run admitted earlier can, rarely, hold room a later one needed,
 so the answer is the smallest N the bisection found, each N it tried listed). Units: accelerators
@@ -23,10 +23,10 @@ from lib.dashboard.forecasts import forecast
 from lib.dashboard.reading import reader
 from lib.ledger.state import pool_sizes
 from lib.planning.forecast import MAX_WEEKS
-from lib.planning.replay import replay_proposal
-from lib.planning.replay_kept import KeptPasses
-from lib.planning.replay_resume import PassMarks
-from lib.planning.replay_world import ReplayResult
+from lib.planning.replay.passes import replay_proposal
+from lib.planning.replay.kept import KeptPasses
+from lib.planning.replay.resume import PassMarks
+from lib.planning.replay.data import ReplayResult
 
 HOURS_PER_WEEK = 168
 ALL_TEAMS = "(all teams)"      # the row of every team together in the search's tables
@@ -75,15 +75,15 @@ def search_ceiling(policies: dict, world_pools: dict[str, int], capacity: str) -
 
 class PoolSizes:
     """Replays of one window with N accelerators of the pool `capacity`, every policy as the ledger
-    has it, each N replayed at most once (`tried`: N -> measures, lib.planning.replay.replay_proposal's).
+    has it, each N replayed at most once (`tried`: N -> measures, lib.planning.replay.passes.replay_proposal's).
 
     data: lib.ledger.replay.read_window's (requests, world, policies, window). The replays share the
     calibrations they fit; with `kept` (the file beside the ledger, lib.ledger.replay.kept_file) also
     those an earlier replay of the window fitted, in any process, and they keep theirs there
-    (lib.planning.replay_kept; the same measures either way). A size no replay is needed for: one at or
+    (lib.planning.replay.kept; the same measures either way). A size no replay is needed for: one at or
     above the need of a pass whose pool never lacked room (PoolNeed), which decides exactly as that
     pass, when the scheduler has no windows for the pool. A size below it goes on from such a pass's
-    last mark before its first request that needs more (lib.planning.replay_resume)."""
+    last mark before its first request that needs more (lib.planning.replay.resume)."""
 
     def __init__(self, data: tuple, capacity: str, *, kept: Path | None = None):
         self.requests, self.world, self.policies, _ = data

@@ -1,5 +1,5 @@
 """Policy replay over the ledger: read a window's recorded requests and the history they need, then
-decide them again under proposed team policies (lib.planning.replay). Opens the ledger read-only and
+decide them again under proposed team policies (lib.planning.replay.passes). Opens the ledger read-only and
 never writes.
 
 Also the proposed policy as a teams file: `policy_to_toml` writes team policies (and snapshots,
@@ -21,10 +21,10 @@ from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, 
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
-from lib.planning.collector import collector_paused
-from lib.planning.replay import replay
-from lib.planning.replay_kept import KEPT_SUFFIX
-from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
+from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.passes import replay
+from lib.planning.replay.kept import KEPT_SUFFIX
+from lib.planning.replay.data import Hold, RecordedRequest, ReplayResult, RunRecord, World
 
 DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)
@@ -200,7 +200,7 @@ def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, en
     the same engine (one pass when the proposal is the same). Opens the ledger read-only and never
     writes it. keep: keep the passes that do not depend on the proposal (and the calibrations fitted)
     in the file `kept_file` beside the ledger, so that a later replay of the same window (another pool,
-    another proposal) runs only the proposal's pass (lib.planning.replay_kept); same result either way."""
+    another proposal) runs only the proposal's pass (lib.planning.replay.kept); same result either way."""
     if progress:
         progress(0.0, "reading the ledger")
     requests, world, current, window = read_window(db, start=start, end=end, now=now, timeout_s=timeout_s)
@@ -209,7 +209,7 @@ def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, en
 
 
 def kept_file(db=None) -> Path:
-    """The file beside the ledger `db` that keeps replay passes by content (lib.planning.replay_kept)."""
+    """The file beside the ledger `db` that keeps replay passes by content (lib.planning.replay.kept)."""
     path = ledger_path(db)
     return path.with_name(path.name + KEPT_SUFFIX)
 
@@ -218,7 +218,7 @@ def replay_read(requests: list[RecordedRequest], world: World, current: dict[str
                 proposed: list[dict] | None = None, *, levels=None, refresh="auto", pools=None, window=None,
                 progress=None, kept: Path | None = None) -> ReplayResult:
     """`replay_ledger` on a window already read (read_world; `current`: the ledger's policies), so that
-    several proposals over one window read the ledger once. kept: see lib.planning.replay.replay."""
+    several proposals over one window read the ledger once. kept: see lib.planning.replay.passes.replay."""
     policies = dict(current)
     for t in proposed or ():
         policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}

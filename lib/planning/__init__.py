@@ -1,4 +1,18 @@
-"""Planning maths: preemption economics, the recovery simulator, resume/restart/end.
+"""Planning: pure computations over plain data that the gate's decision (lib.gate) feeds; imports only
+lib.gate and lib.planning (the ledger reads their inputs, and the dashboard shows their results).
 
-Pure functions; imports only lib.gate.
+- `replay/` (a package): policy replay, a past window's requests decided again under proposed policies or pools.
+- `forward_plan`: the forward plan, the waiting requests decided again from now on, in serve order.
+- `plan_world`: the forward plan's plain data: what it reads and what it returns.
+- `holdings`: the reservations holding accelerators as time moves forward, which the replay and the plan both keep.
+- `forecast`: weekly GPU-hour demand forecasts and the month's budget burn-down.
+- `forecast_models`: one team's weekly demand models (statsmodels' ETS) and their backtest misses.
+- `forecast_cache`: fitted team models kept on disk between processes.
+- `content_store`: results kept on disk by content (kept replay passes, calibrations, forecast models).
+- `alerts`: which budget thresholds a team's month has crossed, from its burn-down.
+- `preemption`: closed forms for checkpointed work under exponential interruptions.
+- `simulate`: Monte Carlo simulation of a checkpointed job under interruptions.
+- `interval_curve`: expected completion time over checkpoint intervals, and the optima.
+- `lifetimes`: job lifetimes between interruptions (from the ledger's counts), by Kaplan-Meier.
+- `recovery`: after a preemption or a budget breach, resume, restart or end.
 """

@@ -1,4 +1,4 @@
-"""The plain data of a policy replay (lib.planning.replay): the recorded requests and the replay world
+"""The plain data of a policy replay (lib.planning.replay.passes): the recorded requests and the replay world
 it reads (lib.ledger.replay builds them from the ledger), and the result it returns.
 Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 """
@@ -9,7 +9,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from lib.gate.contracts import CapacityWindow, Reservation
 
-Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay)
+Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay.passes)
 
 
 class RecordedRequest(TypedDict):
@@ -73,7 +73,7 @@ class World(TypedDict):
 
 class TeamResult(TypedDict):
     """One team's replay: recorded, baseline (the current policy replayed) and proposed, same keys under
-    each (lib.planning.replay_report.tally_summary)."""
+    each (lib.planning.replay.report.tally_summary)."""
     team: str
     policy_version: str | None
     recorded: dict

@@ -1,4 +1,4 @@
-"""The replay world as time moves forward (lib.planning.replay's rules): which reservations hold a
+"""The replay world as time moves forward (lib.planning.replay.passes's rules): which reservations hold a
 team's accelerators, what each team spent in a month, which run IDs are booked, and what calibration
 and interruption rate the runs finished so far give. `WorldState.state` is the state `decide` sees
 at a time; `admit` books a request the gate admitted. Driven one request at a time in time order:
@@ -15,8 +15,8 @@ from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW
 from lib.gate.contracts import Decision, Policy, PoolState, Reservation, State
 from lib.gate.terms import KINDS, month_start
 from lib.planning.holdings import Holdings
-from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
-from lib.planning.replay_world import Refresh, RunRecord, World
+from lib.planning.replay.history import CalibrationScopes, Calibrations, InterruptionRates
+from lib.planning.replay.data import Refresh, RunRecord, World
 
 
 class Setting:
@@ -52,10 +52,10 @@ class Setting:
 class WorldState:
     """One pass over a replay world. `learn`: runs that end feed calibration and the interruption
     rate (a pass that decides); without it they only spend (a pass that takes recorded decisions).
-    `cals` (the calibration per request, lib.planning.replay_history.Calibrations) may be wrapped by
+    `cals` (the calibration per request, lib.planning.replay.history.Calibrations) may be wrapped by
     a driver that recomputes it less often. `setting`: the pools the pass decides with (None: none);
     `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
-    those fitted in earlier processes (lib.planning.replay_kept.KeptPasses)."""
+    those fitted in earlier processes (lib.planning.replay.kept.KeptPasses)."""
 
     def __init__(self, world: World, *, refresh: Refresh = "exact", learn: bool = True,
                  max_runs: int = DEFAULT_MAX_RUNS, window_days: int = DEFAULT_WINDOW_DAYS,
