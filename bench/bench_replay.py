@@ -105,7 +105,7 @@ def one_case(path: Path, requests: int | None) -> dict:
 def what_if_case(path: Path, case: str) -> dict:
     """A 4-week window up to the last decision, in this process: "pool", one replay with the stable pool
     at POOL_CHANGE of the quotas (its baseline beside it); "search", the smallest stable pool meeting
-    a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.dashboard.replay_view.smallest_pool;
+    a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.planning.replay.search.smallest_pool;
     that first replay is not timed). A case ending in "-collecting" runs as the case before it with the
     cyclic garbage collector left running (gc.disable made a no-op, so lib.planning.replay.collector pauses
     nothing): the code as it was before that pause, in the same run."""
@@ -113,14 +113,16 @@ def what_if_case(path: Path, case: str) -> dict:
         import gc
         gc.disable = lambda: None
         case = case.removesuffix("-collecting")
-    from lib.dashboard.replay_view import pool_rows, search_ceiling, sizes_beside, smallest_pool
+    from lib.dashboard.replay_view import pool_rows
     from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import search_ceiling, sizes_beside, smallest_pool
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
     end, quotas = window_end(path)
     if case.startswith("search"):
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
-        top = search_ceiling(data[2], data[1].get("pools", {}), "stable")
-        share = replay_proposal(data[0], data[2], data[1], pools={"stable": top})["overall"]["deferral_share"]
+        top = search_ceiling(data.policies, data.world.get("pools", {}), "stable")
+        share = replay_proposal(data.requests, data.policies, data.world,
+                                pools={"stable": top})["overall"]["deferral_share"]
         target = {"measure": "deferral_share", "limit": share + SEARCH_SLACK}
     if case == "pool-cold":
         kept_file(path).unlink(missing_ok=True)
@@ -145,7 +147,7 @@ def what_if_case(path: Path, case: str) -> dict:
         pool_rows(sizes, sizes_beside(found))
         detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}: "
                   f"{searched:.1f} s, {replays} replays; around +{sizes.replays - replays}")
-        requests = len(data[0])
+        requests = len(data.requests)
     return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
             "peak_mb": peak_rss_mb(), "detail": detail}
 
@@ -197,7 +199,8 @@ def pass_case(path: Path, rounds: int, lib_root: Path) -> dict:
     from lib.ledger.replay import DEFAULT_WINDOW, read_window
     from lib.planning.replay.passes import replay_proposal
     end, quotas = window_end(path)
-    requests, world, policies, _ = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+    data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+    requests, world, policies = data.requests, data.world, data.policies
     fitted: dict = {}
     seconds = []
     for _ in range(rounds + 1):

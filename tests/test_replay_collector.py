@@ -129,14 +129,14 @@ def test_the_window_read_and_a_search_pass_pause_it_too(pooled_submitted_ledger,
         seen.append(("read", gc.isenabled()))
         return real(*args, **kw)
     monkeypatch.setattr(ledger_replay, "read_world", read_world)
-    requests, world, current, window = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
 
     def progress(fraction, message):
         seen.append(("pass", gc.isenabled()))
-    replay_proposal(requests, current, world, pools={"stable": 8}, progress=progress)
+    replay_proposal(data.requests, data.policies, data.world, pools={"stable": 8}, progress=progress)
     assert seen and {enabled for _, enabled in seen} == {False}
     assert {what for what, _ in seen} == {"read", "pass"}
     assert gc.isenabled()
     # and a replay of a window already read
-    assert replay_read(requests, world, current, pools={"stable": 8})["requests"] == len(requests)
+    assert replay_read(data, pools={"stable": 8})["requests"] == len(data.requests)
     assert gc.isenabled()

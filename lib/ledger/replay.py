@@ -22,9 +22,9 @@ from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay.collector import collector_paused
-from lib.planning.replay.passes import replay
+from lib.planning.replay.data import Hold, RecordedRequest, ReplayResult, ReplayWindow, RunRecord, World
 from lib.planning.replay.kept import KEPT_SUFFIX
-from lib.planning.replay.data import Hold, RecordedRequest, ReplayResult, RunRecord, World
+from lib.planning.replay.passes import replay
 
 DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)
@@ -203,9 +203,9 @@ def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, en
     another proposal) runs only the proposal's pass (lib.planning.replay.kept); same result either way."""
     if progress:
         progress(0.0, "reading the ledger")
-    requests, world, current, window = read_window(db, start=start, end=end, now=now, timeout_s=timeout_s)
-    return replay_read(requests, world, current, proposed, levels=levels, refresh=refresh, pools=pools,
-                       window=window, progress=progress, kept=kept_file(db) if keep else None)
+    return replay_read(read_window(db, start=start, end=end, now=now, timeout_s=timeout_s), proposed,
+                       levels=levels, refresh=refresh, pools=pools, progress=progress,
+                       kept=kept_file(db) if keep else None)
 
 
 def kept_file(db=None) -> Path:
@@ -214,30 +214,30 @@ def kept_file(db=None) -> Path:
     return path.with_name(path.name + KEPT_SUFFIX)
 
 
-def replay_read(requests: list[RecordedRequest], world: World, current: dict[str, Policy],
-                proposed: list[dict] | None = None, *, levels=None, refresh="auto", pools=None, window=None,
-                progress=None, kept: Path | None = None) -> ReplayResult:
-    """`replay_ledger` on a window already read (read_world; `current`: the ledger's policies), so that
-    several proposals over one window read the ledger once. kept: see lib.planning.replay.passes.replay."""
-    policies = dict(current)
+def replay_read(window: ReplayWindow, proposed: list[dict] | None = None, *, levels=None, refresh="auto",
+                pools=None, progress=None, kept: Path | None = None) -> ReplayResult:
+    """`replay_ledger` on a window already read (`read_window`), so that several proposals over one window
+    read the ledger once. kept: see lib.planning.replay.passes.replay."""
+    policies = dict(window.policies)
     for t in proposed or ():
         policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
     say = progress or (lambda fraction, message: None)
-    say(0.05, f"replaying {len(requests):,} requests")
-    return replay(requests, policies, world, levels=levels, refresh=refresh, window=window, progress=say,
-                  baseline=current, pools=pools, kept=kept)
+    say(0.05, f"replaying {len(window.requests):,} requests")
+    return replay(window.requests, policies, window.world, levels=levels, refresh=refresh, window=window.span,
+                  progress=say, baseline=window.policies, pools=pools, kept=kept)
 
 
 @collector_paused()
-def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0):
-    """(requests, world, the ledger's policies, window) of a replay of [start, end), read once."""
+def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0) -> ReplayWindow:
+    """The window [start, end) of a replay, read once: its recorded requests, their world, the ledger's
+    policies and the window's span."""
     start, end = window_bounds(start, end, now)
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
         current = ledger_policies(con)
         # DuckDB's cache of the blocks read is not needed once the world is in Python's hands
         con.execute(f"SET memory_limit = '{READ_MEMORY_LIMIT}'")
         requests, world = read_world(con, start, end)
-    return requests, world, current, {"from": start, "to": end}
+    return ReplayWindow(requests, world, current, {"from": start, "to": end})
 
 
 # ------------------------------------------------------------------------------ teams file

@@ -1,13 +1,14 @@
 """The plain data of a policy replay (lib.planning.replay.passes): the recorded requests and the replay world
-it reads (lib.ledger.replay builds them from the ledger), and the result it returns.
-Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+it reads (lib.ledger.replay builds them from the ledger), the window read once (`ReplayWindow`), and the
+result it returns. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`); times are
+naive UTC datetimes.
 """
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
-from lib.gate.contracts import CapacityWindow, Reservation
+from lib.gate.contracts import CapacityWindow, Policy, Reservation
 
 Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay.passes)
 
@@ -69,6 +70,15 @@ class World(TypedDict):
     min_rate_runs: NotRequired[int]         # runs a team needs before its own rate is used
     pools: NotRequired[dict[str, int]]      # capacity type -> the cluster's accelerators (the ledger's [pools])
     windows: NotRequired[list[CapacityWindow]]   # the scheduler's windows not ended by the window's start
+
+
+class ReplayWindow(NamedTuple):
+    """A replay's window read once (lib.ledger.replay.read_window), for the replays made over it: the
+    proposals, and each pool size or quota cut of a search (lib.planning.replay.search, .rightsizing)."""
+    requests: list[RecordedRequest]   # the window's recorded decisions, in time order
+    world: World                      # what they were decided in
+    policies: dict[str, Policy]       # team -> its policy in the ledger (the baseline)
+    span: dict                        # {"from": start, "to": end}: the window is [start, end)
 
 
 class TeamResult(TypedDict):

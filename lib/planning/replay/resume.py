@@ -1,4 +1,4 @@
-"""Resuming a replay pass part-way, for the capacity search (lib.dashboard.replay_view.PoolSizes).
+"""Resuming a replay pass part-way, for the capacity search (lib.planning.replay.search.PoolSizes).
 
 A pass whose pool never lacked room marks where it stands every MARK_EVERY of the window's requests
 (a copy of its replay world, tallies, outcomes and retries due), and notes each step at which the
