@@ -8,7 +8,7 @@ import argparse
 
 from lib.cli.args import TIME_RANGE, timestamp
 from lib.cli.output import EXIT_OK, dump_json, say
-from lib.planning.plan_world import MAX_PLAN_DAYS as MAX_DAYS
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS
 
 
 def plan_days(text):

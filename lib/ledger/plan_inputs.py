@@ -1,4 +1,4 @@
-"""What the forward plan (lib.planning.forward_plan) reads from the ledger: the queue of waiting requests,
+"""What the forward plan (lib.planning.plan.forward) reads from the ledger: the queue of waiting requests,
 the reservations held, each team's spend, policy, calibration and interruption rate, the snapshots,
 the pools and the scheduler's windows, all as the gate would read them at `as_of`. Reads only.
 
@@ -21,7 +21,7 @@ from lib.ledger.deciding import BOOKED
 from lib.ledger.replay import ledger_policies
 from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
 from lib.ledger.teams_file import LATER_KEYS
-from lib.planning.plan_world import PlanInputs, WaitingRequest
+from lib.planning.plan.data import PlanInputs, WaitingRequest
 
 QUEUE_DAYS = 90          # a deferred request not decided again for this many days has left the queue
 EXPIRED_SHOWN = 500      # expired requests listed (all are counted)

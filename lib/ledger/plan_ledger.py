@@ -1,7 +1,7 @@
 """The forward plan over the ledger: `plan_ledger` (what `python -m lib plan` prints and the Reservations
 page shows), `check_request_at` (the what-if with a start time: `python -m lib check --as-of T`) and
 `planned_holdings` (the budget burn-down's committed spend). Each opens the ledger read-only once,
-reads the plan's inputs (lib.ledger.plan_inputs) and runs the pure plan (lib.planning.forward_plan).
+reads the plan's inputs (lib.ledger.plan_inputs) and runs the pure plan (lib.planning.plan.forward).
 """
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from lib.gate.terms import InputError, KINDS, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import LedgerFacts, decide_with
 from lib.ledger.plan_inputs import first_run_at, read_plan_inputs
-from lib.planning.forward_plan import PlanWorld, forward_plan, plan_holdings, world_at
-from lib.planning.plan_world import MAX_PLAN_DAYS as MAX_DAYS, Holding, Plan
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Holding, Plan
+from lib.planning.plan.forward import forward_plan, plan_holdings, world_at
+from lib.planning.plan.world import PlanWorld
 
 
 class PlannedFacts(LedgerFacts):
     """The `DecisionFacts` of the plan's world at a time: the ledger's policies and booked run IDs, and
-    each team's state as the plan has reached it (lib.planning.forward_plan.PlanWorld.state)."""
+    each team's state as the plan has reached it (lib.planning.plan.world.PlanWorld.state)."""
 
     def __init__(self, con, world: PlanWorld):
         super().__init__(con)
@@ -75,7 +76,7 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
 
 
 def planned_holdings(con, as_of: datetime, until: datetime) -> list[Holding]:
-    """The reservations of the plan up to `until` (lib.planning.forward_plan.plan_holdings), read
+    """The reservations of the plan up to `until` (lib.planning.plan.forward.plan_holdings), read
     through the caller's open ledger."""
     inputs, _ = read_plan_inputs(con, as_of)
     return plan_holdings(inputs, until)

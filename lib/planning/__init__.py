@@ -2,8 +2,7 @@
 lib.gate and lib.planning (the ledger reads their inputs, and the dashboard shows their results).
 
 - `replay/` (a package): policy replay, a past window's requests decided again under proposed policies or pools.
-- `forward_plan`: the forward plan, the waiting requests decided again from now on, in serve order.
-- `plan_world`: the forward plan's plain data: what it reads and what it returns.
+- `plan/` (a package): the forward plan, the waiting requests decided again from now on, in serve order.
 - `holdings`: the reservations holding accelerators as time moves forward, which the replay and the plan both keep.
 - `forecast`: weekly GPU-hour demand forecasts and the month's budget burn-down.
 - `forecast_models`: one team's weekly demand models (statsmodels' ETS) and their backtest misses.

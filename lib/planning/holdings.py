@@ -1,5 +1,5 @@
 """Reservations holding accelerators as time moves forward: the part of the world the policy replay
-(lib.planning.replay.passes, over a past window) and the forward plan (lib.planning.forward_plan, from now
+(lib.planning.replay.world, over a past window) and the forward plan (lib.planning.plan.world, from now
 on) both keep, so both hand `lib.gate.admission.decide` the reservations a request would see.
 
 A holder holds under a key (its team for a quota, or a pool's name) from when it is held until its

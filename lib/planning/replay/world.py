@@ -26,7 +26,7 @@ class Setting:
 
     def __init__(self, policies: dict[str, Policy], levels: dict[str, float], pools: dict[str, int], windows):
         self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
-        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
+        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.plan.forward keeps them
 
     def copy(self, pools: dict[str, int]) -> Setting:
         """Another with these `pools` and the same reservations held in them, to go on on its own."""

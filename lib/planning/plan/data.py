@@ -1,4 +1,4 @@
-"""The plain data of the forward plan (lib.planning.forward_plan): what it reads (lib.ledger.plan_inputs
+"""The plain data of the forward plan (lib.planning.plan.forward): what it reads (lib.ledger.plan_inputs
 builds it from the ledger) and what it returns. Units: GPU-hours (`_gpu_hours`), accelerators
 (`gpus`); times are naive UTC datetimes.
 """
