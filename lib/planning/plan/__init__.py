@@ -1,5 +1,5 @@
 """The forward plan: the waiting requests decided again from now on, in the order the gate serves them,
-each with the state it would see then (lib.ledger.plan_inputs reads its inputs from the ledger).
+each with the state it would see then (lib.ledger.plan reads its inputs from the ledger).
 
 - `forward`: the plan's rules, and what it returns: the queue, the calendar, the pools, the holdings.
 - `world`: the plan's world as time moves forward, and the state each request is decided under.

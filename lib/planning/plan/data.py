@@ -1,4 +1,4 @@
-"""The plain data of the forward plan (lib.planning.plan.forward): what it reads (lib.ledger.plan_inputs
+"""The plain data of the forward plan (lib.planning.plan.forward): what it reads (lib.ledger.plan
 builds it from the ledger) and what it returns. Units: GPU-hours (`_gpu_hours`), accelerators
 (`gpus`); times are naive UTC datetimes.
 """
@@ -17,7 +17,7 @@ SERVE_ORDER = ("scheduled retraining first, then the request waiting longest (it
 
 class WaitingRequest(TypedDict):
     """A request waiting in the queue: its run ID's latest decision is a deferral and it has not been
-    booked since (lib.ledger.plan_inputs)."""
+    booked since (lib.ledger.plan)."""
     run_id: str
     team: str | None
     kind: str | None

@@ -1,7 +1,7 @@
 """The forward plan: the waiting requests decided again from now on, in the order the gate serves them,
 by the same `lib.gate.admission.decide`, each with the state it would see then — the policy replay's
 engine (lib.planning.holdings) run forward instead of over the past. Pure over plain data
-(lib.ledger.plan_inputs reads it from the ledger).
+(lib.ledger.plan reads it from the ledger).
 
 The world it moves through (lib.planning.plan.world.PlanWorld):
 - **held**: every reservation the ledger holds at as_of holds its team's quota (and its pool) until
