@@ -45,7 +45,7 @@ def world(holds=(), history=12, runs=None) -> dict:
                                   "reserved_gpu_hours": 5.0 * gpus, "reserved_from": T0 - timedelta(days=1),
                                   "reserved_until": T0 + timedelta(days=400)}}
                  for i, (kind, gpus) in enumerate(holds)]
-    return {"holds": hold_list, "ends": ends, "runs": runs or {}, "snapshots": {None: {"snap"}}}
+    return {"holdings": hold_list, "ends": ends, "runs": runs or {}, "snapshots": {None: {"snap"}}}
 
 
 def request(i: int, kind: str, gpus: int, mem: float, runtime: float, est: float, budget: float) -> dict:

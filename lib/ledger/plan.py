@@ -27,7 +27,7 @@ from lib.ledger.deciding import BOOKED, LedgerFacts, decide_with
 from lib.ledger.replay import ledger_policies
 from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
 from lib.ledger.teams_file import LATER_KEYS
-from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Holding, Plan, PlanInputs, WaitingRequest
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Plan, PlanHolding, PlanInputs, WaitingRequest
 from lib.planning.plan.forward import forward_plan, plan_holdings, world_at
 from lib.planning.plan.world import PlanWorld
 
@@ -181,7 +181,7 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
     return decision
 
 
-def planned_holdings(con, as_of: datetime, until: datetime) -> list[Holding]:
+def planned_holdings(con, as_of: datetime, until: datetime) -> list[PlanHolding]:
     """The reservations of the plan up to `until` (lib.planning.plan.forward.plan_holdings), read
     through the caller's open ledger."""
     inputs, _ = read_plan_inputs(con, as_of)

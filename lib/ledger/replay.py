@@ -22,7 +22,8 @@ from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY, POLICY_FIELDS, parse_teams_file
 from lib.planning.replay.collector import collector_paused
-from lib.planning.replay.data import Hold, RecordedRequest, ReplayResult, ReplayWindow, RunRecord, World
+from lib.planning.replay.data import (BackgroundHolding, RecordedRequest, RecordedWorld, ReplayResult, ReplayWindow,
+                                      RunRecord)
 from lib.planning.replay.kept import KEPT_SUFFIX
 from lib.planning.replay.passes import replay
 
@@ -77,7 +78,7 @@ def _calibration_flag_sql(name: str) -> str:
 
 
 def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
-               window_days: int = DEFAULT_WINDOW_DAYS) -> tuple[list[RecordedRequest], World]:
+               window_days: int = DEFAULT_WINDOW_DAYS) -> tuple[list[RecordedRequest], RecordedWorld]:
     """(requests, world) for a replay of [start, end): the window's decisions in time order, the runs
     they name, the background reservations and run ends the replay world keeps, and the snapshots.
 
@@ -102,7 +103,7 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
         con.execute("DROP TABLE IF EXISTS replay_named")
 
 
-def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, window_days: int) -> World:
+def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, window_days: int) -> RecordedWorld:
     """read_world's world, once the named runs are in the temp table replay_named."""
     def run(sql: str, params: dict):
         return con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql})
@@ -164,7 +165,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
         "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
         {**p, "stay_from": stay_from}).fetchall()}
 
-    holds: list[Hold] = [
+    holdings: list[BackgroundHolding] = [
         {"start": r[5] or _FAR_PAST, "release": r[7],
          "reservation": {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
                          "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
@@ -181,7 +182,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     snapshots: dict = {}
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
-    return {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
+    return {"holdings": holdings, "ends": ends, "runs": runs, "snapshots": snapshots,
             "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS,
             "pools": pool_sizes(con), "windows": read_windows(con, start)}
 

@@ -93,8 +93,9 @@ class PoolDay(TypedDict):
     free_gpus: int
 
 
-class Holding(TypedDict):
-    """A reservation in the plan: held in the ledger (planned False) or started by the plan."""
+class PlanHolding(TypedDict):
+    """A holding of the plan: a reservation held in the ledger (planned False) or started by the plan,
+    from `start` until `end` (None: no known end)."""
     run_id: str
     team: str
     kind: str
@@ -114,6 +115,6 @@ class Plan(TypedDict):
     queue: list[QueueRow]
     calendar: list[DayRow]
     pools: list[PoolDay]
-    holdings: list[Holding]
+    holdings: list[PlanHolding]
     decisions: int                   # decide calls the plan made
     expired: NotRequired[dict]       # added by the ledger side: requests that waited past their age

@@ -40,7 +40,8 @@ from lib.gate.admission import decide
 from lib.gate.capacity import WAIT_CURES, fit_for_reasons, pool_room
 from lib.gate.contracts import Decision, State
 from lib.gate.terms import CAPACITIES, next_month_start
-from lib.planning.plan.data import SERVE_ORDER, DayRow, Holding, Plan, PlanInputs, PoolDay, QueueRow, WaitingRequest
+from lib.planning.plan.data import (SERVE_ORDER, DayRow, Plan, PlanHolding, PlanInputs, PoolDay, QueueRow,
+                                    WaitingRequest)
 from lib.planning.plan.world import PlanWorld
 
 AHEAD_SHOWN = 20        # run IDs listed in a queue row's `ahead` (all are counted)
@@ -204,7 +205,7 @@ def free_gpus(world: PlanWorld, team: str, kind: str, capacity: str | None, t: d
     (a run short enough to end before any of the scheduler's windows begins): room under the team's
     quota (and, for experiments, its retraining set-aside) and in the pool, never below 0."""
     policy = world.inputs["policies"][team]
-    held = world.teams.held(team, t)
+    held = world.team_holdings.held(team, t)
     in_use = sum(r["gpus"] for r in held)
     in_use_retraining = sum(r["gpus"] for r in held if r["kind"] == "retraining")
     reserved, set_aside = policy["reserved_gpus"], policy["retraining_reserved_gpus"]
@@ -226,7 +227,7 @@ def day_rows(world: PlanWorld, t: datetime) -> list[DayRow]:
     rows: list[DayRow] = []
     capacities = list(CAPACITIES) if world.pool_sizes else [None]
     for team, policy in sorted(world.inputs["policies"].items()):
-        committed = sum(r["gpus"] for r in world.teams.held(team, t))
+        committed = sum(r["gpus"] for r in world.team_holdings.held(team, t))
         for capacity in capacities:
             pool = world.pool_sizes.get(capacity)
             windows = None
@@ -240,7 +241,7 @@ def day_rows(world: PlanWorld, t: datetime) -> list[DayRow]:
                          "free_gpus": free_gpus(world, team, "production", capacity, t),
                          "retraining_free_gpus": free_gpus(world, team, "retraining", capacity, t),
                          "pool_gpus": pool,
-                         "pool_held_gpus": (sum(r["gpus"] for r in world.pools.held(capacity, t))
+                         "pool_held_gpus": (sum(r["gpus"] for r in world.pool_holdings.held(capacity, t))
                                             if pool is not None else None),
                          "window_gpus": windows})
     return rows
@@ -250,7 +251,7 @@ def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
     quotas = sum(p["reserved_gpus"] for p in world.inputs["policies"].values())
     rows: list[PoolDay] = []
     for name, gpus in sorted(world.pool_sizes.items()):
-        held = sum(r["gpus"] for r in world.pools.held(name, t))
+        held = sum(r["gpus"] for r in world.pool_holdings.held(name, t))
         windows = sum(w["gpus"] for w in world.inputs["windows"] if w["start"] <= t < w["end"]
                       and w["pool"] in (None, name))
         rows.append({"date": t.date(), "pool": name, "gpus": gpus, "quotas_gpus": quotas, "held_gpus": held,
@@ -258,14 +259,14 @@ def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
     return rows
 
 
-def plan_holdings(inputs: PlanInputs, until: datetime) -> list[Holding]:
+def plan_holdings(inputs: PlanInputs, until: datetime) -> list[PlanHolding]:
     """Every reservation of the plan up to `until`: those the ledger holds at as_of and those the plan
     starts before `until` (for the budget burn-down's committed spend)."""
     return _holdings(inputs, world_at(inputs, until))
 
 
-def _holdings(inputs: PlanInputs, world: PlanWorld) -> list[Holding]:
-    held: list[Holding] = [
+def _holdings(inputs: PlanInputs, world: PlanWorld) -> list[PlanHolding]:
+    held: list[PlanHolding] = [
         {"run_id": r.get("run_id") or "", "team": r["team"], "kind": r["kind"], "capacity": r.get("capacity"),
          "gpus": r["gpus"], "start": r.get("reserved_from"), "end": r["reserved_until"],
          "gpu_hours": r["reserved_gpu_hours"], "planned": False} for r in inputs["held"]]

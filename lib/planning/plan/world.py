@@ -13,33 +13,35 @@ from lib.gate.capacity import holdings_timeline, pool_counted, span_end
 from lib.gate.contracts import Decision, Reservation, State
 from lib.gate.terms import month_start
 from lib.planning.holdings import Holdings
-from lib.planning.plan.data import Holding, PlanInputs, WaitingRequest
+from lib.planning.plan.data import PlanHolding, PlanInputs, WaitingRequest
 
 
 class PlanWorld:
-    """The world at the plan's current time: the reservations held per team and per pool (those of the
-    ledger, and those the plan started), the spend per team and month, and everything fixed at as_of.
-    Time only moves forward (`advance`)."""
+    """The plan's world at its current time, built from the inputs: the reservations held per team and
+    per pool (those of the ledger, and those the plan started), the spend per team and month, and
+    everything fixed at as_of. Time only moves forward (`advance`)."""
 
     def __init__(self, inputs: PlanInputs):
         self.inputs = inputs
         self.now = inputs["as_of"]
         self.pool_sizes = dict(inputs["pools"])
-        self.teams, self.pools = Holdings(), Holdings()
-        self.ledger_teams, self.ledger_pools = Holdings(), Holdings()   # the ledger's alone: what check sees
+        self.team_holdings, self.pool_holdings = Holdings(), Holdings()
+        # the ledger's alone: what check sees
+        self.ledger_team_holdings, self.ledger_pool_holdings = Holdings(), Holdings()
         self.releases: list = []
         self.spent: Counter = Counter(inputs["spent"])
-        self.started: dict[str, Holding] = {}
-        self.started_in: dict = {}   # team, or ("pool", name) -> the Holdings the plan started there
+        self.started: dict[str, PlanHolding] = {}
+        self.started_in: dict = {}   # team, or ("pool", name) -> the holdings the plan started there
         self._snapshots: dict = {}
-        self._timelines: dict = {}   # (pool, team for retraining) -> (time, holds, the counted timeline then)
+        self._timelines: dict = {}   # (pool, team for retraining) -> (time, holders added, the counted timeline then)
         self._started_held: dict = {}
         for r in inputs["held"]:
             self._hold(r, ledger=True)
 
     def _hold(self, r: Reservation, *, ledger: bool) -> None:
         release, pool = r["reserved_until"], r.get("capacity")
-        for teams, pools in ((self.teams, self.pools), (self.ledger_teams, self.ledger_pools))[:2 if ledger else 1]:
+        for teams, pools in ((self.team_holdings, self.pool_holdings),
+                             (self.ledger_team_holdings, self.ledger_pool_holdings))[:2 if ledger else 1]:
             teams.hold(r["team"], release, r)
             if pool in self.pool_sizes:
                 pools.hold(pool, release, r)
@@ -55,7 +57,8 @@ class PlanWorld:
 
     def state(self, team: str | None, kind: str | None, t: datetime, *, ledger_only: bool = False) -> State:
         """The state `decide` takes for a `kind` request of `team` at t (>= the last advance)."""
-        teams, pools = (self.ledger_teams, self.ledger_pools) if ledger_only else (self.teams, self.pools)
+        teams, pools = ((self.ledger_team_holdings, self.ledger_pool_holdings) if ledger_only
+                        else (self.team_holdings, self.pool_holdings))
         snaps = self._snapshots.get(team)
         if snaps is None:
             snaps = self._snapshots[team] = (self.inputs["snapshots"].get(None, set())
@@ -74,13 +77,13 @@ class PlanWorld:
         if not ledger_only:   # one timeline for every request decided at t, until the plan starts another
             key = (name, team if kind == "retraining" else None)   # retraining leaves out its team's experiments
             cached = self._timelines.get(key)
-            if cached is None or cached[:2] != (t, pools.holds.get(name, 0)):
-                cached = self._timelines[key] = (t, pools.holds.get(name, 0),
+            if cached is None or cached[:2] != (t, pools.added.get(name, 0)):
+                cached = self._timelines[key] = (t, pools.added.get(name, 0),
                                                  holdings_timeline(t, pool_counted(pool, team, kind)))
             pool["timeline"] = cached[2]
         return pool
 
-    def start(self, w: WaitingRequest, decision: Decision, t: datetime) -> Holding:
+    def start(self, w: WaitingRequest, decision: Decision, t: datetime) -> PlanHolding:
         """The admitted request holds from t for the decision's wall hours (as an admit is booked)."""
         req = w["request"]
         wall = (decision["estimate"] or {}).get("wall_hours")
@@ -89,8 +92,9 @@ class PlanWorld:
                           "reserved_gpu_hours": float(decision["reserved_gpu_hours"]), "reserved_from": t,
                           "reserved_until": end, "capacity": req["capacity"]}
         self._hold(r, ledger=False)
-        held: Holding = {"run_id": w["run_id"], "team": req["team"], "kind": req["kind"], "capacity": req["capacity"],
-                         "gpus": r["gpus"], "start": t, "end": end, "gpu_hours": r["reserved_gpu_hours"], "planned": True}
+        held: PlanHolding = {"run_id": w["run_id"], "team": req["team"], "kind": req["kind"],
+                             "capacity": req["capacity"], "gpus": r["gpus"], "start": t, "end": end,
+                             "gpu_hours": r["reserved_gpu_hours"], "planned": True}
         self.started[w["run_id"]] = held
         for key in (req["team"], ("pool", req["capacity"])):
             self.started_in.setdefault(key, []).append(held)

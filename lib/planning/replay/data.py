@@ -47,8 +47,9 @@ class RunRecord(TypedDict):
     capacity: NotRequired[str]               # the capacity type (pool) it holds in; default stable
 
 
-class Hold(TypedDict):
-    """A background reservation: holds `reservation` over [start, release) (release None: never)."""
+class BackgroundHolding(TypedDict):
+    """A background reservation (one the window's requests do not control): holds `reservation` over
+    [start, release) (release None: never)."""
     start: datetime
     release: datetime | None
     reservation: Reservation
@@ -60,9 +61,10 @@ class Hold(TypedDict):
 End = tuple
 
 
-class World(TypedDict):
-    """Everything the replay needs besides the requests and the policies."""
-    holds: list[Hold]
+class RecordedWorld(TypedDict):
+    """The recorded world: everything the replay needs besides the requests and the policies, as
+    recorded (lib.planning.replay.world.ReplayWorld moves through it, the replayed outcomes swapped in)."""
+    holdings: list[BackgroundHolding]   # in start order
     ends: list[End]
     runs: dict[str, RunRecord]
     snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
@@ -76,7 +78,7 @@ class ReplayWindow(NamedTuple):
     """A replay's window read once (lib.ledger.replay.read_window), for the replays made over it: the
     proposals, and each pool size or quota cut of a search (lib.planning.replay.search, .rightsizing)."""
     requests: list[RecordedRequest]   # the window's recorded decisions, in time order
-    world: World                      # what they were decided in
+    world: RecordedWorld              # what they were decided in
     policies: dict[str, Policy]       # team -> its policy in the ledger (the baseline)
     span: dict                        # {"from": start, "to": end}: the window is [start, end)
 

@@ -66,11 +66,11 @@ from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
 from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.data import RecordedRequest, RecordedWorld, Refresh, ReplayResult
 from lib.planning.replay.kept import KeptPasses
-from lib.planning.replay.resume import Mark, PassMarks, copy_tallies
 from lib.planning.replay.report import count_decision, merged_tally, replay_result, tally_summary, team_tally
-from lib.planning.replay.world import Setting, WorldState
-from lib.planning.replay.data import RecordedRequest, Refresh, ReplayResult, World
+from lib.planning.replay.resume import Mark, PassMarks, copy_tallies
+from lib.planning.replay.world import ReplayWorld, Setting
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
 NOT_SENT = "a retry of a run the replay admitted at an earlier request (not sent)"
@@ -152,7 +152,7 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
 
 
 @collector_paused()
-def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
+def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: RecordedWorld, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
            window_days: int = DEFAULT_WINDOW_DAYS, progress=None, baseline: dict[str, Policy] | None = None,
@@ -229,7 +229,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     parsed, checks = _parsed(requests, shared)
     if start is None:
         first, tallies, outcomes = 0, {}, []
-        ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
+        ws = ReplayWorld(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
                         setting=setting, shared=shared, kept=kept)
         retries = _Retries(requests[-1]["decided_at"] if requests else None, need)
     else:
@@ -328,7 +328,7 @@ class _Retries:
             heapq.heappush(self.due, (at, self.seq, item, tries + 1))
             self.seq += 1
 
-    def send(self, now, ws: WorldState, policies, levels, tallies) -> None:
+    def send(self, now, ws: ReplayWorld, policies, levels, tallies) -> None:
         """Decide every retry due by `now`, each at its own time and in the world as it stands then."""
         while self.due and self.due[0][0] <= now:
             at, _, (request, checked, run), tries = heapq.heappop(self.due)
@@ -354,7 +354,7 @@ class _Retries:
             count_decision(tally, decision["state"], codes, decision["reserved_gpu_hours"], actual)
 
 
-def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, request) -> None:
+def _recorded_step(req, now, policies, runs, ws: ReplayWorld, tallies, outcomes, skip, request) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
     did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON
     (`request`, parsed; None for the others)."""
@@ -410,7 +410,7 @@ class PoolNeed:
 
 
 @collector_paused()
-def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
+def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: RecordedWorld, *,
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
                     window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from lib.planning.replay.world import WorldState
+    from lib.planning.replay.world import ReplayWorld
 
 MARK_EVERY = 0.04   # a mark every 4 % of the window's requests (about 5 MB each at 150,000 requests)
 
@@ -26,7 +26,7 @@ def copy_tallies(tallies: dict) -> dict:
 
 class Mark(NamedTuple):
     step: int           # the request the pass goes on with
-    world: WorldState   # before that request's step
+    world: ReplayWorld   # before that request's step
     tallies: dict
     outcomes: list
     retries: object     # lib.planning.replay.passes's retries due (its _Retries)
