@@ -1,5 +1,6 @@
-"""Planning: pure computations over plain data that the gate's decision (lib.gate) feeds; imports only
-lib.gate and lib.planning (the ledger reads their inputs, and the dashboard shows their results).
+"""Planning: pure computations over plain data, on top of the gate's decision (lib.gate). Imports only
+lib.gate and lib.planning: the ledger reads their inputs, the dashboard and the command line show
+their results.
 
 - `replay/` (a package): policy replay, a past window's requests decided again under proposed policies or pools.
 - `plan/` (a package): the forward plan, the waiting requests decided again from now on, in serve order.
