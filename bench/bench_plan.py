@@ -1,4 +1,4 @@
-"""Forward plan speed: a queue of waiting requests planned through `decide` (lib.planning.forward_plan), and
+"""Forward plan speed: a queue of waiting requests planned through `decide` (lib.planning.plan.forward), and
 `python -m lib plan` on a demo ledger.
 
     python bench/bench_plan.py [--requests 1000 5000 20000] [--db LEDGER ...] [--repeat 3]
@@ -33,7 +33,7 @@ from lib.gate.calibration import calibrate  # noqa: E402
 from lib.gate.capacity import fit_for_reasons  # noqa: E402
 from lib.gate.terms import KINDS, month_start  # noqa: E402
 from lib.ledger.teams_file import load_teams_file  # noqa: E402
-from lib.planning.forward_plan import forward_plan  # noqa: E402
+from lib.planning.plan.forward import forward_plan  # noqa: E402
 
 NOW = datetime(2026, 12, 15, 12, 0)
 QUEUE_TARGET_S, LEDGER_TARGET_S = 5.0, 2.0

@@ -19,7 +19,7 @@ a changed pool over 4 weeks of the 1,000,000-run demo < 5 s; the smallest-pool s
 The changed pool is timed three ways, each in its own process: without the kept passes (every pass
 run), cold (keep=True, the kept file beside the ledger removed first: every pass run and kept), and
 with the kept passes (keep=True again: a window replayed before runs only the proposal's pass;
-lib.planning.replay_kept). The kept file is bench/out/replay_demo_1m.duckdb.replay-passes.json.
+lib.planning.replay.kept). The kept file is bench/out/replay_demo_1m.duckdb.replay-passes.json.
 
 `--phases ROUNDS` splits the next what-if (the changed pool, kept passes) into its parts, timed by the
 progress the replay reports in one process: reading the window, digesting it and reading the kept file,
@@ -55,8 +55,8 @@ POOL_CHANGE = 0.75        # the changed pool: this share of every quota together
 SEARCH_SLACK = 0.005      # the search's target: the deferral share with every quota's worth of accelerators, + this
 COMPILED = ("lib/gate/admission.py", "lib/gate/calibration.py", "lib/gate/capacity.py", "lib/gate/estimate.py",
             "lib/gate/reasons.py", "lib/gate/request.py", "lib/gate/stopping.py", "lib/gate/terms.py",
-            "lib/planning/holdings.py", "lib/planning/replay.py", "lib/planning/replay_history.py",
-            "lib/planning/replay_report.py", "lib/planning/replay_state.py")
+            "lib/planning/holdings.py", "lib/planning/replay/passes.py", "lib/planning/replay/history.py",
+            "lib/planning/replay/report.py", "lib/planning/replay/world.py")
 
 
 def ledger_for(runs: int, out: Path) -> Path:
@@ -105,22 +105,24 @@ def one_case(path: Path, requests: int | None) -> dict:
 def what_if_case(path: Path, case: str) -> dict:
     """A 4-week window up to the last decision, in this process: "pool", one replay with the stable pool
     at POOL_CHANGE of the quotas (its baseline beside it); "search", the smallest stable pool meeting
-    a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.dashboard.replay_view.smallest_pool;
+    a deferral share SEARCH_SLACK above the one at the search's ceiling (lib.planning.replay.search.smallest_pool;
     that first replay is not timed). A case ending in "-collecting" runs as the case before it with the
-    cyclic garbage collector left running (gc.disable made a no-op, so lib.planning.collector pauses
+    cyclic garbage collector left running (gc.disable made a no-op, so lib.planning.replay.collector pauses
     nothing): the code as it was before that pause, in the same run."""
     if case.endswith("-collecting"):
         import gc
         gc.disable = lambda: None
         case = case.removesuffix("-collecting")
-    from lib.dashboard.replay_view import pool_rows, search_ceiling, sizes_beside, smallest_pool
-    from lib.planning.replay import replay_proposal
+    from lib.dashboard.replay_view import pool_rows
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import search_ceiling, sizes_beside, smallest_pool
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
     end, quotas = window_end(path)
     if case.startswith("search"):
         data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
-        top = search_ceiling(data[2], data[1].get("pools", {}), "stable")
-        share = replay_proposal(data[0], data[2], data[1], pools={"stable": top})["overall"]["deferral_share"]
+        top = search_ceiling(data.policies, data.world.get("pools", {}), "stable")
+        share = replay_proposal(data.requests, data.policies, data.world,
+                                pools={"stable": top})["overall"]["deferral_share"]
         target = {"measure": "deferral_share", "limit": share + SEARCH_SLACK}
     if case == "pool-cold":
         kept_file(path).unlink(missing_ok=True)
@@ -145,7 +147,7 @@ def what_if_case(path: Path, case: str) -> dict:
         pool_rows(sizes, sizes_beside(found))
         detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}: "
                   f"{searched:.1f} s, {replays} replays; around +{sizes.replays - replays}")
-        requests = len(data[0])
+        requests = len(data.requests)
     return {"requests": requests, "seconds": time.perf_counter() - t, "cpu": time.process_time() - cpu,
             "peak_mb": peak_rss_mb(), "detail": detail}
 
@@ -195,16 +197,17 @@ def pass_case(path: Path, rounds: int, lib_root: Path) -> dict:
     run (JSON parsed, requests validated, calibrations fitted) and `rounds` more with all that done."""
     sys.path.insert(0, str(lib_root))
     from lib.ledger.replay import DEFAULT_WINDOW, read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
     end, quotas = window_end(path)
-    requests, world, policies, _ = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+    data = read_window(path, start=end - DEFAULT_WINDOW, end=end)
+    requests, world, policies = data.requests, data.world, data.policies
     fitted: dict = {}
     seconds = []
     for _ in range(rounds + 1):
         t = time.perf_counter()
         replay_proposal(requests, policies, world, pools={"stable": int(quotas * POOL_CHANGE)}, fitted=fitted)
         seconds.append(time.perf_counter() - t)
-    import lib.planning.replay as engine
+    import lib.planning.replay.passes as engine
     return {"requests": len(requests), "first": seconds[0], "again": seconds[1:],
             "compiled": not engine.__file__.endswith(".py")}
 
@@ -263,7 +266,7 @@ def compare_compiled(path: Path, rounds: int) -> None:
 
 
 def compare_collector(path: Path, rounds: int, skip_search: bool) -> None:
-    """The kept what-ifs with the collector running (as before lib.planning.collector) and paused,
+    """The kept what-ifs with the collector running (as before lib.planning.replay.collector) and paused,
     alternated in one run, each in its own process: seconds side by side and their ratio."""
     print(f"{'case':<12}{'round':>6}{'collecting s':>14}{'paused s':>10}{'ratio':>7}{'peak MB':>15}")
     for case in ("pool-kept",) + (() if skip_search else ("search-kept",)):

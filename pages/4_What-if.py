@@ -2,7 +2,7 @@
 start time, without submitting it.
 
 The form calls lib.ledger.deciding.check_request — exactly what `python -m lib check` calls (with a start
-time, lib.ledger.plan_ledger.check_request_at, what `check --as-of` calls) — and shows the
+time, lib.ledger.plan.check_request_at, what `check --as-of` calls) — and shows the
 decision, every reason with its fix, the raw and calibrated estimate, and the request JSON ready
 for `python -m lib submit`. The result stays on screen until the inputs change.
 """
@@ -15,7 +15,7 @@ from lib.gate.access import may
 from lib.gate.request import EARLY_STOP_MODES
 from lib.gate.terms import CAPACITIES, KINDS, InputError
 from lib.ledger.deciding import check_request
-from lib.ledger.plan_ledger import check_request_at
+from lib.ledger.plan import check_request_at
 
 ui.frame()
 grant = ui.require("what-if")   # planners for any team, members for their own teams

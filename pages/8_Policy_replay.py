@@ -18,7 +18,9 @@ from lib.gate.terms import CAPACITIES
 from lib.ledger.replay import held_p90, kept_file, ledger_teams_file, read_window, replay_ledger
 from lib.ledger.teams_file import TeamsFileError
 from lib.ledger.teams_proposal import proposal_file, propose
-from lib.planning.replay_report import team_table
+from lib.planning.replay.report import team_table
+from lib.planning.replay.rightsizing import right_sizing
+from lib.planning.replay.search import sizes_beside, smallest_pool
 
 f = ui.frame()
 grant = ui.require("policy")   # planners only; and never on an app that listens beyond loopback unsigned
@@ -211,11 +213,11 @@ def search_pool(bounds) -> None:
     with st.status("Searching for the smallest pool…", expanded=True) as status:
         bar = st.progress(0.0, text="reading the ledger")
         with ui.ledger_errors():
-            data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
-            found = replay_view.smallest_pool(data, capacity, target, progress=ui.import_progress(bar),
-                                              kept=kept_file(ui.db_path()))
-            sizes = replay_view.sizes_beside(found)
-            today = data[1].get("pools", {}).get(capacity)
+            window = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
+            found = smallest_pool(window, capacity, target, progress=ui.import_progress(bar),
+                                  kept=kept_file(ui.db_path()))
+            sizes = sizes_beside(found)
+            today = window.world.get("pools", {}).get(capacity)
             bar.progress(1.0, text="the sizes around it (replaying any the search did not)")
             rows = replay_view.pool_rows(found["sizes"], sorted(set(sizes + ([today] if today is not None else []))))
             tried = replay_view.pool_rows(found["sizes"], sorted(found["tried"]))
@@ -294,9 +296,10 @@ def recommend_cuts(bounds) -> None:
     with st.status("Replaying each team's cut…", expanded=True) as status:
         bar = st.progress(0.0, text="reading the ledger")
         with ui.ledger_errors():
-            data = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
+            window = read_window(ui.db_path(), start=bounds[0], end=bounds[1])
             held = held_p90(ui.db_path(), start=bounds[0], end=bounds[1])
-            sizing = replay_view.right_sizing(data, held, progress=ui.import_progress(bar), kept=kept_file(ui.db_path()))
+            sizing = replay_view.sizing_tables(right_sizing(window, held, progress=ui.import_progress(bar),
+                                                            kept=kept_file(ui.db_path())))
         status.update(label=f"Replayed {len(sizing['edits']):,} cut(s) against the baseline", state="complete",
                       expanded=False)
     proposed = propose(policies, sizing["edits"])

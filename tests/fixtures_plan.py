@@ -1,4 +1,4 @@
-"""Builders for the forward-plan tests: plan inputs as plain data (lib.planning.plan_world), at the suite's
+"""Builders for the forward-plan tests: plan inputs as plain data (lib.planning.plan.data), at the suite's
 one clock NOW, for the one test team `vision` of tests/fixtures_gate.py (16 accelerators, 4 set aside
 for retraining, 8 per job, 5000 GPU-h a month)."""
 from __future__ import annotations

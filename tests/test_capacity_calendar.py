@@ -13,7 +13,7 @@ from lib.dashboard.filters import Filters
 from lib.gate.capacity import held_at, holdings_timeline
 from lib.ledger.connection import open_ledger
 from lib.ledger.state import held_reservations, team_state
-from lib.planning.forward_plan import forward_plan
+from lib.planning.plan.forward import forward_plan
 from tests.fixtures_app import TEAMS, fill_ledger
 from tests.fixtures_gate import NOW, policy
 from tests.fixtures_plan import held, plan_inputs

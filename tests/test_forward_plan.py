@@ -1,4 +1,4 @@
-"""The forward plan's rules (lib.planning.forward_plan), on plain data: waiting requests served in order
+"""The forward plan's rules (lib.planning.plan.forward), on plain data: waiting requests served in order
 (retraining first, then the longest wait) through `decide`, each seeing what the plan started before
 it; a deferred request tried again when its reasons can be cured, never two in the same free
 accelerators; budgets reset with the month; expiry; and a calendar whose free count is what the gate
@@ -12,7 +12,7 @@ import pytest
 from lib.gate.admission import decide
 from lib.gate.capacity import pool_room
 from lib.gate.terms import next_month_start
-from lib.planning.forward_plan import forward_plan, world_at
+from lib.planning.plan.forward import forward_plan, world_at
 from tests.fixtures_gate import NOW, policy
 from tests.fixtures_plan import H, held, plan_inputs, waiting
 

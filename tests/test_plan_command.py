@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from lib.ledger.deciding import check_request
-from lib.ledger.plan_ledger import check_request_at, plan_ledger
+from lib.ledger.plan import check_request_at, plan_ledger
 from tests.fixtures_ledger import query, run_cli, write_json
 from tests.fixtures_plan import H, build_queue_ledger, queue_request
 

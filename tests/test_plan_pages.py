@@ -11,7 +11,7 @@ import pytest
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.deciding import check_request
-from lib.ledger.plan_ledger import check_request_at
+from lib.ledger.plan import check_request_at
 from tests.fixtures_app import insert_teams, open_app
 from tests.test_app_pages import fill_what_if
 from tests.test_queue import book, defer

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from lib.ledger.replay import kept_file, ledger_teams_file, replay_ledger
-from lib.planning.replay import NOT_SENT
+from lib.planning.replay.passes import NOT_SENT
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
 from lib.ledger.teams_proposal import propose, teams_text
 from tests.fixtures_app import fill_ledger
@@ -253,9 +253,9 @@ def test_an_unchanged_proposal_is_replayed_once_and_shows_no_effect(submitted_le
 def test_the_page_finds_the_smallest_pool_meeting_a_target(pooled_submitted_ledger, monkeypatch, fresh_caches):
     """The N the page finds meets the target and N - 1 does not, each checked by replaying the window
     (more accelerators need not lower the deferral share everywhere: more admits spend budgets sooner)."""
-    from lib.dashboard.replay_view import meets
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import meets
     db, first, last = pooled_submitted_ledger
     start, end = first.replace(hour=0, minute=0, second=0, microsecond=0), last.replace(
         hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
@@ -316,9 +316,9 @@ def test_a_pass_whose_pool_never_ran_short_replays_the_same_down_to_its_need(poo
     """The search's shortcut: with every quota's worth of stable accelerators the pool never lacks room,
     and a pool of exactly the most any request needed decides everything the same, waits included.
     One accelerator fewer runs short. The search answers as a plain scan over every size would."""
-    from lib.dashboard.replay_view import meets, search_ceiling, smallest_pool
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import meets, search_ceiling, smallest_pool
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     requests, world, policies, _ = data
@@ -344,9 +344,9 @@ def test_the_search_reuses_kept_calibrations_and_answers_the_same(pooled_submitt
     """With the file beside the ledger, a search keeps the calibrations it fits; a later search of the
     same window (another process would read the same file) fits none and answers the same, size for
     size, as a search without the file."""
-    import lib.planning.replay_history as history
-    from lib.dashboard.replay_view import smallest_pool
+    import lib.planning.replay.history as history
     from lib.ledger.replay import read_window
+    from lib.planning.replay.search import smallest_pool
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     target = {"measure": "deferral_share", "limit": 0.5}
@@ -367,18 +367,20 @@ def test_the_search_reuses_kept_calibrations_and_answers_the_same(pooled_submitt
 def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(pooled_submitted_ledger):
     """The rows around the size found: a size at or above the most any request needed in a pass whose
     pool never ran short decides as that pass, so it is shown from it, replaying nothing."""
-    from lib.dashboard.replay_view import PoolSizes, pool_rows, search_ceiling
+    from lib.dashboard.replay_view import pool_rows
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import PoolSizes, search_ceiling
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     sizes = PoolSizes(data, "stable")
-    ceiling = search_ceiling(data[2], data[1].get("pools", {}), "stable")
+    ceiling = search_ceiling(data.policies, data.world.get("pools", {}), "stable")
     need = sizes.at(ceiling)["pool_need"]
     assert need is not None and need < ceiling and sizes.replays == 1
     rows = pool_rows(sizes, [need, need + 1, ceiling + 5])
     assert sizes.replays == 1 and set(rows["pool_gpus"]) == {need, need + 1, ceiling + 5}
-    replayed = replay_proposal(data[0], data[2], data[1], pools={"stable": ceiling + 5}, need_of="stable")
+    replayed = replay_proposal(data.requests, data.policies, data.world, pools={"stable": ceiling + 5},
+                               need_of="stable")
     assert sizes.at(ceiling + 5)["overall"] == replayed["overall"]
     pool_rows(sizes, [need - 1])
     assert sizes.replays == 2 and sizes.at(need - 1)["pool_need"] is None
@@ -388,9 +390,9 @@ def test_a_smaller_pool_goes_on_from_a_never_short_pass_and_replays_the_same(poo
     """The search's later sizes start from the never-short pass's last mark before their first request
     that needs more of the pool than they have: every size, from the one that runs short at once to
     the need, gives exactly what a pass from the window's start gives."""
-    from lib.dashboard.replay_view import PoolSizes, search_ceiling
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import PoolSizes, search_ceiling
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
     requests, world, policies, _ = data
@@ -405,7 +407,7 @@ def test_a_smaller_pool_goes_on_from_a_never_short_pass_and_replays_the_same(poo
 
 
 def test_the_sizes_beside_the_answer_are_steps_of_a_tenth_within_zero_and_the_ceiling():
-    from lib.dashboard.replay_view import around
+    from lib.planning.replay.search import around
     assert around(363, 448) == [291, 327, 363, 399, 435]
     assert around(100, 100) == [80, 90, 100]       # nothing above the ceiling
     assert around(1, 448) == [0, 1, 2, 3]           # nothing below zero; a step is at least one
@@ -414,7 +416,7 @@ def test_the_sizes_beside_the_answer_are_steps_of_a_tenth_within_zero_and_the_ce
 def test_a_size_known_within_a_step_stands_in_for_a_step_on_its_side():
     """The 1 M-run demo's search (N = 363 of at most 448; its never-short pass needed 404): every row
     beside the answer is a size the search already knows, so none costs a replay."""
-    from lib.dashboard.replay_view import around
+    from lib.planning.replay.search import around
     tried = {448, 201, 302, 353, 378, 365, 359, 362, 363}
     assert around(363, 448, tried, 404) == [302, 353, 363, 404, 435]
     assert around(363, 448, {250}) == [291, 327, 363, 399, 435]        # more than a step away
@@ -426,13 +428,15 @@ def test_a_size_known_within_a_step_stands_in_for_a_step_on_its_side():
 def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known(pooled_submitted_ledger):
     """pool_rows replays a size shown beside the answer only when the search did not know it, and each
     one shown lies within a step of a step of about a tenth, on its side."""
-    from lib.dashboard.replay_view import around, pool_rows, search_ceiling, sizes_beside, smallest_pool
+    from lib.dashboard.replay_view import pool_rows
     from lib.ledger.replay import read_window
-    from lib.planning.replay import replay_proposal
+    from lib.planning.replay.passes import replay_proposal
+    from lib.planning.replay.search import around, search_ceiling, sizes_beside, smallest_pool
     db, first, last = pooled_submitted_ledger
     data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
-    ceiling = search_ceiling(data[2], data[1].get("pools", {}), "stable")
-    share = replay_proposal(data[0], data[2], data[1], pools={"stable": ceiling})["overall"]["deferral_share"]
+    ceiling = search_ceiling(data.policies, data.world.get("pools", {}), "stable")
+    share = replay_proposal(data.requests, data.policies, data.world,
+                            pools={"stable": ceiling})["overall"]["deferral_share"]
     found = smallest_pool(data, "stable", {"measure": "deferral_share", "limit": share})
     n, sizes = found["found"], found["sizes"]
     assert n is not None and n > 0

@@ -14,8 +14,8 @@ import pytest
 
 from lib.ledger.replay import replay_ledger
 from lib.ledger.teams_file import parse_teams
-from lib.planning.replay import NOT_SENT
-from lib.planning.replay_report import wait_measures
+from lib.planning.replay.passes import NOT_SENT
+from lib.planning.replay.report import wait_measures
 from tests.fixtures_ledger import query, run_cli
 from tests.fixtures_replay import POOLED_STABLE_GPUS, POOLED_TEAMS, REPLAY_TEAMS
 
@@ -178,15 +178,16 @@ def test_the_p90_held_is_the_hourly_samples_90th_percentile(submitted_ledger):
 
 
 def test_each_quota_cut_is_proved_by_the_replay_of_that_cut_alone(submitted_ledger):
-    from lib.dashboard.replay_view import right_sizing
+    from lib.dashboard.replay_view import sizing_tables
     from lib.ledger.replay import held_p90, read_window
+    from lib.planning.replay.rightsizing import right_sizing
     db, first, last = submitted_ledger
     w = window(first, last)
     data = read_window(db, **w)
     held = held_p90(db, **w)
-    sizing = right_sizing(data, held)
+    sizing = sizing_tables(right_sizing(data, held))
     rows = sizing["rows"].set_index("team")
-    policies = data[2]
+    policies = data.policies
     for team, p in policies.items():
         keep = max(held[team], p["retraining_reserved_gpus"])
         assert rows.loc[team, "give_back_gpus"] == max(0, p["reserved_gpus"] - keep)

@@ -1,4 +1,4 @@
-"""A replay pauses CPython's cyclic garbage collector (lib.planning.collector): the collector is off
+"""A replay pauses CPython's cyclic garbage collector (lib.planning.replay.collector): the collector is off
 while the window is read and its passes run, on again after (also after a failure, and after
 overlapping replays in other threads), and a replay leaves next to no cyclic garbage behind, which
 is what makes the pause safe. Ledgers are made by real `submit` and `finish` calls."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from lib.ledger.replay import read_window, replay_ledger, replay_read
-from lib.planning.collector import collector_paused
-from lib.planning.replay import replay_proposal
+from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.passes import replay_proposal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ LEFT_BEHIND = """
 import gc, json, sys
 from datetime import datetime
 from lib.ledger.replay import replay_ledger
-from lib.planning.collector import collector_paused
+from lib.planning.replay.collector import collector_paused
 start, end = datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3])
 replay_ledger(sys.argv[1], start=start, end=end)   # the imports and first-use caches made
 gc.collect()
@@ -129,14 +129,14 @@ def test_the_window_read_and_a_search_pass_pause_it_too(pooled_submitted_ledger,
         seen.append(("read", gc.isenabled()))
         return real(*args, **kw)
     monkeypatch.setattr(ledger_replay, "read_world", read_world)
-    requests, world, current, window = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
+    data = read_window(db, start=first - timedelta(hours=1), end=last + timedelta(hours=1))
 
     def progress(fraction, message):
         seen.append(("pass", gc.isenabled()))
-    replay_proposal(requests, current, world, pools={"stable": 8}, progress=progress)
+    replay_proposal(data.requests, data.policies, data.world, pools={"stable": 8}, progress=progress)
     assert seen and {enabled for _, enabled in seen} == {False}
     assert {what for what, _ in seen} == {"read", "pass"}
     assert gc.isenabled()
     # and a replay of a window already read
-    assert replay_read(requests, world, current, pools={"stable": 8})["requests"] == len(requests)
+    assert replay_read(data, pools={"stable": 8})["requests"] == len(data.requests)
     assert gc.isenabled()

@@ -1,4 +1,4 @@
-"""A replay keeps the passes that do not depend on the proposal beside the ledger (lib.planning.replay_kept,
+"""A replay keeps the passes that do not depend on the proposal beside the ledger (lib.planning.replay.kept,
 `replay_ledger(..., keep=True)`): the result is the same, to the byte, with the store empty, filled, or
 unwritable, and a window replayed before runs only the proposal's pass.
 
@@ -74,26 +74,26 @@ def test_a_proposal_equal_to_the_policy_stays_its_own_baseline_with_a_kept_store
 
 def test_a_changed_window_finds_no_kept_pass(pooled_submitted_ledger, tmp_path):
     db, w = private(pooled_submitted_ledger, tmp_path), window(*pooled_submitted_ledger[1:])
-    requests, world, current, span = read_window(db, **w)
+    data = read_window(db, **w)
     kept = kept_file(db)
-    replay_read(requests, world, current, pools={"stable": 5}, window=span, kept=kept)
+    replay_read(data, pools={"stable": 5}, kept=kept)
     # the same window with a smaller cluster today: the baseline changes, and is not read back stale
-    smaller = {**world, "pools": {"stable": 6}}
-    with_store = replay_read(requests, smaller, current, pools={"stable": 5}, window=span, kept=kept)
-    without = replay_read(requests, smaller, current, pools={"stable": 5}, window=span)
+    smaller = data._replace(world={**data.world, "pools": {"stable": 6}})
+    with_store = replay_read(smaller, pools={"stable": 5}, kept=kept)
+    without = replay_read(smaller, pools={"stable": 5})
     assert as_json(with_store) == as_json(without)
     assert with_store["pools"]["baseline"] == {"stable": 6}
 
 
 def test_an_unwritable_store_computes_as_before(pooled_submitted_ledger, tmp_path):
     db, w = private(pooled_submitted_ledger, tmp_path), window(*pooled_submitted_ledger[1:])
-    requests, world, current, span = read_window(db, **w)
+    data = read_window(db, **w)
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     kept = blocker / "replay.json"          # its folder is a file: nothing can be written there
     for _ in range(2):
-        result = replay_read(requests, world, current, pools={"stable": 4}, window=span, kept=kept)
-        assert as_json(result) == as_json(replay_read(requests, world, current, pools={"stable": 4}, window=span))
+        result = replay_read(data, pools={"stable": 4}, kept=kept)
+        assert as_json(result) == as_json(replay_read(data, pools={"stable": 4}))
     assert not kept.exists()
 
 

@@ -1,4 +1,4 @@
-"""Properties of policy replay (lib.planning.replay) over small replay worlds built as plain data.
+"""Properties of policy replay (lib.planning.replay.passes) over small replay worlds built as plain data.
 
 Monotonic in the limits: when the replayed requests do not interact (each one's reservation window
 has passed before the next, and none ran, so none spends or calibrates), a proposal that only raises
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from hypothesis import given, settings, strategies as st
 
-from lib.planning.replay import NOT_SENT, replay
+from lib.planning.replay.passes import NOT_SENT, replay
 
 T0 = datetime(2026, 6, 3, 9, 0)
 SPACING = timedelta(hours=400)   # longer than any reservation window below (wall <= 60 h x calibration)
@@ -45,7 +45,7 @@ def world(holds=(), history=12, runs=None) -> dict:
                                   "reserved_gpu_hours": 5.0 * gpus, "reserved_from": T0 - timedelta(days=1),
                                   "reserved_until": T0 + timedelta(days=400)}}
                  for i, (kind, gpus) in enumerate(holds)]
-    return {"holds": hold_list, "ends": ends, "runs": runs or {}, "snapshots": {None: {"snap"}}}
+    return {"holdings": hold_list, "ends": ends, "runs": runs or {}, "snapshots": {None: {"snap"}}}
 
 
 def request(i: int, kind: str, gpus: int, mem: float, runtime: float, est: float, budget: float) -> dict:

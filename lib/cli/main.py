@@ -134,7 +134,7 @@ def via_gate_server(args, op: str, request) -> Decision | None:
 def cmd_check(args) -> int:
     # here: they bring numpy (calibration), which finish, teams, export and --help never need
     from lib.ledger.deciding import check_request
-    from lib.ledger.plan_ledger import check_request_at
+    from lib.ledger.plan import check_request_at
     request = read_request(args.request)
     if args.as_of is not None:   # on the plan's state then: the gate server decides for now only
         decision = check_request_at(request, at=args.as_of, db=args.db, now=args.now, timeout_s=args.timeout)

@@ -1,14 +1,14 @@
 """The command line's forward plan: `python -m lib plan` prints the queue as the gate would serve it from
 now on (each waiting request's planned start, what is ahead of it, the codes `check` gives it now), the
 calendar of free accelerators per team, capacity type and day, the pools and the expired requests, as
-one JSON object (lib.ledger.plan_ledger). Reads only."""
+one JSON object (lib.ledger.plan). Reads only."""
 from __future__ import annotations
 
 import argparse
 
 from lib.cli.args import TIME_RANGE, timestamp
 from lib.cli.output import EXIT_OK, dump_json, say
-from lib.planning.plan_world import MAX_PLAN_DAYS as MAX_DAYS
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS
 
 
 def plan_days(text):
@@ -23,7 +23,7 @@ def plan_days(text):
 
 
 def cmd_plan(args) -> int:
-    from lib.ledger.plan_ledger import plan_ledger  # here: it brings numpy (calibration)
+    from lib.ledger.plan import plan_ledger  # here: it brings numpy (calibration)
     plan = plan_ledger(args.db, as_of=args.as_of, days=args.days, timeout_s=args.timeout)
     out = {"as_of": plan["as_of"], "horizon_days": plan["days"], "horizon_end": plan["horizon_end"],
            "serve_order": plan["serve_order"], "queue": plan["queue"], "days": plan["calendar"],

@@ -1,5 +1,5 @@
-"""What waits and what is free ahead, read from the one forward plan (lib.planning.forward_plan over
-lib.ledger.plan_inputs): the queue as the gate would serve it (each waiting request's planned start,
+"""What waits and what is free ahead, read from the one forward plan (lib.planning.plan.forward over
+lib.ledger.plan): the queue as the gate would serve it (each waiting request's planned start,
 what is ahead of it, the reasons `check` gives it now), the capacity calendar (free accelerators per
 team, capacity type and day, for experiments and for scheduled retraining), the pools, the expired
 requests, and every reservation of the plan (the budget burn-down's committed part).
@@ -14,8 +14,8 @@ from lib.dashboard.filters import Filters
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.terms import next_month_start
 from lib.ledger.calibration_scopes import ScopeRows
-from lib.ledger.plan_inputs import QUEUE_DAYS, read_plan_inputs
-from lib.planning.forward_plan import forward_plan
+from lib.ledger.plan import QUEUE_DAYS, read_plan_inputs
+from lib.planning.plan.forward import forward_plan
 
 CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today included
 AHEAD_LISTED = 5              # run IDs a queue row names as ahead of it (the rest counted)

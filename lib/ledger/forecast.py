@@ -11,7 +11,7 @@ Only complete weeks before the as-of week are history; horizon 1 is the as-of we
 Every team's model is fitted (the pooled bands of a team with a short history need them all), once per
 history: lib.planning.forecast.models caches the fits. The burn-down's spend still to come is the same
 weekly forecast (lib.planning.forecast.demand.burn_down). Its committed part, when forecasting from now,
-is the forward plan's (lib.ledger.plan_ledger.planned_holdings: the reservations the gate holds and the
+is the forward plan's (lib.ledger.plan.planned_holdings: the reservations the gate holds and the
 waiting requests the plan starts before the month ends, each spending what it reserves at its end);
 from a past moment, the reservations whose window had begun and not ended. The maths is
 lib.planning.forecast.demand.
@@ -27,7 +27,7 @@ import pandas as pd
 
 from lib.gate.terms import InputError, month_start, next_month_start, utcnow
 from lib.ledger.connection import LedgerError, ledger_path, open_ledger
-from lib.ledger.plan_ledger import planned_holdings
+from lib.ledger.plan import planned_holdings
 from lib.planning.forecast.demand import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                           pooled_ratios, team_forecast, team_models)
 

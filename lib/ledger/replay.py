@@ -1,6 +1,6 @@
 """Policy replay over the ledger: read a window's recorded requests and the history they need, then
-decide them again under proposed team policies (lib.planning.replay). Opens the ledger read-only and
-never writes. Also what a proposal is made from (`ledger_teams_file`: the ledger's policies, snapshots
+decide them again under proposed team policies (lib.planning.replay.passes). Opens the ledger read-only
+and never writes. Also what a proposal is made from (`ledger_teams_file`: the ledger's policies, snapshots
 and prices; lib.ledger.teams_proposal writes the proposal as a teams file).
 """
 from __future__ import annotations
@@ -17,10 +17,11 @@ from lib.ledger.calibration_rows import (CALIBRATION_ROW, CALIBRATION_ROWS_SQL, 
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.state import MEASURED_EVENTS, MIN_RATE_RUNS, pool_sizes, run_interruptions, team_policy
 from lib.ledger.teams_file import COLOUR_KEY
-from lib.planning.collector import collector_paused
-from lib.planning.replay import replay
-from lib.planning.replay_kept import KEPT_SUFFIX
-from lib.planning.replay_world import Hold, RecordedRequest, ReplayResult, RunRecord, World
+from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.data import (BackgroundHolding, RecordedRequest, RecordedWorld, ReplayResult, ReplayWindow,
+                                      RunRecord)
+from lib.planning.replay.kept import KEPT_SUFFIX
+from lib.planning.replay.passes import replay
 
 DEFAULT_WINDOW = timedelta(weeks=4)
 _US = timedelta(microseconds=1)
@@ -73,7 +74,7 @@ def _calibration_flag_sql(name: str) -> str:
 
 
 def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_MAX_RUNS,
-               window_days: int = DEFAULT_WINDOW_DAYS) -> tuple[list[RecordedRequest], World]:
+               window_days: int = DEFAULT_WINDOW_DAYS) -> tuple[list[RecordedRequest], RecordedWorld]:
     """(requests, world) for a replay of [start, end): the window's decisions in time order, the runs
     they name, the background reservations and run ends the replay world keeps, and the snapshots.
 
@@ -98,7 +99,7 @@ def read_world(con, start: datetime, end: datetime, *, max_runs: int = DEFAULT_M
         con.execute("DROP TABLE IF EXISTS replay_named")
 
 
-def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, window_days: int) -> World:
+def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, window_days: int) -> RecordedWorld:
     """read_world's world, once the named runs are in the temp table replay_named."""
     def run(sql: str, params: dict):
         return con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql})
@@ -160,7 +161,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
         "AND r.run_id NOT IN (SELECT run_id FROM controlled) GROUP BY r.team",
         {**p, "stay_from": stay_from}).fetchall()}
 
-    holds: list[Hold] = [
+    holdings: list[BackgroundHolding] = [
         {"start": r[5] or _FAR_PAST, "release": r[7],
          "reservation": {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
                          "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
@@ -177,7 +178,7 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
     snapshots: dict = {}
     for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
         snapshots.setdefault(team, set()).add(snap)
-    return {"holds": holds, "ends": ends, "runs": runs, "snapshots": snapshots,
+    return {"holdings": holdings, "ends": ends, "runs": runs, "snapshots": snapshots,
             "rate_base": rate_base, "min_rate_runs": MIN_RATE_RUNS,
             "pools": pool_sizes(con), "windows": read_windows(con, start)}
 
@@ -196,44 +197,44 @@ def replay_ledger(db=None, proposed: list[dict] | None = None, *, start=None, en
     the same engine (one pass when the proposal is the same). Opens the ledger read-only and never
     writes it. keep: keep the passes that do not depend on the proposal (and the calibrations fitted)
     in the file `kept_file` beside the ledger, so that a later replay of the same window (another pool,
-    another proposal) runs only the proposal's pass (lib.planning.replay_kept); same result either way."""
+    another proposal) runs only the proposal's pass (lib.planning.replay.kept); same result either way."""
     if progress:
         progress(0.0, "reading the ledger")
-    requests, world, current, window = read_window(db, start=start, end=end, now=now, timeout_s=timeout_s)
-    return replay_read(requests, world, current, proposed, levels=levels, refresh=refresh, pools=pools,
-                       window=window, progress=progress, kept=kept_file(db) if keep else None)
+    return replay_read(read_window(db, start=start, end=end, now=now, timeout_s=timeout_s), proposed,
+                       levels=levels, refresh=refresh, pools=pools, progress=progress,
+                       kept=kept_file(db) if keep else None)
 
 
 def kept_file(db=None) -> Path:
-    """The file beside the ledger `db` that keeps replay passes by content (lib.planning.replay_kept)."""
+    """The file beside the ledger `db` that keeps replay passes by content (lib.planning.replay.kept)."""
     path = ledger_path(db)
     return path.with_name(path.name + KEPT_SUFFIX)
 
 
-def replay_read(requests: list[RecordedRequest], world: World, current: dict[str, Policy],
-                proposed: list[dict] | None = None, *, levels=None, refresh="auto", pools=None, window=None,
-                progress=None, kept: Path | None = None) -> ReplayResult:
-    """`replay_ledger` on a window already read (read_world; `current`: the ledger's policies), so that
-    several proposals over one window read the ledger once. kept: see lib.planning.replay.replay."""
-    policies = dict(current)
+def replay_read(window: ReplayWindow, proposed: list[dict] | None = None, *, levels=None, refresh="auto",
+                pools=None, progress=None, kept: Path | None = None) -> ReplayResult:
+    """`replay_ledger` on a window already read (`read_window`), so that several proposals over one window
+    read the ledger once. kept: see lib.planning.replay.passes.replay."""
+    policies = dict(window.policies)
     for t in proposed or ():
         policies[t["team"]] = {k: v for k, v in t.items() if k != COLOUR_KEY}
     say = progress or (lambda fraction, message: None)
-    say(0.05, f"replaying {len(requests):,} requests")
-    return replay(requests, policies, world, levels=levels, refresh=refresh, window=window, progress=say,
-                  baseline=current, pools=pools, kept=kept)
+    say(0.05, f"replaying {len(window.requests):,} requests")
+    return replay(window.requests, policies, window.world, levels=levels, refresh=refresh, window=window.span,
+                  progress=say, baseline=window.policies, pools=pools, kept=kept)
 
 
 @collector_paused()
-def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0):
-    """(requests, world, the ledger's policies, window) of a replay of [start, end), read once."""
+def read_window(db=None, *, start=None, end=None, now=None, timeout_s: float = 10.0) -> ReplayWindow:
+    """The window [start, end) of a replay, read once: its recorded requests, their world, the ledger's
+    policies and the window's span."""
     start, end = window_bounds(start, end, now)
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
         current = ledger_policies(con)
         # DuckDB's cache of the blocks read is not needed once the world is in Python's hands
         con.execute(f"SET memory_limit = '{READ_MEMORY_LIMIT}'")
         requests, world = read_world(con, start, end)
-    return requests, world, current, {"from": start, "to": end}
+    return ReplayWindow(requests, world, current, {"from": start, "to": end})
 
 
 def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, dict], list[dict], dict]:

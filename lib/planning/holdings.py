@@ -1,6 +1,11 @@
 """Reservations holding accelerators as time moves forward: the part of the world the policy replay
-(lib.planning.replay, over a past window) and the forward plan (lib.planning.forward_plan, from now
+(lib.planning.replay.world, over a past window) and the forward plan (lib.planning.plan.world, from now
 on) both keep, so both hand `lib.gate.admission.decide` the reservations a request would see.
+
+The words both engines use: a *holder* is a reservation (lib.gate.contracts.Reservation) that holds
+accelerators; a *holding* is one over its span, as an engine's data gives it (the replay's
+BackgroundHolding, the plan's PlanHolding); `Holdings` keeps the holders by key, and each engine's
+world keeps one per team (`team_holdings`) and one per pool (`pool_holdings`).
 
 A holder holds under a key (its team for a quota, or a pool's name) from when it is held until its
 release (None: never); at a time t the key's holders are those not released by then (release > t,
@@ -63,7 +68,7 @@ class Holdings:
     def __init__(self):
         self._by: dict[object, _Held] = {}   # key -> its holders not yet released
         self._live: dict = {}   # key -> (now, [Reservation] held then)
-        self.holds: dict = {}   # key -> holds so far (a key's holders changed when it moves)
+        self.added: dict = {}   # key -> holders added so far (a key's holders changed when it moves)
 
     def copy(self) -> Holdings:
         """Another with the same holders (the reservations themselves shared: never changed), to go on
@@ -71,12 +76,12 @@ class Holdings:
         out = Holdings()
         out._by = {k: h.copy() for k, h in self._by.items()}
         out._live = {k: (now, list(held)) for k, (now, held) in self._live.items()}
-        out.holds = dict(self.holds)
+        out.added = dict(self.added)
         return out
 
     def hold(self, key, release: datetime | None, reservation: Reservation) -> None:
         """`reservation` holds under `key` from now until `release` (None: never)."""
-        self.holds[key] = self.holds.get(key, 0) + 1
+        self.added[key] = self.added.get(key, 0) + 1
         held = self._by.get(key)
         if held is None:
             held = self._by[key] = _Held()

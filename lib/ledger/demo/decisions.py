@@ -1,6 +1,6 @@
 """The demo's requests decided by the gate as they are generated, in time order: each request
 `runs.generate` drew is decided by lib.gate.admission.decide under the state the policy replay gives
-it (lib.planning.replay_state.WorldState: the reservations held then, the month's spend, the
+it (lib.planning.replay.world.ReplayWorld: the reservations held then, the month's spend, the
 calibration and interruption rate of the runs finished by then), so replaying the demo under its
 own policy decides it again as recorded. An admitted run holds its accelerators from its decision
 for the reservation it booked (lib.ledger.recording.booked_reservation) or until it ends, and spends
@@ -28,8 +28,8 @@ from lib.ledger.demo.parameters import (DEFER_CODES, EXACT_DAYS, GPU_CHOICES, MA
                                         STOPS)
 from lib.ledger.demo.runs import ENDING_COLUMNS, ending
 from lib.ledger.recording import booked_reservation, canonical_json, estimate_items
-from lib.planning.replay import AUTO_EXACT_UP_TO
-from lib.planning.replay_state import WorldState
+from lib.planning.replay.passes import AUTO_EXACT_UP_TO
+from lib.planning.replay.world import ReplayWorld
 
 _US = np.timedelta64(1, "us")
 _FIXED = {"budget", "no-pilot", "runtime-cap"}   # deferrals a run is resubmitted changed for
@@ -38,21 +38,21 @@ _CENSORED = {STOPS.index(s) for s in CENSORED_STOPS}
 _EST_COLUMNS = ("e_comp", "e_ckpt", "e_eval", "e_data", "e_rst")
 
 
-def new_world(snapshots: list[dict], runs: int, now: datetime) -> WorldState:
+def new_world(snapshots: list[dict], runs: int, now: datetime) -> ReplayWorld:
     """The replay world a demo build of `runs` runs up to `now` starts from: nothing held, spent or
     finished yet. Over the last EXACT_DAYS its calibration is refreshed as the replay of the build's
-    last weeks refreshes it (lib.planning.replay, "auto"); before, once a month (`_MonthlyBefore`)."""
+    last weeks refreshes it (lib.planning.replay.passes, "auto"); before, once a month (`_MonthlyBefore`)."""
     snaps: dict = {}
     for s in snapshots:
         snaps.setdefault(s["team"], set()).add(s["snapshot"])
-    world = WorldState({"holds": [], "ends": [], "runs": {}, "snapshots": snaps},
+    world = ReplayWorld({"holdings": [], "ends": [], "runs": {}, "snapshots": snaps},
                        refresh="exact" if runs <= AUTO_EXACT_UP_TO else "daily")
     world.cals = _MonthlyBefore(world.cals, now - timedelta(days=EXACT_DAYS))
     return world
 
 
 class _MonthlyBefore:
-    """Calibration per request: as `cals` (lib.planning.replay_history.Calibrations) gives it from
+    """Calibration per request: as `cals` (lib.planning.replay.history.Calibrations) gives it from
     `exact_from` on; before, once per (team, kind, level, calendar month), at its first request (a
     calibration costs milliseconds, and the older history is replayed less often)."""
 
@@ -127,7 +127,7 @@ class _Runs:
         return req
 
 
-def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: datetime, world: WorldState,
+def decide_chunk(data: dict, teams: list[dict], snapshots: list[dict], now: datetime, world: ReplayWorld,
                  seed, progress=None) -> None:
     """Decide the chunk's requests in time order under `world` (carried from chunk to chunk), and
     replace data["runs"] and data["pilots"] by the admitted runs and their pilots, with

@@ -1,27 +1,35 @@
-"""What the forward plan (lib.planning.forward_plan) reads from the ledger: the queue of waiting requests,
-the reservations held, each team's spend, policy, calibration and interruption rate, the snapshots,
-the pools and the scheduler's windows, all as the gate would read them at `as_of`. Reads only.
+"""The forward plan over the ledger: `plan_ledger` (what `python -m lib plan` prints and the Reservations
+page shows), `check_request_at` (the what-if with a start time: `python -m lib check --as-of T`) and
+`planned_holdings` (the budget burn-down's committed spend). Each opens the ledger read-only once (or
+reads through the caller's), reads the plan's inputs (`read_plan_inputs`) and runs the pure plan
+(lib.planning.plan.forward). Reads only.
 
-The queue: every run ID whose latest decision of the last QUEUE_DAYS days is a
-deferral and that has not been booked since (reserved, started or ended). Such a request waits since
-its first deferral in those days, and expires `queue_max_age_days` (its team's policy) after it: an
-expired request is counted and listed apart, never planned. A request deferred longer ago and never
-decided again has left the queue, so the queue costs the last QUEUE_DAYS of decisions, not the whole
-history.
+The inputs are the queue of waiting requests, the reservations held, each team's spend, policy,
+calibration and interruption rate, the snapshots, the pools and the scheduler's windows, all as the
+gate would read them at `as_of`. The queue: every run ID whose latest decision of the last QUEUE_DAYS
+days is a deferral and that has not been booked since (reserved, started or ended). Such a request
+waits since its first deferral in those days, and expires `queue_max_age_days` (its team's policy)
+after it: an expired request is counted and listed apart, never planned. A request deferred longer
+ago and never decided again has left the queue, so the queue costs the last QUEUE_DAYS of decisions,
+not the whole history.
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
 
-from lib.gate.terms import KINDS, month_start
+from lib.gate.contracts import Decision, Request, State
+from lib.gate.terms import KINDS, InputError, month_start, naive_utc, utcnow
 from lib.ledger.calibration_scopes import ScopeRows, calibrations
 from lib.ledger.cluster_windows import read_windows
-from lib.ledger.deciding import BOOKED
+from lib.ledger.connection import open_ledger
+from lib.ledger.deciding import BOOKED, LedgerFacts, decide_with
 from lib.ledger.replay import ledger_policies
 from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
 from lib.ledger.teams_file import LATER_KEYS
-from lib.planning.plan_world import PlanInputs, WaitingRequest
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Plan, PlanHolding, PlanInputs, WaitingRequest
+from lib.planning.plan.forward import forward_plan, plan_holdings, world_at
+from lib.planning.plan.world import PlanWorld
 
 QUEUE_DAYS = 90          # a deferred request not decided again for this many days has left the queue
 EXPIRED_SHOWN = 500      # expired requests listed (all are counted)
@@ -111,3 +119,70 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None, also: 
         "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
         "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
     return inputs, expired
+
+
+# ------------------------------------------------------------------------------ the plan over the ledger
+
+class PlannedFacts(LedgerFacts):
+    """The `DecisionFacts` of the plan's world at a time: the ledger's policies and booked run IDs, and
+    each team's state as the plan has reached it (lib.planning.plan.world.PlanWorld.state)."""
+
+    def __init__(self, con, world: PlanWorld):
+        super().__init__(con)
+        self.world = world
+
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
+        return self.world.state(team, kind, now)
+
+
+def _checked_as_of(con, as_of: datetime, what: str = "--as-of") -> None:
+    first = first_run_at(con)
+    if first is not None and as_of < first:
+        raise InputError(f"{what} {as_of.isoformat(timespec='minutes')} is before the ledger's first run "
+                         f"({first.isoformat(timespec='minutes')}): the gate knows nothing of that time")
+
+
+def plan_ledger(db=None, *, as_of=None, days: int = 14, timeout_s: float = 10.0) -> Plan:
+    """The forward plan of the ledger's waiting requests for `days` days from `as_of` (default now),
+    with the expired requests (`expired`: count and rows). InputError for `days` outside
+    1 .. MAX_DAYS or an as_of before the ledger's first run."""
+    if type(days) is not int or not 1 <= days <= MAX_DAYS:
+        raise InputError(f"--days must be a whole number from 1 to {MAX_DAYS}, got {days!r}")
+    as_of = naive_utc(as_of) or utcnow()
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        _checked_as_of(con, as_of)
+        inputs, expired = read_plan_inputs(con, as_of)
+    plan = forward_plan(inputs, days)
+    plan["expired"] = expired
+    return plan
+
+
+def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: float = 10.0) -> Decision:
+    """The what-if with a start time: the decision for `request` submitted at `at`, on the state the plan
+    (from `now`, default the present) reaches by then — what has ended by `at`, and what the plan starts
+    before it. The request's own run ID is left out of the queue. Writes nothing. InputError for an
+    `at` before `now` or more than MAX_DAYS after it."""
+    now = naive_utc(now) or utcnow()
+    at = naive_utc(at)
+    if at < now:
+        raise InputError(f"--as-of {at.isoformat(timespec='minutes')} is before the plan's start "
+                         f"{now.isoformat(timespec='minutes')}: to decide as of a past time, use --now")
+    if at > now + timedelta(days=MAX_DAYS):
+        raise InputError(f"--as-of {at.isoformat(timespec='minutes')} is more than {MAX_DAYS} days ahead")
+    own = request if isinstance(request, dict) else {}
+    run_id = own.get("run_id") if isinstance(own.get("run_id"), str) else None
+    team, kind = own.get("team"), own.get("kind")
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        _checked_as_of(con, now, "--now")
+        inputs, _ = read_plan_inputs(con, now, exclude=run_id,
+                                     also=(team, kind) if isinstance(team, str) and kind in KINDS else None)
+        world = world_at(inputs, at)
+        decision, _ = decide_with(request, at, PlannedFacts(con, world))
+    return decision
+
+
+def planned_holdings(con, as_of: datetime, until: datetime) -> list[PlanHolding]:
+    """The reservations of the plan up to `until` (lib.planning.plan.forward.plan_holdings), read
+    through the caller's open ledger."""
+    inputs, _ = read_plan_inputs(con, as_of)
+    return plan_holdings(inputs, until)

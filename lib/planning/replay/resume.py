@@ -1,8 +1,8 @@
-"""Resuming a replay pass part-way, for the capacity search (lib.dashboard.replay_view.PoolSizes).
+"""Resuming a replay pass part-way, for the capacity search (lib.planning.replay.search.PoolSizes).
 
 A pass whose pool never lacked room marks where it stands every MARK_EVERY of the window's requests
 (a copy of its replay world, tallies, outcomes and retries due), and notes each step at which the
-most that any request needed of the pool rose (lib.planning.replay.PoolNeed). A pass with a smaller
+most that any request needed of the pool rose (lib.planning.replay.passes.PoolNeed). A pass with a smaller
 pool of N decides every request exactly as the marked pass does until the first one that needs more
 than N: each pool check before it passes at N too, and a deferred request's earliest fit never waits
 for the pool (it had room at its decision, and the holdings only fall after it). So that pass starts
@@ -14,22 +14,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from lib.planning.replay_state import WorldState
+    from lib.planning.replay.world import ReplayWorld
 
 MARK_EVERY = 0.04   # a mark every 4 % of the window's requests (about 5 MB each at 150,000 requests)
 
 
 def copy_tallies(tallies: dict) -> dict:
-    """Per-team tallies (lib.planning.replay_report.empty_tally's) copied, to go on on their own."""
+    """Per-team tallies (lib.planning.replay.report.empty_tally's) copied, to go on on their own."""
     return {team: {k: v.copy() if hasattr(v, "copy") else v for k, v in t.items()} for team, t in tallies.items()}
 
 
 class Mark(NamedTuple):
     step: int           # the request the pass goes on with
-    world: WorldState   # before that request's step
+    world: ReplayWorld   # before that request's step
     tallies: dict
     outcomes: list
-    retries: object     # lib.planning.replay's retries due (its _Retries)
+    retries: object     # lib.planning.replay.passes's retries due (its _Retries)
     most: int           # PoolNeed.most by then
 
 

@@ -1,6 +1,6 @@
-"""The replay world as time moves forward (lib.planning.replay's rules): which reservations hold a
+"""The replay world as time moves forward (lib.planning.replay.passes's rules): which reservations hold a
 team's accelerators, what each team spent in a month, which run IDs are booked, and what calibration
-and interruption rate the runs finished so far give. `WorldState.state` is the state `decide` sees
+and interruption rate the runs finished so far give. `ReplayWorld.state` is the state `decide` sees
 at a time; `admit` books a request the gate admitted. Driven one request at a time in time order:
 by the policy replay over recorded requests, and by the demo history as it generates them, so both
 decide under the same state. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
@@ -15,23 +15,23 @@ from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW
 from lib.gate.contracts import Decision, Policy, PoolState, Reservation, State
 from lib.gate.terms import KINDS, month_start
 from lib.planning.holdings import Holdings
-from lib.planning.replay_history import CalibrationScopes, Calibrations, InterruptionRates
-from lib.planning.replay_world import Refresh, RunRecord, World
+from lib.planning.replay.data import RecordedWorld, Refresh, RunRecord
+from lib.planning.replay.history import CalibrationScopes, Calibrations, InterruptionRates
 
 
 class Setting:
     """What one pass decides under: team -> Policy, team -> calibration level, pool -> accelerators
     (and the scheduler's windows), and the pools' reservations as the pass moves."""
-    __slots__ = ("policies", "levels", "pools", "windows", "held")
+    __slots__ = ("policies", "levels", "pools", "windows", "pool_holdings")
 
     def __init__(self, policies: dict[str, Policy], levels: dict[str, float], pools: dict[str, int], windows):
         self.policies, self.levels, self.pools, self.windows = policies, levels, dict(pools), windows
-        self.held = Holdings()   # pool name -> its holders (every team's), as lib.planning.forward_plan keeps them
+        self.pool_holdings = Holdings()   # pool name -> its holders (every team's), as the plan's world keeps them
 
     def copy(self, pools: dict[str, int]) -> Setting:
         """Another with these `pools` and the same reservations held in them, to go on on its own."""
         out = Setting(self.policies, self.levels, pools, self.windows)
-        out.held = self.held.copy()
+        out.pool_holdings = self.pool_holdings.copy()
         return out
 
     def key(self) -> tuple:
@@ -39,25 +39,26 @@ class Setting:
 
     def hold(self, release, holder: Reservation) -> None:
         if holder.get("capacity") in self.pools:
-            self.held.hold(holder["capacity"], release, holder)
+            self.pool_holdings.hold(holder["capacity"], release, holder)
 
     def pool_states(self, now) -> dict[str, PoolState] | None:
         """The `pools` of the state decide takes at now (lib.gate.contracts.PoolState), None without pools."""
         if not self.pools:
             return None
-        return {name: {"name": name, "gpus": gpus, "reservations": self.held.held(name, now), "windows": self.windows}
-                for name, gpus in self.pools.items()}
+        return {name: {"name": name, "gpus": gpus, "reservations": self.pool_holdings.held(name, now),
+                       "windows": self.windows} for name, gpus in self.pools.items()}
 
 
-class WorldState:
-    """One pass over a replay world. `learn`: runs that end feed calibration and the interruption
-    rate (a pass that decides); without it they only spend (a pass that takes recorded decisions).
-    `cals` (the calibration per request, lib.planning.replay_history.Calibrations) may be wrapped by
-    a driver that recomputes it less often. `setting`: the pools the pass decides with (None: none);
-    `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
-    those fitted in earlier processes (lib.planning.replay_kept.KeptPasses)."""
+class ReplayWorld:
+    """The replay world as one pass moves through it, built from the recorded world. `learn`: runs that
+    end feed calibration and the interruption rate (a pass that decides); without it they only spend (a
+    pass that takes recorded decisions). `cals` (the calibration per request,
+    lib.planning.replay.history.Calibrations) may be wrapped by a driver that recomputes it less often.
+    `setting`: the pools the pass decides with (None: none); `shared`: calibrations already fitted over
+    this window, by the rows they were fitted on; `kept`: those fitted in earlier processes
+    (lib.planning.replay.kept.KeptPasses)."""
 
-    def __init__(self, world: World, *, refresh: Refresh = "exact", learn: bool = True,
+    def __init__(self, world: RecordedWorld, *, refresh: Refresh = "exact", learn: bool = True,
                  max_runs: int = DEFAULT_MAX_RUNS, window_days: int = DEFAULT_WINDOW_DAYS,
                  setting: Setting | None = None, shared: dict | None = None, kept=None):
         self.runs, self.snapshots, self.learn = world["runs"], world["snapshots"], learn
@@ -68,7 +69,7 @@ class WorldState:
         self._snaps: dict = {}                # team -> the snapshots its requests see
         self.setting = setting
         self.spent: Counter = Counter()       # (team, month start) -> GPU-hours ended in that month
-        self.active = Holdings()              # team -> its holders
+        self.team_holdings = Holdings()       # team -> its holders
         self.booked: dict[str, datetime] = {}  # run ID -> when it became booked
         self.admitted: set[str] = set()       # run IDs this pass's own decisions admitted
         for run in self.runs.values():
@@ -76,17 +77,17 @@ class WorldState:
                 self.booked[run["run_id"]] = run["booked_at"]
         self.dynamic: list = []               # heap of (time, seq, End) for runs booked by this pass
         self.seq = 0                          # pushes so far: equal times end in booking order
-        self.holds, self.ends = world["holds"], world["ends"]
+        self.background, self.ends = world["holdings"], world["ends"]
         self.hi = self.ei = 0
 
-    def copy(self, pools: dict[str, int] | None = None) -> WorldState:
+    def copy(self, pools: dict[str, int] | None = None) -> ReplayWorld:
         """Another at the same point of the pass, to go on on its own (`pools`: with these pool sizes
         instead). What never changes during a pass (the world, the rows, the reservations) is shared."""
-        out = object.__new__(WorldState)
+        out = object.__new__(ReplayWorld)
         out.__dict__.update(self.__dict__)
         out.scopes, out.rates = self.scopes.copy(), self.rates.copy()
         out.cals = self.cals.copy(out.scopes)
-        out._snaps, out.spent, out.active = dict(self._snaps), self.spent.copy(), self.active.copy()
+        out._snaps, out.spent, out.team_holdings = dict(self._snaps), self.spent.copy(), self.team_holdings.copy()
         out.booked, out.admitted, out.dynamic = dict(self.booked), set(self.admitted), list(self.dynamic)
         if self.setting is not None:
             out.setting = self.setting.copy(self.setting.pools if pools is None else pools)
@@ -104,7 +105,8 @@ class WorldState:
                 self.rates.add(ended_at, team, actual, interruptions)
 
     def advance(self, now: datetime) -> None:
-        """Everything that happened by `now`, in time order: run ends (background and booked), then holds."""
+        """Everything that happened by `now`, in time order: run ends (background and booked), then the
+        background holdings that started."""
         ends, dynamic = self.ends, self.dynamic
         while True:
             t_static = ends[self.ei][0] if self.ei < len(ends) else None
@@ -116,9 +118,9 @@ class WorldState:
                 self._end(heapq.heappop(dynamic)[2])
             else:
                 break
-        holds = self.holds
-        while self.hi < len(holds) and holds[self.hi]["start"] <= now:
-            h = holds[self.hi]
+        background = self.background
+        while self.hi < len(background) and background[self.hi]["start"] <= now:
+            h = background[self.hi]
             self._hold(h["reservation"]["team"], h["release"], h["reservation"])
             self.hi += 1
 
@@ -144,13 +146,13 @@ class WorldState:
 
     def _hold(self, team: str, release: datetime | None, reservation: Reservation) -> None:
         """Add a holder of `team`'s accelerators (and of its pool's) until `release` (None: never)."""
-        self.active.hold(team, release, reservation)
+        self.team_holdings.hold(team, release, reservation)
         if self.setting is not None:
             self.setting.hold(release, reservation)
 
     def held(self, team: str, now: datetime) -> list[Reservation]:
         """The team's holders at `now`, ordered by run ID as the ledger gives them (read, never change)."""
-        return self.active.held(team, now)
+        return self.team_holdings.held(team, now)
 
     def is_booked(self, run_id, now: datetime) -> bool:
         """Whether `run_id` already holds a reservation or has run at `now`."""

@@ -42,12 +42,12 @@ window's last recorded request. The retry is decided like any request at that ti
 again, another retry goes at its new earliest fit, up to MAX_RETRIES a run. A retry's decision counts
 in the tallies, not among the outcomes of the recorded requests. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
 
-Beside this module: `replay_world` (the plain data the replay reads and returns), `replay_state`
-(the replay world as time moves forward, and the state each request is decided under; the demo
-history drives it too), `replay_history`
-(what it learns from the runs finished so far: calibration rows, interruption rates, calibration),
-`replay_report` (its per-team tallies, the result and the result's table rows), `replay_kept` (the
-passes that do not depend on the proposal, kept by content beside the ledger).
+Beside this module in lib.planning.replay: `data` (the plain data the replay reads and returns),
+`world` (the replay world as time moves forward, and the state each request is decided under; the
+demo history drives it too), `history` (what it learns from the runs finished so far: calibration
+rows, interruption rates, calibration), `report` (its per-team tallies, the result and the result's
+table rows), `kept` (the passes that do not depend on the proposal, kept by content beside the
+ledger), `resume` (a pass resumed part-way, for the pool search).
 """
 from __future__ import annotations
 
@@ -65,12 +65,12 @@ from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
-from lib.planning.collector import collector_paused
-from lib.planning.replay_kept import KeptPasses
-from lib.planning.replay_resume import Mark, PassMarks, copy_tallies
-from lib.planning.replay_report import count_decision, merged_tally, replay_result, tally_summary, team_tally
-from lib.planning.replay_state import Setting, WorldState
-from lib.planning.replay_world import RecordedRequest, Refresh, ReplayResult, World
+from lib.planning.replay.collector import collector_paused
+from lib.planning.replay.data import RecordedRequest, RecordedWorld, Refresh, ReplayResult
+from lib.planning.replay.kept import KeptPasses
+from lib.planning.replay.report import count_decision, merged_tally, replay_result, tally_summary, team_tally
+from lib.planning.replay.resume import Mark, PassMarks, copy_tallies
+from lib.planning.replay.world import ReplayWorld, Setting
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
 NOT_SENT = "a retry of a run the replay admitted at an earlier request (not sent)"
@@ -152,7 +152,7 @@ def _exclusion(req: RecordedRequest, request, policies: dict) -> str | None:
 
 
 @collector_paused()
-def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: World, *,
+def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], world: RecordedWorld, *,
            levels: dict[str, float] | None = None, refresh: Refresh | Literal["auto"] = "auto",
            window: dict | None = None, max_runs: int = DEFAULT_MAX_RUNS,
            window_days: int = DEFAULT_WINDOW_DAYS, progress=None, baseline: dict[str, Policy] | None = None,
@@ -168,7 +168,7 @@ def replay(requests: Iterable[RecordedRequest], policies: dict[str, Policy], wor
     ("auto": exact up to AUTO_EXACT_UP_TO requests, else daily). When the proposal equals the
     baseline, one pass serves both. progress(fraction, message) is called now and then. kept: a file
     (beside the ledger) that keeps the passes that do not depend on the proposal and the calibrations
-    fitted, by content (lib.planning.replay_kept), so a window replayed before runs only the proposal's
+    fitted, by content (lib.planning.replay.kept), so a window replayed before runs only the proposal's
     pass; the result is the same with it or without. Returns the counts, agreement, exclusions and
     per-team results (see ReplayResult).
     """
@@ -221,7 +221,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     recorded waits), leaving out the decision IDs in `skip` (those the proposed pass excluded).
     `shared`: calibrations already fitted over this window, by the rows they were fitted on; `kept`:
     those fitted in earlier processes. `need`: the pool need it measures (PoolNeed, and its marks).
-    `start`: a mark to go on from, with the setting's pools (lib.planning.replay_resume)."""
+    `start`: a mark to go on from, with the setting's pools (lib.planning.replay.resume)."""
     policies, levels = setting.policies, setting.levels
     runs = world["runs"]
     proposed = mode != "recorded"
@@ -229,7 +229,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
     parsed, checks = _parsed(requests, shared)
     if start is None:
         first, tallies, outcomes = 0, {}, []
-        ws = WorldState(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
+        ws = ReplayWorld(world, refresh=refresh, learn=proposed, max_runs=max_runs, window_days=window_days,
                         setting=setting, shared=shared, kept=kept)
         retries = _Retries(requests[-1]["decided_at"] if requests else None, need)
     else:
@@ -328,7 +328,7 @@ class _Retries:
             heapq.heappush(self.due, (at, self.seq, item, tries + 1))
             self.seq += 1
 
-    def send(self, now, ws: WorldState, policies, levels, tallies) -> None:
+    def send(self, now, ws: ReplayWorld, policies, levels, tallies) -> None:
         """Decide every retry due by `now`, each at its own time and in the world as it stands then."""
         while self.due and self.due[0][0] <= now:
             at, _, (request, checked, run), tries = heapq.heappop(self.due)
@@ -354,7 +354,7 @@ class _Retries:
             count_decision(tally, decision["state"], codes, decision["reserved_gpu_hours"], actual)
 
 
-def _recorded_step(req, now, policies, runs, ws: WorldState, tallies, outcomes, skip, request) -> None:
+def _recorded_step(req, now, policies, runs, ws: ReplayWorld, tallies, outcomes, skip, request) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
     did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON
     (`request`, parsed; None for the others)."""
@@ -410,21 +410,21 @@ class PoolNeed:
 
 
 @collector_paused()
-def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: World, *,
+def replay_proposal(requests: list[RecordedRequest], policies: dict[str, Policy], world: RecordedWorld, *,
                     pools: dict[str, int] | None = None, levels: dict[str, float] | None = None,
                     refresh: Refresh | Literal["auto"] = "auto", max_runs: int = DEFAULT_MAX_RUNS,
                     window_days: int = DEFAULT_WINDOW_DAYS, progress=None, fitted: dict | None = None,
                     need_of: str | None = None, kept: KeptPasses | None = None, marks: PassMarks | None = None,
                     start: Mark | None = None) -> dict:
     """The proposal's pass alone (no baseline, no record), as `replay` makes it: {"overall": every
-    team's measures together, "teams": team -> measures} (lib.planning.replay_report.tally_summary),
+    team's measures together, "teams": team -> measures} (lib.planning.replay.report.tally_summary),
     for a search that replays many pool sizes over one window. `fitted`: a dict the search keeps
     across its passes of this window (calibrations by the rows they were fitted on). `need_of`: a pool
     whose need the pass measures (PoolNeed). The result's "pool_need" is then the most accelerators
     of it any request needed, or None when the pool lacked room for one. `kept`: calibrations fitted
-    by earlier processes over this window, and where this pass keeps its own (lib.planning.replay_kept;
+    by earlier processes over this window, and where this pass keeps its own (lib.planning.replay.kept;
     the caller saves it). `marks` (with `need_of`): where the pass marks its way, for later passes of
-    the search to `start` from (lib.planning.replay_resume; only for a pass whose pool never ran short,
+    the search to `start` from (lib.planning.replay.resume; only for a pass whose pool never ran short,
     and a later one with the same policies and a smaller pool)."""
     if refresh == "auto":
         refresh = "exact" if len(requests) <= AUTO_EXACT_UP_TO else "daily"

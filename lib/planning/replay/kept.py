@@ -1,4 +1,4 @@
-"""What a policy replay (lib.planning.replay) keeps between processes, by content, in a file beside
+"""What a policy replay (lib.planning.replay.passes) keeps between processes, by content, in a file beside
 the ledger (lib.planning.content_store): the passes that do not depend on the proposal (the
 baseline, the ledger's own policies and pools replayed; the recorded decisions taken as they were)
 and the calibrations fitted over the window, and which of its requests are valid. A replay of a
@@ -32,11 +32,12 @@ KEPT_ENTRIES = 12                     # a window's baseline, recorded pass and f
 @lru_cache(maxsize=1)
 def engine_code() -> bytes:
     """What every kept result depends on besides its inputs: the source of the gate (lib/gate, which
-    decides and calibrates), of the replay (lib/planning/replay*.py, holdings.py), and Python's version
-    (the row hashes of replay_history's fingerprints are Python's own)."""
+    decides and calibrates), of the replay (lib/planning/replay/*.py, lib/planning/holdings.py), and Python's
+    version (the row hashes of lib.planning.replay.history's fingerprints are Python's own)."""
     here = Path(__file__).resolve().parent
     h = hashlib.sha256(f"{sys.version}\0format {KEPT_FORMAT}\0".encode())
-    for path in [*sorted((here.parent / "gate").glob("*.py")), *sorted(here.glob("replay*.py")), here / "holdings.py"]:
+    for path in [*sorted((here.parent.parent / "gate").glob("*.py")), *sorted(here.glob("*.py")),
+                 here.parent / "holdings.py"]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.digest()
 

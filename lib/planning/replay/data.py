@@ -1,15 +1,16 @@
-"""The plain data of a policy replay (lib.planning.replay): the recorded requests and the replay world
-it reads (lib.ledger.replay builds them from the ledger), and the result it returns.
-Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`).
+"""The plain data of a policy replay (lib.planning.replay.passes): the recorded requests and the replay world
+it reads (lib.ledger.replay builds them from the ledger), the window read once (`ReplayWindow`), and the
+result it returns. Units: GPU-hours (`_gpu_hours`), hours (`_hours`), accelerators (`gpus`); times are
+naive UTC datetimes.
 """
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
-from lib.gate.contracts import CapacityWindow, Reservation
+from lib.gate.contracts import CapacityWindow, Policy, Reservation
 
-Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay)
+Refresh = Literal["exact", "daily"]   # how often calibration is recomputed (lib.planning.replay.passes)
 
 
 class RecordedRequest(TypedDict):
@@ -46,8 +47,9 @@ class RunRecord(TypedDict):
     capacity: NotRequired[str]               # the capacity type (pool) it holds in; default stable
 
 
-class Hold(TypedDict):
-    """A background reservation: holds `reservation` over [start, release) (release None: never)."""
+class BackgroundHolding(TypedDict):
+    """A background reservation (one the window's requests do not control): holds `reservation` over
+    [start, release) (release None: never)."""
     start: datetime
     release: datetime | None
     reservation: Reservation
@@ -59,9 +61,10 @@ class Hold(TypedDict):
 End = tuple
 
 
-class World(TypedDict):
-    """Everything the replay needs besides the requests and the policies."""
-    holds: list[Hold]
+class RecordedWorld(TypedDict):
+    """The recorded world: everything the replay needs besides the requests and the policies, as
+    recorded (lib.planning.replay.world.ReplayWorld moves through it, the replayed outcomes swapped in)."""
+    holdings: list[BackgroundHolding]   # in start order
     ends: list[End]
     runs: dict[str, RunRecord]
     snapshots: dict[str | None, set[str]]   # team (None: every team) -> snapshot names
@@ -71,9 +74,18 @@ class World(TypedDict):
     windows: NotRequired[list[CapacityWindow]]   # the scheduler's windows not ended by the window's start
 
 
+class ReplayWindow(NamedTuple):
+    """A replay's window read once (lib.ledger.replay.read_window), for the replays made over it: the
+    proposals, and each pool size or quota cut of a search (lib.planning.replay.search, .rightsizing)."""
+    requests: list[RecordedRequest]   # the window's recorded decisions, in time order
+    world: RecordedWorld              # what they were decided in
+    policies: dict[str, Policy]       # team -> its policy in the ledger (the baseline)
+    span: dict                        # {"from": start, "to": end}: the window is [start, end)
+
+
 class TeamResult(TypedDict):
     """One team's replay: recorded, baseline (the current policy replayed) and proposed, same keys under
-    each (lib.planning.replay_report.tally_summary)."""
+    each (lib.planning.replay.report.tally_summary)."""
     team: str
     policy_version: str | None
     recorded: dict

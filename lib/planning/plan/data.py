@@ -1,4 +1,4 @@
-"""The plain data of the forward plan (lib.planning.forward_plan): what it reads (lib.ledger.plan_inputs
+"""The plain data of the forward plan (lib.planning.plan.forward): what it reads (lib.ledger.plan
 builds it from the ledger) and what it returns. Units: GPU-hours (`_gpu_hours`), accelerators
 (`gpus`); times are naive UTC datetimes.
 """
@@ -17,7 +17,7 @@ SERVE_ORDER = ("scheduled retraining first, then the request waiting longest (it
 
 class WaitingRequest(TypedDict):
     """A request waiting in the queue: its run ID's latest decision is a deferral and it has not been
-    booked since (lib.ledger.plan_inputs)."""
+    booked since (lib.ledger.plan)."""
     run_id: str
     team: str | None
     kind: str | None
@@ -93,8 +93,9 @@ class PoolDay(TypedDict):
     free_gpus: int
 
 
-class Holding(TypedDict):
-    """A reservation in the plan: held in the ledger (planned False) or started by the plan."""
+class PlanHolding(TypedDict):
+    """A holding of the plan: a reservation held in the ledger (planned False) or started by the plan,
+    from `start` until `end` (None: no known end)."""
     run_id: str
     team: str
     kind: str
@@ -114,6 +115,6 @@ class Plan(TypedDict):
     queue: list[QueueRow]
     calendar: list[DayRow]
     pools: list[PoolDay]
-    holdings: list[Holding]
+    holdings: list[PlanHolding]
     decisions: int                   # decide calls the plan made
     expired: NotRequired[dict]       # added by the ledger side: requests that waited past their age

@@ -1,4 +1,4 @@
-"""What a policy replay (lib.planning.replay) has learnt from the runs finished so far in its replay
+"""What a policy replay (lib.planning.replay.passes) has learnt from the runs finished so far in its replay
 world, as time moves forward: the calibration rows per scope, the interruption rate on preemptible
 capacity, and the calibration each request sees (recomputed only when needed).
 """
@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from lib.gate.calibration import calibrate_scopes
 from lib.gate.contracts import Calibration
-from lib.planning.replay_world import Refresh
+from lib.planning.replay.data import Refresh
 
 
 _EPOCH, _US = datetime(1970, 1, 1), timedelta(microseconds=1)
@@ -141,7 +141,7 @@ class Calibrations:
         self.scopes, self.refresh = scopes, refresh
         self.cache: dict = {}
         self.shared = {} if shared is None else shared
-        self.kept = kept   # lib.planning.replay_kept.KeptPasses: calibrations fitted in earlier processes
+        self.kept = kept   # lib.planning.replay.kept.KeptPasses: calibrations fitted in earlier processes
         self.computed = 0
 
     def copy(self, scopes: CalibrationScopes) -> Calibrations:

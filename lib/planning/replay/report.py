@@ -1,4 +1,4 @@
-"""A policy replay's report (lib.planning.replay): per-team tallies of the decisions as the replay goes,
+"""A policy replay's report (lib.planning.replay.passes): per-team tallies of the decisions as the replay goes,
 then the result it returns (counts recorded vs proposed, agreement, changed and excluded requests,
 per-team measures) and those measures as table rows.
 """
@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 
 from lib.gate.calibration import DEFAULT_LEVEL
-from lib.planning.replay_world import ReplayResult
+from lib.planning.replay.data import ReplayResult
 
 EXCLUDED_LISTED = 1000      # excluded requests listed one by one (all are counted)
 CHANGED_LISTED = 500        # changed decisions listed one by one (all are counted)
@@ -128,7 +128,7 @@ def _agreement(outcomes, against) -> tuple[int, int, int]:
 
 def replay_result(requests, proposed, recorded, policies, levels, refresh, window, *, baseline=None,
                   shared: bool = True, pools=({}, {})) -> ReplayResult:
-    """What `lib.planning.replay.replay` returns, from its passes over the same requests (`proposed`,
+    """What `lib.planning.replay.passes.replay` returns, from its passes over the same requests (`proposed`,
     `baseline` and `recorded`: each its outcomes in request order and its per-team tallies; `shared`:
     the baseline is the proposed pass itself, the proposal being the current policy)."""
     baseline = baseline or proposed

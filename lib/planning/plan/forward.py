@@ -1,9 +1,9 @@
 """The forward plan: the waiting requests decided again from now on, in the order the gate serves them,
 by the same `lib.gate.admission.decide`, each with the state it would see then — the policy replay's
 engine (lib.planning.holdings) run forward instead of over the past. Pure over plain data
-(lib.ledger.plan_inputs reads it from the ledger).
+(lib.ledger.plan reads it from the ledger).
 
-The world it moves through:
+The world it moves through (lib.planning.plan.world.PlanWorld):
 - **held**: every reservation the ledger holds at as_of holds its team's quota (and its pool) until
   its reserved end, as the gate counts it; a request the plan starts at t holds its `gpus` from t for
   its estimated wall clock (t + the decision's wall hours, as lib.ledger.recording books an admit).
@@ -34,16 +34,15 @@ state `python -m lib check --as-of T` decides on (`world_at`).
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from datetime import datetime, timedelta
 
 from lib.gate.admission import decide
-from lib.gate.capacity import WAIT_CURES, fit_for_reasons, holdings_timeline, pool_counted, pool_room, span_end
-from lib.gate.contracts import Decision, Reservation, State
-from lib.gate.terms import CAPACITIES, month_start, next_month_start
-from lib.planning.holdings import Holdings
-from lib.planning.plan_world import (SERVE_ORDER, DayRow, Holding, Plan, PlanInputs, PoolDay, QueueRow,
-                                     WaitingRequest)
+from lib.gate.capacity import WAIT_CURES, fit_for_reasons, pool_room
+from lib.gate.contracts import Decision, State
+from lib.gate.terms import CAPACITIES, next_month_start
+from lib.planning.plan.data import (SERVE_ORDER, DayRow, Plan, PlanHolding, PlanInputs, PoolDay, QueueRow,
+                                    WaitingRequest)
+from lib.planning.plan.world import PlanWorld
 
 AHEAD_SHOWN = 20        # run IDs listed in a queue row's `ahead` (all are counted)
 TEAM_HELD = {"capacity", "retraining-protection", "period-budget"}   # cured by the team's own releases
@@ -52,96 +51,6 @@ TEAM_HELD = {"capacity", "retraining-protection", "period-budget"}   # cured by 
 def serve_key(w: WaitingRequest) -> tuple:
     """The order the gate serves waiting requests in (SERVE_ORDER)."""
     return (0 if w["kind"] == "retraining" else 1, w["waiting_since"], w["run_id"])
-
-
-class PlanWorld:
-    """The world at the plan's current time: the reservations held per team and per pool (those of the
-    ledger, and those the plan started), the spend per team and month, and everything fixed at as_of.
-    Time only moves forward (`advance`)."""
-
-    def __init__(self, inputs: PlanInputs):
-        self.inputs = inputs
-        self.now = inputs["as_of"]
-        self.pool_sizes = dict(inputs["pools"])
-        self.teams, self.pools = Holdings(), Holdings()
-        self.ledger_teams, self.ledger_pools = Holdings(), Holdings()   # the ledger's alone: what check sees
-        self.releases: list = []
-        self.spent: Counter = Counter(inputs["spent"])
-        self.started: dict[str, Holding] = {}
-        self.started_in: dict = {}   # team, or ("pool", name) -> the Holdings the plan started there
-        self._snapshots: dict = {}
-        self._timelines: dict = {}   # (pool, team for retraining) -> (time, holds, the counted timeline then)
-        self._started_held: dict = {}
-        for r in inputs["held"]:
-            self._hold(r, ledger=True)
-
-    def _hold(self, r: Reservation, *, ledger: bool) -> None:
-        release, pool = r["reserved_until"], r.get("capacity")
-        for teams, pools in ((self.teams, self.pools), (self.ledger_teams, self.ledger_pools))[:2 if ledger else 1]:
-            teams.hold(r["team"], release, r)
-            if pool in self.pool_sizes:
-                pools.hold(pool, release, r)
-        if release is not None:
-            heapq.heappush(self.releases, (release, len(self.releases), r["team"], r["reserved_gpu_hours"]))
-
-    def advance(self, t: datetime) -> None:
-        """Move to time t: every reservation whose end is at or before t has released and spent."""
-        while self.releases and self.releases[0][0] <= t:
-            end, _, team, hours = heapq.heappop(self.releases)
-            self.spent[(team, month_start(end))] += hours or 0.0
-        self.now = max(self.now, t)
-
-    def state(self, team: str | None, kind: str | None, t: datetime, *, ledger_only: bool = False) -> State:
-        """The state `decide` takes for a `kind` request of `team` at t (>= the last advance)."""
-        teams, pools = (self.ledger_teams, self.ledger_pools) if ledger_only else (self.teams, self.pools)
-        snaps = self._snapshots.get(team)
-        if snaps is None:
-            snaps = self._snapshots[team] = (self.inputs["snapshots"].get(None, set())
-                                             | self.inputs["snapshots"].get(team, set()))
-        return {"now": t, "reservations": teams.held(team, t),
-                "period_spent_gpu_hours": float(self.spent[(team, month_start(t))]),
-                "snapshots": snaps, "calibration_history": [],
-                "calibration": self.inputs["calibrations"].get((team, kind)),
-                "interruption_rate": self.inputs["interruption_rates"].get(team),
-                "pools": {name: self._pool(pools, name, gpus, t, ledger_only, team, kind)
-                          for name, gpus in self.pool_sizes.items()}}
-
-    def _pool(self, pools: Holdings, name: str, gpus: int, t: datetime, ledger_only: bool, team, kind) -> dict:
-        held = pools.held(name, t)
-        pool = {"name": name, "gpus": gpus, "reservations": held, "windows": self.inputs["windows"]}
-        if not ledger_only:   # one timeline for every request decided at t, until the plan starts another
-            key = (name, team if kind == "retraining" else None)   # retraining leaves out its team's experiments
-            cached = self._timelines.get(key)
-            if cached is None or cached[:2] != (t, pools.holds.get(name, 0)):
-                cached = self._timelines[key] = (t, pools.holds.get(name, 0),
-                                                 holdings_timeline(t, pool_counted(pool, team, kind)))
-            pool["timeline"] = cached[2]
-        return pool
-
-    def start(self, w: WaitingRequest, decision: Decision, t: datetime) -> Holding:
-        """The admitted request holds from t for the decision's wall hours (as an admit is booked)."""
-        req = w["request"]
-        wall = (decision["estimate"] or {}).get("wall_hours")
-        end = span_end(t, wall if wall is not None else float(req["max_runtime_hours"]))
-        r: Reservation = {"run_id": w["run_id"], "team": req["team"], "kind": req["kind"], "gpus": int(req["gpus"]),
-                          "reserved_gpu_hours": float(decision["reserved_gpu_hours"]), "reserved_from": t,
-                          "reserved_until": end, "capacity": req["capacity"]}
-        self._hold(r, ledger=False)
-        held: Holding = {"run_id": w["run_id"], "team": req["team"], "kind": req["kind"], "capacity": req["capacity"],
-                         "gpus": r["gpus"], "start": t, "end": end, "gpu_hours": r["reserved_gpu_hours"], "planned": True}
-        self.started[w["run_id"]] = held
-        for key in (req["team"], ("pool", req["capacity"])):
-            self.started_in.setdefault(key, []).append(held)
-        return held
-
-    def started_held(self, key, t: datetime) -> list[str]:
-        """The run IDs the plan started under `key` (a team, or ("pool", name)) that still hold at t
-        (reckoned once per key, time and start)."""
-        started = self.started_in.get(key, ())
-        cached = self._started_held.get(key)
-        if cached is None or cached[:2] != (t, len(started)):
-            cached = self._started_held[key] = (t, len(started), [h["run_id"] for h in started if h["end"] > t])
-        return cached[2]
 
 
 class _Waiting:
@@ -296,7 +205,7 @@ def free_gpus(world: PlanWorld, team: str, kind: str, capacity: str | None, t: d
     (a run short enough to end before any of the scheduler's windows begins): room under the team's
     quota (and, for experiments, its retraining set-aside) and in the pool, never below 0."""
     policy = world.inputs["policies"][team]
-    held = world.teams.held(team, t)
+    held = world.team_holdings.held(team, t)
     in_use = sum(r["gpus"] for r in held)
     in_use_retraining = sum(r["gpus"] for r in held if r["kind"] == "retraining")
     reserved, set_aside = policy["reserved_gpus"], policy["retraining_reserved_gpus"]
@@ -318,7 +227,7 @@ def day_rows(world: PlanWorld, t: datetime) -> list[DayRow]:
     rows: list[DayRow] = []
     capacities = list(CAPACITIES) if world.pool_sizes else [None]
     for team, policy in sorted(world.inputs["policies"].items()):
-        committed = sum(r["gpus"] for r in world.teams.held(team, t))
+        committed = sum(r["gpus"] for r in world.team_holdings.held(team, t))
         for capacity in capacities:
             pool = world.pool_sizes.get(capacity)
             windows = None
@@ -332,7 +241,7 @@ def day_rows(world: PlanWorld, t: datetime) -> list[DayRow]:
                          "free_gpus": free_gpus(world, team, "production", capacity, t),
                          "retraining_free_gpus": free_gpus(world, team, "retraining", capacity, t),
                          "pool_gpus": pool,
-                         "pool_held_gpus": (sum(r["gpus"] for r in world.pools.held(capacity, t))
+                         "pool_held_gpus": (sum(r["gpus"] for r in world.pool_holdings.held(capacity, t))
                                             if pool is not None else None),
                          "window_gpus": windows})
     return rows
@@ -342,7 +251,7 @@ def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
     quotas = sum(p["reserved_gpus"] for p in world.inputs["policies"].values())
     rows: list[PoolDay] = []
     for name, gpus in sorted(world.pool_sizes.items()):
-        held = sum(r["gpus"] for r in world.pools.held(name, t))
+        held = sum(r["gpus"] for r in world.pool_holdings.held(name, t))
         windows = sum(w["gpus"] for w in world.inputs["windows"] if w["start"] <= t < w["end"]
                       and w["pool"] in (None, name))
         rows.append({"date": t.date(), "pool": name, "gpus": gpus, "quotas_gpus": quotas, "held_gpus": held,
@@ -350,14 +259,14 @@ def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
     return rows
 
 
-def plan_holdings(inputs: PlanInputs, until: datetime) -> list[Holding]:
+def plan_holdings(inputs: PlanInputs, until: datetime) -> list[PlanHolding]:
     """Every reservation of the plan up to `until`: those the ledger holds at as_of and those the plan
     starts before `until` (for the budget burn-down's committed spend)."""
     return _holdings(inputs, world_at(inputs, until))
 
 
-def _holdings(inputs: PlanInputs, world: PlanWorld) -> list[Holding]:
-    held: list[Holding] = [
+def _holdings(inputs: PlanInputs, world: PlanWorld) -> list[PlanHolding]:
+    held: list[PlanHolding] = [
         {"run_id": r.get("run_id") or "", "team": r["team"], "kind": r["kind"], "capacity": r.get("capacity"),
          "gpus": r["gpus"], "start": r.get("reserved_from"), "end": r["reserved_until"],
          "gpu_hours": r["reserved_gpu_hours"], "planned": False} for r in inputs["held"]]
