@@ -113,7 +113,7 @@ def what_if_case(path: Path, case: str) -> dict:
         import gc
         gc.disable = lambda: None
         case = case.removesuffix("-collecting")
-    from lib.dashboard.replay_view import pool_rows
+    from lib.dashboard.replay_view import pool_size_rows
     from lib.planning.replay.passes import replay_proposal
     from lib.planning.replay.search import search_ceiling, sizes_beside, smallest_pool
     from lib.ledger.replay import DEFAULT_WINDOW, kept_file, read_window, replay_ledger
@@ -144,7 +144,7 @@ def what_if_case(path: Path, case: str) -> dict:
         found = smallest_pool(data, "stable", target, kept=kept_file(path) if case == "search-kept" else None)
         sizes = found["sizes"]
         searched, replays = time.perf_counter() - t, sizes.replays
-        pool_rows(sizes, sizes_beside(found))
+        pool_size_rows(sizes, sizes_beside(found))
         detail = (f"share <= {target['limit']:.3f}: N={found['found']} of <= {found['ceiling']}: "
                   f"{searched:.1f} s, {replays} replays; around +{sizes.replays - replays}")
         requests = len(data.requests)

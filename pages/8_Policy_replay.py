@@ -219,8 +219,8 @@ def search_pool(bounds) -> None:
             sizes = sizes_beside(found)
             today = window.world.get("pools", {}).get(capacity)
             bar.progress(1.0, text="the sizes around it (replaying any the search did not)")
-            rows = replay_view.pool_rows(found["sizes"], sorted(set(sizes + ([today] if today is not None else []))))
-            tried = replay_view.pool_rows(found["sizes"], sorted(found["tried"]))
+            rows = replay_view.pool_size_rows(found["sizes"], sorted(set(sizes + ([today] if today is not None else []))))
+            tried = replay_view.pool_size_rows(found["sizes"], sorted(found["tried"]))
         done = found["sizes"]
         status.update(label=f"Replayed the window {done.replays:,} times for {len(done.tried):,} pool sizes",
                       state="complete", expanded=False)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.authority.url import AuthoritySettingError, AuthorityURLError, check_cluster, check_url, redact, shown
+from lib.authority.url import AuthoritySettingError, AuthorityURLError, check_cluster, check_url, redact, shown_authority
 
 passwords = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=4, max_size=40)
 
@@ -18,7 +18,7 @@ passwords = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), mi
        tail=st.sampled_from(["/gate", "", "/gate?sslmod=x", "/gate?sslmode=require"]))
 def test_no_message_or_shown_url_holds_the_password(password, port, tail):
     url = f"postgresql://gate:{quote(password, safe='')}@db.example.org:{port}{tail}"
-    assert password not in shown(url) and quote(password, safe="") not in shown(url)
+    assert password not in shown_authority(url) and quote(password, safe="") not in shown_authority(url)
     try:
         check_url(url)
     except AuthorityURLError as exc:
@@ -51,8 +51,8 @@ LEAK = "LEAK7b"
 ])
 def test_both_forms_are_read_and_shown_without_their_password(conninfo, password):
     assert check_url(conninfo) == conninfo
-    assert LEAK not in shown(conninfo) and "password=***" in shown(conninfo)
-    assert "host=db.example.org" in shown(conninfo) and "dbname=gate" in shown(conninfo)
+    assert LEAK not in shown_authority(conninfo) and "password=***" in shown_authority(conninfo)
+    assert "host=db.example.org" in shown_authority(conninfo) and "dbname=gate" in shown_authority(conninfo)
     text = f"FATAL: connection to {conninfo} failed for password {password}"
     assert LEAK not in redact(text, conninfo) and "FATAL: connection to" in redact(text, conninfo)
 
@@ -76,4 +76,4 @@ def test_a_refused_string_is_never_echoed(conninfo, said):
     message = str(info.value)
     # nothing of the secret, not even around a partial match (`passwd=***b` would tell its end)
     assert "LEAK" not in message and "***b" not in message
-    assert "LEAK" not in shown(conninfo) and "LEAK" not in redact(f"error in {conninfo}", conninfo)
+    assert "LEAK" not in shown_authority(conninfo) and "LEAK" not in redact(f"error in {conninfo}", conninfo)

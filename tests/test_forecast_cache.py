@@ -77,14 +77,14 @@ def test_a_damaged_cache_file_is_no_cache(page_ledger, damage):
     model_cache(path).write_text(damage)
     forecast_models._fit_cached.cache_clear()
     assert forecast(path, as_of=as_of, weeks=26)["teams"] == clean
-    assert forecast_cache.load(model_cache(path))                     # and it was written again, whole
+    assert forecast_cache.load_models(model_cache(path))                     # and it was written again, whole
 
 
 def test_a_cache_that_cannot_be_written_changes_nothing(tmp_path):
     y = generated_histories(3, 80, LAST, noise=0.1)["growing"]
     missing = tmp_path / "no-such-dir" / "cache.json"
-    forecast_cache.save(missing, {"k": fit_team(y, LAST)})
-    assert not missing.parent.exists() and forecast_cache.load(missing) == {}
+    forecast_cache.save_models(missing, {"k": fit_team(y, LAST)})
+    assert not missing.parent.exists() and forecast_cache.load_models(missing) == {}
 
 
 def test_a_model_read_back_is_the_model_fitted_to_the_last_bit(tmp_path):
@@ -92,9 +92,9 @@ def test_a_model_read_back_is_the_model_fitted_to_the_last_bit(tmp_path):
     y = generated_histories(4, 120, LAST, noise=0.2)["step+dip"]
     model = fit_team(y, LAST)
     key = forecast_cache.model_key(y, LAST)
-    forecast_cache.save(cache, {key: model})
+    forecast_cache.save_models(cache, {key: model})
     content_store._read.clear()                                      # parse the file, not the memo
-    back = forecast_cache.load(cache)[key]
+    back = forecast_cache.load_models(cache)[key]
     assert back["name"] == model["name"] and back["scores"] == model["scores"]
     arrays = [(back[k], model[k]) for k in ("point",)] + list(zip(back["ratios"] + back["sums"],
                                                                  model["ratios"] + model["sums"]))
@@ -106,6 +106,6 @@ def test_only_the_most_recently_used_histories_are_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(forecast_cache, "MAX_ENTRIES", 3)
     cache = tmp_path / "cache.json"
     model = fit_team([100.0] * 12, LAST)
-    forecast_cache.save(cache, {str(k): model for k in range(5)})
+    forecast_cache.save_models(cache, {str(k): model for k in range(5)})
     content_store._read.clear()
-    assert list(forecast_cache.load(cache)) == ["2", "3", "4"]
+    assert list(forecast_cache.load_models(cache)) == ["2", "3", "4"]

@@ -17,6 +17,7 @@ from lib.dashboard import replay_figures, replay_view
 from lib.dashboard import (estimate_figures, figure_kit, figure_text, forecast_figures, forecasts, idle_figures,
                            recovery_figures, reservation_figures, stop_figures)
 from lib.dashboard.filters import default_filters
+from lib.dashboard.labels import ALL_TEAMS
 from tests.fixtures_app import PAGE_QUERIES
 from tests.fixtures_hostile import HOSTILE, make_hostile_ledger
 
@@ -106,7 +107,7 @@ def _replay_effect() -> pd.DataFrame:
 def _pool_rows() -> pd.DataFrame:
     rows = [{"pool_gpus": n, "team": t, "admitted": 5, "deferred": 1, "deferral_share": 0.1,
              "cluster_capacity_deferrals": 1, "mean_wait_hours": 2.0, "p90_wait_hours": 3.0}
-            for n in (4, 6, 8) for t in (replay_view.ALL_TEAMS, *HOSTILE)]
+            for n in (4, 6, 8) for t in (ALL_TEAMS, *HOSTILE)]
     return pd.DataFrame(rows)
 
 

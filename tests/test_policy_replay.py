@@ -367,7 +367,7 @@ def test_the_search_reuses_kept_calibrations_and_answers_the_same(pooled_submitt
 def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(pooled_submitted_ledger):
     """The rows around the size found: a size at or above the most any request needed in a pass whose
     pool never ran short decides as that pass, so it is shown from it, replaying nothing."""
-    from lib.dashboard.replay_view import pool_rows
+    from lib.dashboard.replay_view import pool_size_rows
     from lib.ledger.replay import read_window
     from lib.planning.replay.passes import replay_proposal
     from lib.planning.replay.search import PoolSizes, search_ceiling
@@ -377,12 +377,12 @@ def test_sizes_at_or_above_a_never_short_passs_need_are_shown_without_a_replay(p
     ceiling = search_ceiling(data.policies, data.world.get("pools", {}), "stable")
     need = sizes.at(ceiling)["pool_need"]
     assert need is not None and need < ceiling and sizes.replays == 1
-    rows = pool_rows(sizes, [need, need + 1, ceiling + 5])
+    rows = pool_size_rows(sizes, [need, need + 1, ceiling + 5])
     assert sizes.replays == 1 and set(rows["pool_gpus"]) == {need, need + 1, ceiling + 5}
     replayed = replay_proposal(data.requests, data.policies, data.world, pools={"stable": ceiling + 5},
                                need_of="stable")
     assert sizes.at(ceiling + 5)["overall"] == replayed["overall"]
-    pool_rows(sizes, [need - 1])
+    pool_size_rows(sizes, [need - 1])
     assert sizes.replays == 2 and sizes.at(need - 1)["pool_need"] is None
 
 
@@ -428,7 +428,7 @@ def test_a_size_known_within_a_step_stands_in_for_a_step_on_its_side():
 def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known(pooled_submitted_ledger):
     """pool_rows replays a size shown beside the answer only when the search did not know it, and each
     one shown lies within a step of a step of about a tenth, on its side."""
-    from lib.dashboard.replay_view import pool_rows
+    from lib.dashboard.replay_view import pool_size_rows
     from lib.ledger.replay import read_window
     from lib.planning.replay.passes import replay_proposal
     from lib.planning.replay.search import around, search_ceiling, sizes_beside, smallest_pool
@@ -447,7 +447,7 @@ def test_the_search_shows_sizes_beside_its_answer_replaying_only_those_not_known
     needed = unknown(shown)
     assert len(needed) < len(unknown(around(n, found["ceiling"])))   # fewer than the plain steps would replay
     before = sizes.replays
-    rows = pool_rows(sizes, shown)
+    rows = pool_size_rows(sizes, shown)
     assert sizes.replays - before == len(needed)
     assert sorted(set(rows["pool_gpus"])) == shown and n in shown
     step = max(1, n // 10)

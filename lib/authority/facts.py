@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Callable
 
 from lib.authority.store import AuthorityUnavailable, connect
-from lib.authority.url import check_cluster, check_url, redact, shown
+from lib.authority.url import check_cluster, check_url, redact, shown_authority
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
 from lib.gate.terms import naive_utc
 from lib.ledger.deciding import decide_with, policy_for
@@ -188,7 +188,7 @@ class Authority:
         self._con = None
 
     def __repr__(self) -> str:
-        return f"Authority({shown(self.url)!r}, cluster={self.cluster!r})"
+        return f"Authority({shown_authority(self.url)!r}, cluster={self.cluster!r})"
 
     def fresh(self) -> "Authority":
         """An Authority of the same settings with a connection of its own (one per thread of use)."""
@@ -207,7 +207,7 @@ class Authority:
     def _broken(self, exc: Exception) -> AuthorityUnavailable:
         self.close()
         text = redact(" ".join(str(exc).split()), self.url) or type(exc).__name__
-        return AuthorityUnavailable(f"the authority {shown(self.url)} broke off: {text}")
+        return AuthorityUnavailable(f"the authority {shown_authority(self.url)} broke off: {text}")
 
     @contextmanager
     def transaction(self, *, write: bool = True):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lib.authority.url import AuthorityURLError, check_url, parameters, redact, shown
+from lib.authority.url import AuthorityURLError, check_url, parameters, redact, shown_authority
 from lib.gate.terms import InputError, month_start, next_month_start
 from lib.ledger.connection import LedgerError
 
@@ -41,7 +41,7 @@ def connect(url: str, *, cluster: str = "", check_schema: bool = True):
     try:
         con = psycopg.connect(url, autocommit=True, **extra)
     except psycopg.Error as exc:
-        raise AuthorityUnavailable(f"the authority {shown(url)} cannot be reached: {_text(exc, url)}") from None
+        raise AuthorityUnavailable(f"the authority {shown_authority(url)} cannot be reached: {_text(exc, url)}") from None
     try:
         con.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         if check_schema:
@@ -71,13 +71,13 @@ def check_version(con, url: str) -> int:
     try:
         version = schema_version(con)
     except psycopg.Error as exc:
-        raise AuthorityUnavailable(f"the authority {shown(url)}: {_text(exc, url)}") from None
+        raise AuthorityUnavailable(f"the authority {shown_authority(url)}: {_text(exc, url)}") from None
     if version is None:
-        raise AuthoritySchemaError(f"the authority {shown(url)} has no Training Gate schema: create it with "
+        raise AuthoritySchemaError(f"the authority {shown_authority(url)} has no Training Gate schema: create it with "
                                    "`python -m lib authority init` (as a role that may create schemas)")
     if version > AUTHORITY_SCHEMA_VERSION:
-        raise AuthoritySchemaError(f"the authority {shown(url)} has schema version {version}, newer than this "
-                                   f"program's {SCHEMA_VERSION}: upgrade Training Gate on this cluster")
+        raise AuthoritySchemaError(f"the authority {shown_authority(url)} has schema version {version}, newer than this "
+                                   f"program's {AUTHORITY_SCHEMA_VERSION}: upgrade Training Gate on this cluster")
     return version
 
 
@@ -90,8 +90,8 @@ def init_schema(url: str, teams: list[dict], now) -> dict:
         with con.transaction():
             version = schema_version(con)
             if version is not None and version > AUTHORITY_SCHEMA_VERSION:
-                raise AuthoritySchemaError(f"the authority {shown(url)} has schema version {version}, newer "
-                                           f"than this program's {SCHEMA_VERSION}: nothing changed")
+                raise AuthoritySchemaError(f"the authority {shown_authority(url)} has schema version {version}, newer "
+                                           f"than this program's {AUTHORITY_SCHEMA_VERSION}: nothing changed")
             con.execute(SCHEMA_SQL.read_text(encoding="utf-8"))
             counts = {"created": version is None, "teams_inserted": 0, "teams_updated": 0, "teams_unchanged": 0}
             old = {r[0]: r[1] for r in con.execute(
@@ -109,7 +109,7 @@ def init_schema(url: str, teams: list[dict], now) -> dict:
     except Exception as exc:
         if isinstance(exc, (AuthoritySchemaError, AuthorityUnavailable, AuthorityURLError)):
             raise
-        raise AuthorityUnavailable(f"the authority {shown(url)}: {_text(exc, url)}") from None
+        raise AuthorityUnavailable(f"the authority {shown_authority(url)}: {_text(exc, url)}") from None
     finally:
         con.close()
     return counts
@@ -146,4 +146,4 @@ def status(url: str, now, *, policies: bool = False) -> dict:
                 teams[team]["month_spent_gpu_hours"] = float(spent)
     finally:
         con.close()
-    return {"authority": shown(url), "schema_version": version, "teams": teams}
+    return {"authority": shown_authority(url), "schema_version": version, "teams": teams}

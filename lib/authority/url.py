@@ -61,7 +61,7 @@ def parameters(conninfo: str) -> dict[str, str]:
         raise AuthorityURLError(f"the authority URL {NOT_SHOWN} must be {_FORMS}") from None
 
 
-def shown(conninfo: str) -> str:
+def shown_authority(conninfo: str) -> str:
     """`conninfo` as it may be shown: libpq's parameters as key=value pairs, password and sslpassword
     as ***; NOT_SHOWN when libpq cannot read it."""
     from psycopg.conninfo import make_conninfo  # here: as in `parameters`
@@ -88,7 +88,7 @@ def redact(text: str, conninfo: str | None) -> str:
         params = parameters(conninfo)
     except AuthorityURLError:
         return NOT_SHOWN
-    text = text.replace(conninfo, shown(conninfo))
+    text = text.replace(conninfo, shown_authority(conninfo))
     secrets = set().union(*(_written(params[k]) for k in SECRET_PARAMETERS if params.get(k)))
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, HIDDEN)
@@ -111,7 +111,7 @@ def check_url(url) -> str:
         raise AuthorityURLError("the authority URL is empty: set GATE_AUTHORITY=postgresql://ROLE@HOST/DATABASE")
     url = url.strip()
     params = parameters(url)
-    safe = shown(url)
+    safe = shown_authority(url)
     problem = _port_problem(params.get("port", ""))
     if problem:
         raise AuthorityURLError(f"the authority URL {safe} is malformed: {problem}")

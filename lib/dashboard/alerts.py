@@ -46,7 +46,7 @@ def post_json(url: str, body: dict, timeout_s: float = SEND_TIMEOUT_S) -> str | 
     return f"{shown_webhook(url)} answered HTTP {resp.status_code}"
 
 
-def evaluate(settings: AlertSettings, db=None, now: dt.datetime | None = None) -> list[Alert]:
+def alerts_due(settings: AlertSettings, db=None, now: dt.datetime | None = None) -> list[Alert]:
     """Every threshold crossed this month, per team with a policy, at `now`."""
     now = now or utcnow()
     f = Filters(date_from=now.date(), date_to=now.date())
@@ -63,7 +63,7 @@ def run_alerts(settings: AlertSettings, url: str | None, *, db=None, now: dt.dat
     """Evaluate, keep the new crossings, and send every undelivered alert to `url` (None: keep them
     unsent). Returns {"crossed", "raised", "sent", "failed", "unsent", "errors", "alerts"}; `dry_run`
     evaluates only (writes and sends nothing)."""
-    crossed = evaluate(settings, db, now)
+    crossed = alerts_due(settings, db, now)
     if dry_run:
         return {"crossed": crossed, "raised": 0, "sent": 0, "failed": 0, "unsent": None, "errors": [],
                 "alerts": crossed}

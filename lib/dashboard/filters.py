@@ -206,7 +206,7 @@ def filters_from_query(query: Mapping[str, Sequence[str]], *, teams: Sequence[st
     def items(key: str, known: Sequence[str], what: str) -> tuple[str, ...]:
         got = _listed(query.get(key) or [], known)
         bad = [v for v in got if v not in known]
-        notes.extend(f"{key}: {shown(v)} is not {what}; left out." for v in bad[:5])
+        notes.extend(f"{key}: {quoted_link_value(v)} is not {what}; left out." for v in bad[:5])
         if len(bad) > 5:
             notes.append(f"{key}: {len(bad) - 5} more values that are not {what} left out.")
         return tuple(v for v in got if v in known)
@@ -215,12 +215,12 @@ def filters_from_query(query: Mapping[str, Sequence[str]], *, teams: Sequence[st
     kind_list = items("kinds", KINDS, f"a kind ({', '.join(KINDS)})")
     capacity = last("capacity") or None
     if capacity is not None and capacity not in CAPACITIES:
-        notes.append(f"capacity: {shown(capacity)} is not {' or '.join(CAPACITIES)}; both are shown.")
+        notes.append(f"capacity: {quoted_link_value(capacity)} is not {' or '.join(CAPACITIES)}; both are shown.")
         capacity = None
 
     period, date_from, date_to = last("range") or CUSTOM, default.date_from, default.date_to
     if period != CUSTOM and period not in RANGES:
-        notes.append(f"range: {shown(period)} is not one of {', '.join(RANGES)}; the default dates are shown.")
+        notes.append(f"range: {quoted_link_value(period)} is not one of {', '.join(RANGES)}; the default dates are shown.")
         period = CUSTOM
     if period != CUSTOM:
         date_from, date_to = resolve_range(period, today)
@@ -232,7 +232,7 @@ def filters_from_query(query: Mapping[str, Sequence[str]], *, teams: Sequence[st
         for key, text in (("from", start), ("to", end)):
             day = parsed[key]
             if day is None or not DATE_MIN <= day <= date_max(today):
-                problem = (f"{shown(text)} is not a date (YYYY-MM-DD) between {DATE_MIN} and {date_max(today)}"
+                problem = (f"{quoted_link_value(text)} is not a date (YYYY-MM-DD) between {DATE_MIN} and {date_max(today)}"
                            if text else "is missing")
                 notes.append(f"{key}: {problem}; the default dates are shown.")
                 parsed[key] = None

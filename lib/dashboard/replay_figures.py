@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from lib.dashboard.figure_kit import empty_figure, team_colour, titled_figure
 from lib.dashboard.figure_text import shows_text_as_typed
-from lib.dashboard.replay_view import ALL_TEAMS
+from lib.dashboard.labels import ALL_TEAMS
 
 UNIT_TITLES = {"decisions": "Proposal − baseline: decisions per team",
                "hours": "Proposal − baseline: wait per team (hours)"}

@@ -11,15 +11,15 @@ import datetime as dt
 import pandas as pd
 
 from lib.dashboard import settings
+from lib.dashboard.labels import ALL_TEAMS
 from lib.dashboard.reading import reader
 from lib.ledger.forecast import forecast
+from lib.gate.terms import HOURS_PER_WEEK
 from lib.ledger.state import pool_sizes
 from lib.planning.forecast.demand import MAX_WEEKS
 from lib.planning.replay.data import ReplayResult
 from lib.planning.replay.search import PoolSizes
 
-HOURS_PER_WEEK = 168
-ALL_TEAMS = "(all teams)"      # the row of every team together in the search's tables
 # the measures a search's target may bound (lib.planning.replay.search.Target), as the page names them
 TARGETS = {"p90_wait_hours": "P90 wait at most (hours)", "deferral_share": "deferral share at most (%)"}
 
@@ -44,7 +44,7 @@ def difference_table(result: ReplayResult) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["team", "measure", "unit", "baseline", "proposed", "difference"])
 
 
-def pool_rows(sizes: PoolSizes, ns: list[int]) -> pd.DataFrame:
+def pool_size_rows(sizes: PoolSizes, ns: list[int]) -> pd.DataFrame:
     """Admits, deferrals and waits per team (and all teams) for each pool size in `ns` (replaying those
     not known yet). Columns pool_gpus, team, admitted, deferred, deferral_share,
     cluster_capacity_deferrals, mean_wait_hours, p90_wait_hours."""

@@ -266,6 +266,7 @@ def escape_surrogates(json_str: str) -> str:
     return json_str.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+HOURS_PER_WEEK = 168
 INT_MAX = 2**31 - 1   # the largest value of the ledger's INTEGER columns (reserved_gpus, a window's gpus, ...)
 TOO_DEEP = "nested too deeply to read (arrays or inline tables inside each other, hundreds of levels)"
 MAX_JSON_DEPTH = 64  # nesting levels a request's JSON may have (a request needs 3)

@@ -76,9 +76,9 @@ def record(con, who: Who, action: str, *, fmt: str | None = None, inserted: int 
            updated: int | None = None, unchanged: int | None = None, detail: str | None = None) -> None:
     """Append one audit row on `con` (inside the caller's transaction): now (UTC), who, what."""
     if action not in AUDITED_ACTIONS:
-        raise ValueError(f"unknown audit action {action!r} (known: {', '.join(ACTIONS)})")
+        raise ValueError(f"unknown audit action {action!r} (known: {', '.join(AUDITED_ACTIONS)})")
     if who["origin"] not in AUDITED_ORIGINS:
-        raise ValueError(f"unknown origin {who['origin']!r} (known: {', '.join(ORIGINS)})")
+        raise ValueError(f"unknown origin {who['origin']!r} (known: {', '.join(AUDITED_ORIGINS)})")
     con.execute("INSERT INTO audit (written_at, actor, origin, action, file_name, format, rows_inserted, "
                 "rows_updated, rows_unchanged, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [utcnow(), who["actor"], who["origin"], action, who["file_name"], fmt, inserted, updated,

@@ -25,10 +25,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from lib.gate.terms import InputError, month_start, next_month_start, utcnow
+from lib.gate.terms import HOURS_PER_WEEK, InputError, month_start, next_month_start, utcnow
 from lib.ledger.connection import LedgerError, ledger_path, open_ledger
 from lib.ledger.plan import planned_holdings
-from lib.planning.forecast.demand import (HOURS_PER_WEEK, MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
+from lib.planning.forecast.demand import (MAX_WEEKS, MIN_RATIOS, TeamForecast, burn_down,
                                           pooled_ratios, team_forecast, team_models)
 
 CACHE_SUFFIX = ".forecast-models.json"   # beside the ledger: its teams' fitted models (lib.planning.forecast.cache)

@@ -61,11 +61,11 @@ def _from_json(d: dict) -> TeamModel:
             "sums": [frozen(s) for s in d["sums"]], "scores": dict(d["scores"])}
 
 
-def load(path: Path) -> dict[str, TeamModel]:
+def load_models(path: Path) -> dict[str, TeamModel]:
     """The entries of the cache file at `path` (oldest use first); none if it is missing or unreadable."""
     return content_store.load(path, FORMAT, _from_json)
 
 
-def save(path: Path, entries: dict[str, TeamModel]) -> None:
+def save_models(path: Path, entries: dict[str, TeamModel]) -> None:
     """Write the last MAX_ENTRIES of `entries` (oldest use first) to `path`; a failure is ignored."""
     content_store.save(path, entries, FORMAT, MAX_ENTRIES, _to_json)

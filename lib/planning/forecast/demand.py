@@ -32,14 +32,14 @@ from typing import Iterable, Sequence, TypedDict
 
 import numpy as np
 
+from lib.gate.terms import HOURS_PER_WEEK
 from lib.planning.forecast import cache as cache_file
 from lib.planning.forecast.models import MAX_WEEKS, TeamModel, fit_team
 
 MIN_RATIOS = 12             # fewer ratios than this at a horizon: use the pooled ratios of every team
-HOURS_PER_WEEK = 168.0
 NAIVE_WEEKS = 4             # the baseline: the mean of the last four weeks
 
-__all__ = ["MAX_WEEKS", "MIN_RATIOS", "HOURS_PER_WEEK", "WeekForecast", "TeamForecast", "team_models",
+__all__ = ["MAX_WEEKS", "MIN_RATIOS", "WeekForecast", "TeamForecast", "team_models",
            "pooled_ratios", "team_forecast", "naive_forecast", "BurnDown", "burn_down"]
 
 
@@ -69,14 +69,14 @@ def team_models(series: dict[str, Sequence[float]], first_week: dt.date,
     last = first_week - dt.timedelta(weeks=1)
     if cache is None:
         return {team: fit_team(y, last) for team, y in series.items()}
-    stored = cache_file.load(cache)
+    stored = cache_file.load_models(cache)
     keys = {team: cache_file.model_key(y, last) for team, y in series.items()}
     out = {team: stored.get(keys[team]) or fit_team(y, last) for team, y in series.items()}
     if any(k not in stored for k in keys.values()):
         for team, k in keys.items():        # the ones used now last: the most recently used are kept
             stored.pop(k, None)
             stored[k] = out[team]
-        cache_file.save(cache, stored)
+        cache_file.save_models(cache, stored)
     return out
 
 
