@@ -145,7 +145,7 @@ def submit_in_ledger(request: dict, *, partition=None, default_partition=None, d
     from lib.gate.terms import utcnow
     from lib.ledger.deciding import submit_request
     from lib.slurm.comment import capacity_for
-    from lib.slurm.live import drain_left_over_journal
+    from lib.slurm.journal import drain_left_over_journal
 
     drain_left_over_journal(db, timeout_s=timeout_s)  # what a stopped gate server answered comes first
 

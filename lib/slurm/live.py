@@ -462,35 +462,3 @@ class LiveGate:
             self.shared.authority.close()
         self._lock.release()
 
-
-def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
-    """Before deciding without a server: move what a stopped server journaled into the ledger, so an
-    in-process decision sees every decision the server answered. Returns how many were recorded.
-
-    Costs one stat when there is no journal. Raises ServerBusy when a server still holds the ledger
-    (it is alive but did not answer: deciding here could book the same GPUs twice).
-    """
-    ledger = ledger_path(db).resolve()
-    path = journal_path(ledger)
-    if not path.exists():
-        return 0
-    lock = ServerLock(ledger, record_pid=False)
-    try:
-        journal = Journal(path)
-        try:
-            journal.settle_left_over()
-            entries = journal.settled(0, limit=1 << 30)
-            recorded = 0
-            if entries:
-                with write_ledger(ledger, timeout_s) as con:
-                    recorded = apply_batch(con, journal.journal_id, entries)
-                journal.forget_through(entries[-1]["seq"])
-            empty = journal.count() == 0
-        finally:
-            journal.close()
-        if empty:  # nothing left: the next in-process decision pays only the stat
-            for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-                p.unlink(missing_ok=True)
-        return recorded
-    finally:
-        lock.release()
