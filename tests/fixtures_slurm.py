@@ -131,7 +131,7 @@ class GateServerProcess:
             time.sleep(0.05)
 
     def ask(self, fields: dict, **config):
-        """The hook's answer (lib.slurm.hook.Outcome) for a job, as job_submit.lua would get it."""
+        """The hook's answer (lib.slurm.hook.Answer) for a job, as job_submit.lua would get it."""
         from lib.slurm.hook import ask_server
         return ask_server(self.sock, fields, {"db": str(self.db), **config}, 60)
 

@@ -19,10 +19,10 @@ from tests.fixtures_ledger import tiny_request
 IMPLEMENTATIONS = (LedgerFacts, LiveGate)
 
 
-def protocol_members() -> dict[str, inspect.Signature]:
+def protocol_members(protocol: type = DecisionFacts) -> dict[str, inspect.Signature]:
     """The Protocol's methods and their signatures, without `self`."""
     out = {}
-    for name, member in vars(DecisionFacts).items():
+    for name, member in vars(protocol).items():
         if not name.startswith("_") and inspect.isfunction(member):
             sig = inspect.signature(member)
             out[name] = sig.replace(parameters=list(sig.parameters.values())[1:])
@@ -45,7 +45,7 @@ def signature_problem(cls, name: str, wanted: inspect.Signature) -> str | None:
     extra = [p.name for p in got[len(want):] if p.default is inspect.Parameter.empty
              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if extra:
-        return f"{cls.__name__}.{name} needs {extra}, which decide_with never passes"
+        return f"{cls.__name__}.{name} needs {extra}, which the Protocol's callers never pass"
     return None
 
 

@@ -161,7 +161,8 @@ def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(led
 
 
 def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(ledger, tmp_path):
-    from lib.slurm.hook import config_from_env, gate
+    from lib.slurm.hook import config_from_env
+    from lib.slurm.in_process import judge_in_process
     server = GateServerProcess(ledger, tmp_path / "gate.sock", "--flush-interval-s", "3600")
     try:
         assert server.ask(hook_request("journaled-only")).code == 0
@@ -169,7 +170,7 @@ def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(l
         server.stop(signal.SIGKILL)
     assert _ledger_decisions(ledger) == []  # nothing flushed yet
     config = {**config_from_env({}), "db": str(ledger)}
-    again = gate(hook_request("journaled-only"), config)  # in-process, as the Python fallback decides
+    again = judge_in_process(hook_request("journaled-only"), config)  # in-process, as the Python fallback decides
     assert again.code == 0 and again.decision.get("replayed") is True  # the same admit, not a second one
     assert [r["state"] for r in _ledger_decisions(ledger)] == ["admit"]
 

@@ -14,7 +14,7 @@ import pytest
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request
-from lib.slurm.hook import build_request
+from lib.slurm.comment import build_request
 from tests.fixtures_slurm import REPO, GateServerProcess, job, quota_teams
 
 pytestmark = pytest.mark.slow

@@ -190,16 +190,17 @@ def test_the_command_line_exits_2_for_hostile_values_and_submit_books_nothing(tm
 ], ids=["surrogate-team", "huge-team", "surrogate-run-id", "5000-digit-budget", "deep-note", "surrogate-key",
         "runtime-beyond-slurm"])
 def test_the_hook_deciding_in_process_rejects_hostile_values_under_accept_and_flag(tmp_path, changes):
-    """No gate server: lib.slurm.hook.gate opens the ledger itself (the cold path). No --account and no
+    """No gate server: lib.slurm.in_process.judge_in_process opens the ledger itself (the cold path). No --account and no
     --time, so the comment's team and runtime are the ones judged."""
     from lib.slurm import hook
+    from lib.slurm.in_process import judge_in_process
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
     comment = json_text({**STATED, "team": "vision", "max_runtime_hours": 10, **changes})
     job = {"account": None, "time_limit": None, "name": "cold", "comment": comment, "uid": "0",
            "tres_per_node": "gres:gpu:2"}
     config = {**hook.config_from_env({}), "db": str(db), "on_failure": "accept-and-flag",
               "flag_log": str(tmp_path / "flags.jsonl")}
-    out = hook.gate(job, config)
+    out = judge_in_process(job, config)
     assert out.code == 1, out.lines()
     assert out.msg.startswith(("training-gate: rejected", "training-gate: deferred")), out.msg  # 1.7e308 h: a runtime cap
     assert not (tmp_path / "flags.jsonl").exists()  # judged: no gate failure to flag

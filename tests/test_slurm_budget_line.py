@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -14,9 +15,10 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import submit_request
 from lib.ledger.finishing import finish_run
 from lib.gate.terms import utcnow
-from lib.slurm import hook as h
+from lib.slurm.judge import judged_for
 from lib.slurm.live import LiveGate
-from lib.slurm.runouts import RunOuts, month_budget
+from lib.slurm.runouts import RunOuts, budget_text, month_budget
+from lib.slurm.wire import EXIT_ADMIT, EXIT_REFUSED
 from tests.fixtures_slurm import (COMMENT_REQUEST, GateServerProcess, cluster_session, comment, hook_request,
                                   make_slurm_ledger)
 from tests.fixtures_ledger import query
@@ -25,21 +27,20 @@ DAY = dt.date(2026, 12, 21)
 
 
 def test_the_line_says_what_is_left_of_what_and_the_days_at_p50_and_p90():
-    line = h.budget_text("vision", 5000.0, 1234.56, (DAY, dt.date(2026, 12, 18)))
+    line = budget_text("vision", 5000.0, 1234.56, (DAY, dt.date(2026, 12, 18)))
     assert line == ("training-gate: team vision budget this month: 1,234.6 of 5,000.0 GPU-h left; "
                     "projected to run out Dec 21 at P50, Dec 18 at P90")
-    assert h.budget_text("nlp", 100.0, 40.0, (None, DAY)).endswith("run out Dec 21 at P90 (not at P50)")
-    assert h.budget_text("nlp", 100.0, 40.0, (None, None)).endswith("not projected to run out this month (P50 and P90)")
-    assert "not known yet" in h.budget_text("nlp", 100.0, 40.0, None)
-    over = h.budget_text("nlp", 100.0, -12.5, (DAY, DAY))
+    assert budget_text("nlp", 100.0, 40.0, (None, DAY)).endswith("run out Dec 21 at P90 (not at P50)")
+    assert budget_text("nlp", 100.0, 40.0, (None, None)).endswith("not projected to run out this month (P50 and P90)")
+    assert "not known yet" in budget_text("nlp", 100.0, 40.0, None)
+    over = budget_text("nlp", 100.0, -12.5, (DAY, DAY))
     assert "0.0 of 100.0 GPU-h left (12.5 GPU-h over)" in over
 
 
 def test_the_budget_line_follows_the_decision_on_its_own_msg_line():
     decision = {"state": "admit", "run_id": "r1", "team": "vision", "reserved_gpu_hours": 2.0,
                 "estimate": {"judged_gpu_hours": 2.0}}
-    out = h.outcome_for(decision)
-    out.budget = "training-gate: team vision budget this month: 1.0 of 2.0 GPU-h left"
+    out = replace(judged_for(decision), budget="training-gate: team vision budget this month: 1.0 of 2.0 GPU-h left")
     lines = out.lines()
     assert lines[0].startswith("MSG training-gate: admitted run r1")
     assert lines[1] == "MSG " + out.budget
@@ -102,13 +103,13 @@ def test_the_gate_servers_answer_to_an_admit_carries_the_budget_line(tmp_path):
         refused = server.ask(hook_request("vision-line-big", estimated_gpu_hours=budget * 2))
     finally:
         server.stop()
-    assert got.code == h.EXIT_ADMIT
+    assert got.code == EXIT_ADMIT
     msgs = [ln for ln in got.lines() if ln.startswith("MSG ")]
     assert msgs[0].startswith(f"MSG training-gate: admitted run vision-line-{i}")
     assert msgs[1] == ("MSG training-gate: team vision budget this month: "
                        f"{budget - 0.5 * i:,.1f} of {budget:,.1f} GPU-h left; "
                        "not projected to run out this month (P50 and P90)")
-    assert refused.code == h.EXIT_REFUSED
+    assert refused.code == EXIT_REFUSED
     assert [ln for ln in refused.lines() if ln.startswith("MSG ")] == [refused.lines()[0]]   # no budget line
 
 

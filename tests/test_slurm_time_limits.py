@@ -13,8 +13,10 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.demo import build_demo
 from lib.ledger.teams_file import TeamsFileError, parse_teams, sync_teams
 from lib.slurm import hook as h
+from lib.slurm.in_process import judge_in_process
 from lib.slurm.limits import (STOP_MARGIN_MIN, admitted_time_limit, calibrated_minutes, remaining_minutes,
                               spend_minutes, timeout_was_spend_limit)
+from lib.slurm.wire import EXIT_ADMIT
 from tests.fixtures_gate import NOW
 from tests.fixtures_slurm import REPO, GateServerProcess, comment, job, make_slurm_ledger
 
@@ -114,29 +116,29 @@ def test_the_two_keys_are_booleans_and_leave_a_teams_version_alone_at_their_defa
 
 def test_the_spend_limit_sets_the_time_limit_below_what_the_job_asked_and_the_admit_says_so(tmp_path):
     db = ledger_with(tmp_path, TEAMS)
-    out = h.gate(spend_job("spend-1", 2.0), config(db))   # 2 GPU-h on 2 GPUs: 60 min, less the margin
-    assert out.code == h.EXIT_ADMIT
+    out = judge_in_process(spend_job("spend-1", 2.0), config(db))   # 2 GPU-h on 2 GPUs: 60 min, less the margin
+    assert out.code == EXIT_ADMIT
     assert "TIME 59" in out.lines()
     msg = next(ln for ln in out.lines() if ln.startswith("MSG "))
     assert "time limit set to 59 min from the spend limit 2 GPU-h on 2 GPUs (asked 120 min" in msg
-    roomy = h.gate(spend_job("spend-2", 10.0), config(db))   # 299 min would be above the 120 asked
-    assert roomy.code == h.EXIT_ADMIT and not any(ln.startswith("TIME") for ln in roomy.lines())
+    roomy = judge_in_process(spend_job("spend-2", 10.0), config(db))   # 299 min would be above the 120 asked
+    assert roomy.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in roomy.lines())
     assert "time limit" not in roomy.msg
 
 
 def test_a_comment_runtime_without_time_is_still_the_limit_unless_the_spend_limit_is_lower(tmp_path):
     db = ledger_with(tmp_path, TEAMS)
-    out = h.gate(job(time_limit=None, comment=comment(run_id="rt-1", max_runtime_hours=3)), config(db))
+    out = judge_in_process(job(time_limit=None, comment=comment(run_id="rt-1", max_runtime_hours=3)), config(db))
     assert "TIME 180" in out.lines()
-    out = h.gate(job(time_limit=None, comment=comment(run_id="rt-2", max_runtime_hours=3,
+    out = judge_in_process(job(time_limit=None, comment=comment(run_id="rt-2", max_runtime_hours=3,
                                                       stop_policy={"spend_limit_gpu_hours": 1.0})), config(db))
     assert "TIME 29" in out.lines() and "(asked 180 min" in out.msg
 
 
 def test_a_team_that_does_not_enforce_its_spend_limit_keeps_the_asked_limit(tmp_path):
     db = ledger_with(tmp_path, with_vision("enforce_spend_limit = false"))
-    out = h.gate(spend_job("free-1", 2.0), config(db))
-    assert out.code == h.EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
+    out = judge_in_process(spend_job("free-1", 2.0), config(db))
+    assert out.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
 
 
 def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tmp_path):
@@ -144,9 +146,9 @@ def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tm
     fields = job(time_limit=str(72 * 60), tres_per_node="gres:gpu:4",
                  comment=comment(run_id="cal-1", estimated_gpu_hours=20, budget_gpu_hours=100,
                                  data_snapshot="common-crawl-2025-04"))
-    out = h.gate(fields, config(db))
+    out = judge_in_process(fields, config(db))
     upper = out.decision["estimate"]["upper_gpu_hours"]
-    assert out.code == h.EXIT_ADMIT and upper is not None
+    assert out.code == EXIT_ADMIT and upper is not None
     wall_min = upper * 60 / 4
     expected = math.ceil(wall_min + max(0.1 * wall_min, 5))
     assert f"TIME {expected}" in out.lines()
@@ -154,8 +156,8 @@ def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tm
     # the same request of a team without the key: the asked limit stays
     (tmp_path / "plain").mkdir()
     plain_db = ledger_with(tmp_path / "plain", TEAMS, demo=True)
-    out = h.gate(fields, config(plain_db))
-    assert out.code == h.EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
+    out = judge_in_process(fields, config(plain_db))
+    assert out.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
 
 
 @pytest.mark.slow
@@ -166,6 +168,6 @@ def test_the_warm_gate_server_sets_the_same_limit_from_the_teams_policy(tmp_path
         served = server.ask(spend_job("served-1", 1.0))
     finally:
         server.stop()
-    assert served.code == h.EXIT_ADMIT
+    assert served.code == EXIT_ADMIT
     assert "TIME 29" in served.lines() and any("from the spend limit 1 GPU-h on 2 GPUs" in ln
                                                 for ln in served.lines())

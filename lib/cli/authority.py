@@ -12,6 +12,7 @@ from lib.cli.args import nonneg_float
 from lib.cli.output import EXIT_OK, dump_json, say
 from lib.gate.terms import InputError, utcnow
 from lib.ledger.teams_file import load_teams_file
+from lib.slurm.journal import drain_left_over_journal
 
 
 def _authority(args):
@@ -36,9 +37,7 @@ def cmd_authority(args) -> int:
         print(dump_json(out))
         say(f"authority status: schema version {out['schema_version']}, {len(out['teams'])} team(s)")
     else:
-        # here: both bring numpy (the Slurm layer's booked run IDs, the ledger's calibration)
-        from lib.authority.sync import sync_ledger
-        from lib.slurm.live import drain_left_over_journal
+        from lib.authority.sync import sync_ledger  # here: it brings numpy (the ledger's calibration)
         # a stopped gate server's journal first, so its decisions count
         drain_left_over_journal(args.db, timeout_s=args.timeout)
         counts = sync_ledger(authority, args.db, now=now, grace_s=args.grace_s, timeout_s=args.timeout)

@@ -47,6 +47,7 @@ from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_l
 from lib.ledger.files import open_regular, regular_file_problem
 from lib.ledger.finishing import UnknownRun
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
+from lib.slurm.journal import drain_left_over_journal
 from lib.slurm.settings import MAX_TIMEOUT_S, ORIGINS
 from lib.slurm.wire import ask
 
@@ -105,9 +106,8 @@ def _report_decision(decision: Decision, verb: str) -> None:
 def via_gate_server(args, op: str, request) -> Decision | None:
     """The decision of the warm gate server on $TG_GATE_SOCKET (lib.slurm.server), the one decider
     while it runs; None when no server listens there (then decide in-process). Without a server,
-    first moves into the ledger what a stopped server journaled (lib.slurm.live.drain_left_over_journal);
+    first moves into the ledger what a stopped server journaled (lib.slurm.journal.drain_left_over_journal);
     a server that holds the ledger but does not listen is a gate failure for submit."""
-    from lib.slurm.live import drain_left_over_journal  # here: it brings numpy (booked run IDs)
     sock = os.environ.get("TG_GATE_SOCKET")
     if sock:
         config = {"op": op, "db": str(ledger_path(args.db).resolve()), "origin": getattr(args, "origin", "cli"),

@@ -172,7 +172,7 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
     decided and recorded.
 
     A gate server's left-over journal is the caller's to drain first
-    (lib.slurm.live.drain_left_over_journal: the journal belongs to the Slurm layer), so that this
+    (lib.slurm.journal.drain_left_over_journal: the journal belongs to the Slurm layer), so that this
     decision sees every decision that server answered; the command line and the Slurm hook do.
 
     With an `authority` (lib.authority.facts.Authority) the decision is taken against it instead:

@@ -1,6 +1,6 @@
 """A Slurm job description and its --comment as a gate request: the submit hook's first step
-(lib.slurm.hook.gate), run by the warm gate server or by the hook in-process, never by the hook's
-socket client (which imports only os, sys and _socket).
+(lib.slurm.judge.judge_job), run by the warm gate server or by the hook in-process, never by the
+hook's socket client (which imports only os, sys and lib.slurm.wire).
 
 What becomes of a job's comment:
 
@@ -178,7 +178,8 @@ def parse_comment(comment, *, work_dir=None, uid=None) -> dict:
 def build_request(fields: dict, *, preemptible_partitions=None, default_partition=None):
     """(request, time_limit_min_to_set, notes) from the job description and its comment.
 
-    `preemptible_partitions`: the team's list, or a callable team -> list (looked up in the ledger).
+    `preemptible_partitions`: the team's list, for the capacity (None: stable; lib.slurm.judge
+    completes it from the team's policy when the decider reads that).
     Raises IncompleteRequest when required fields are missing, Refusal for jobs the gate cannot take,
     Rejected for a comment nested too deeply (see the module docstring).
     """
@@ -209,9 +210,6 @@ def build_request(fields: dict, *, preemptible_partitions=None, default_partitio
         time_to_set = max(1, int(-(-min(runtime * 60, NO_VAL - 1) // 1)))
     if not req.get("run_id") and (fields.get("name") or "").strip():
         req["run_id"] = fields["name"].strip()
-    team = req.get("team")
-    if callable(preemptible_partitions):
-        preemptible_partitions = preemptible_partitions(team) if isinstance(team, str) else []
     req["capacity"] = capacity_for(fields.get("partition"), preemptible_partitions, default_partition)
     missing = [k for k in REQUIRED if req.get(k) is None]
     if "estimated_gpu_hours" not in req and "pilot" not in req:

@@ -2,8 +2,9 @@
 
 A job that requests GPUs (--gres=gpu:N, --gpus[-per-node|-per-task|-per-socket]) is judged by the gate:
 the hook runs `lib.slurm.hook.main()` (absolute interpreter, repo as working directory and PYTHONPATH), which
-turns the job description into a gate request, calls lib.ledger.deciding.submit_request(origin="slurm") and
-answers with an exit code:
+asks the warm gate server or judges the job in-process (lib.slurm.judge: the job description as a gate
+request, decided and recorded by lib.ledger.deciding.submit_request(origin="slurm")) and answers with an
+exit code:
   0 admitted        -> accept (job name set to the run ID so the sacct import lands on the same run;
                        a TIME line becomes the time limit: the comment's runtime when the job set
                        none, or a lower one from the spend limit or the calibrated wall clock,
@@ -82,7 +83,7 @@ local function gate_failed(conf, job_desc, why)
   return slurm.ERROR
 end
 
--- the job description as the gate reads it: (field, value) in the order lib.slurm.hook.FIELDS lists them
+-- the job description as the gate reads it: (field, value) in the order lib.slurm.wire.FIELDS lists them
 local function job_fields(job_desc, submit_uid)
   return {
     {"account", job_desc.account}, {"partition", job_desc.partition},

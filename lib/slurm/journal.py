@@ -25,6 +25,9 @@ from the ledger could let the gate book the same GPUs twice. The price: a job wh
 still on its way when the server died (at most one per connection in flight) is recorded, and
 its reservation holds quota until its window ends, although Slurm refused the job for want of
 an answer. The gate errs towards refusing, never towards double-booking.
+
+Without a server (the hook deciding in-process, the command line): `drain_left_over_journal` first
+moves what a stopped server journaled into the ledger, so that decision sees every one it answered.
 """
 from __future__ import annotations
 
@@ -38,6 +41,10 @@ from pathlib import Path
 
 from lib.gate.terms import escape_surrogates
 from lib.ledger.audit import os_actor
+from lib.ledger.batch import apply_batch
+from lib.ledger.connection import ledger_path
+from lib.ledger.decider_lock import ServerLock
+from lib.ledger.writer import write_ledger
 
 DECIDED, ANSWERED, UNANSWERED = 0, 1, 2
 
@@ -224,3 +231,36 @@ class Journal:
     def count(self) -> int:
         with self._mu:
             return self._con.execute("SELECT count(*) FROM entries").fetchone()[0]
+
+
+def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
+    """Before deciding without a server: move what a stopped server journaled into the ledger, so an
+    in-process decision sees every decision the server answered. Returns how many were recorded.
+
+    Costs one stat when there is no journal. Raises ServerBusy when a server still holds the ledger
+    (it is alive but did not answer: deciding here could book the same GPUs twice).
+    """
+    ledger = ledger_path(db).resolve()
+    path = journal_path(ledger)
+    if not path.exists():
+        return 0
+    lock = ServerLock(ledger, record_pid=False)
+    try:
+        journal = Journal(path)
+        try:
+            journal.settle_left_over()
+            entries = journal.settled(0, limit=1 << 30)
+            recorded = 0
+            if entries:
+                with write_ledger(ledger, timeout_s) as con:
+                    recorded = apply_batch(con, journal.journal_id, entries)
+                journal.forget_through(entries[-1]["seq"])
+            empty = journal.count() == 0
+        finally:
+            journal.close()
+        if empty:  # nothing left: the next in-process decision pays only the stat
+            for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                p.unlink(missing_ok=True)
+        return recorded
+    finally:
+        lock.release()

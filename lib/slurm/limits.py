@@ -1,7 +1,7 @@
 """The time limit Slurm enforces for an admitted job, and which of its time-outs was its spend limit.
 
 Pure functions over the admitted request, the decision and the team's policy; minutes are Slurm's
-whole minutes, GPU-hours as everywhere (`_gpu_hours`). The submit hook (lib.slurm.hook) sets the
+whole minutes, GPU-hours as everywhere (`_gpu_hours`). The submit hook's judge (lib.slurm.judge) sets the
 lowest of these limits when it is below what the job asked (never above: a job's own `--time`, or
 its comment's `max_runtime_hours`, is the most it gets):
 

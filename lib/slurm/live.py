@@ -5,7 +5,8 @@ moved into the ledger in batches.
 IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
 reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
-`python -m lib submit` would give. A decision is appended to the journal (lib.slurm.journal,
+`python -m lib submit` would give; `decide_job` makes it the Slurm judge's decider
+(lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
 fsync'ed, one fsync for decisions that arrive together) before anyone hears it; a flusher thread
 moves answered decisions into the ledger every
 `flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
@@ -53,11 +54,12 @@ from lib.ledger.booked_ids import load_booked
 from lib.ledger.cluster_windows import read_windows, replace_windows
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
 from lib.ledger.decider_lock import ServerLock
-from lib.ledger.deciding import LedgerFacts, decide_with
+from lib.ledger.deciding import LedgerFacts, decide_with, policy_for
 from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+from lib.slurm.judge import Caller, Decided, Prepare
 from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
 
 FACTS_TTL_S = 300.0
@@ -253,9 +255,6 @@ class LiveGate:
         st.pop("now")
         return time.monotonic(), (now.year, now.month), st
 
-    def preemptible_partitions(self, team) -> list[str]:
-        return list((self.policies.get(team) or {}).get("preemptible_partitions") or [])
-
     def capacity_windows(self, now: datetime) -> list[CapacityWindow]:
         """The cluster's windows not yet ended at `now`: Slurm's at its last answer, else the ledger's."""
         known = self.window_watch.windows if self.window_watch is not None else None
@@ -297,6 +296,15 @@ class LiveGate:
             self.settle(seq, answered=False)   # never answered: undone here and in the authority
             raise
         return decision, seq
+
+    def decide_job(self, request: Request, *, now: datetime, prepare: Prepare, actor: str | None = None,
+                   caller: Caller = (None, None)) -> Decided:
+        """lib.slurm.judge.JobDecider.decide_job: the request completed from the team's policy held
+        here, decided and journaled (origin "slurm"); the caller settles `Decided.seq`."""
+        policy = policy_for(request, self)
+        request = prepare(request, policy)
+        decision, seq = self.decide(request, now=now, origin="slurm", write=True, caller=caller, actor=actor)
+        return Decided(decision, request, policy, seq)
 
     def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
         if decision.get("state") != "admit":
@@ -462,35 +470,3 @@ class LiveGate:
             self.shared.authority.close()
         self._lock.release()
 
-
-def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:
-    """Before deciding without a server: move what a stopped server journaled into the ledger, so an
-    in-process decision sees every decision the server answered. Returns how many were recorded.
-
-    Costs one stat when there is no journal. Raises ServerBusy when a server still holds the ledger
-    (it is alive but did not answer: deciding here could book the same GPUs twice).
-    """
-    ledger = ledger_path(db).resolve()
-    path = journal_path(ledger)
-    if not path.exists():
-        return 0
-    lock = ServerLock(ledger, record_pid=False)
-    try:
-        journal = Journal(path)
-        try:
-            journal.settle_left_over()
-            entries = journal.settled(0, limit=1 << 30)
-            recorded = 0
-            if entries:
-                with write_ledger(ledger, timeout_s) as con:
-                    recorded = apply_batch(con, journal.journal_id, entries)
-                journal.forget_through(entries[-1]["seq"])
-            empty = journal.count() == 0
-        finally:
-            journal.close()
-        if empty:  # nothing left: the next in-process decision pays only the stat
-            for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-                p.unlink(missing_ok=True)
-        return recorded
-    finally:
-        lock.release()

@@ -1,5 +1,5 @@
-"""The budget burn-down's projected run-out days, kept warm in the gate server for the admit's budget
-line (lib.slurm.hook.budget_text), and the month's budget as the server counts it (`month_budget`).
+"""The admit's budget line (`budget_text`): the burn-down's projected run-out days, kept warm in the
+gate server, and the month's budget as the server counts it (`month_budget`).
 
 `RunOuts.get()` answers from memory at once: each team's (P50 day, P90 day) as the burn-down
 (lib.ledger.forecast.forecast, the one Overview and Forecast show) last gave them, or None
@@ -99,6 +99,22 @@ def month_budget(live, team: str, kind: str | None, now: dt.datetime) -> tuple[f
         state = live.state(team, now, kind)
     held = sum(r["reserved_gpu_hours"] for r in state["reservations"] if r["team"] == team)
     return float(policy["monthly_budget_gpu_hours"]), float(state["period_spent_gpu_hours"]), float(held)
+
+
+def budget_text(team: str, budget: float, left: float, runout: tuple | None) -> str:
+    """The admit's budget line: the team's month budget left (GPU-hours: budget less what ended this
+    month and what admitted reservations hold, as the gate counts them) and the burn-down's projected
+    run-out day at P50 and P90 (`runout`: (day or None, day or None); None: not known yet)."""
+    head = (f"training-gate: team {team} budget this month: {max(left, 0.0):,.1f} of {budget:,.1f} GPU-h left"
+            + (f" ({-left:,.1f} GPU-h over)" if left < 0 else ""))
+    if runout is None:
+        return head + "; projected run-out: not known yet (the burn-down is being computed)"
+    p50, p90 = runout
+    if p50 is None and p90 is None:
+        return head + "; not projected to run out this month (P50 and P90)"
+    days = [f"{d:%b %d} at {q}" for q, d in (("P50", p50), ("P90", p90)) if d is not None]
+    return (head + "; projected to run out " + ", ".join(days)
+            + ("" if p50 is not None else " (not at P50)"))
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,9 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
 --windows-interval-s (else $TG_WINDOWS_INTERVAL_S, else 30): how often each ledger's gate reads the
 cluster's reservations from Slurm (lib.slurm.live; 0: never, the ledger's windows only).
 
+A job the hook sends is judged by lib.slurm.judge.judge_job with its ledger's LiveGate as the decider;
+the decision's journal entry is settled once the answer went out (or not).
+
 The socket is created owner-only (mode 0600): only the Slurm user (and root) can talk to it; the
 caller's uid and pid (SO_PEERCRED) are kept with every decision in the journal. Decisions are taken
 one at a time.
@@ -46,6 +49,7 @@ import sqlite3
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lib.authority.settings import configured_authority
@@ -55,17 +59,16 @@ from lib.gate.admission import reject
 from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import LedgerLocked, ledger_path
-from lib.slurm.comment import job_actor
-from lib.slurm.runouts import RunOuts, month_budget
-from lib.slurm.hook import (EXIT_ADMIT, EXIT_FAILED_REFUSED, FIELDS, Outcome, budget_text, config_from_env,
-                            failure, gate)
+from lib.slurm.runouts import RunOuts, budget_text, month_budget
+from lib.slurm.hook import config_from_env
 from lib.slurm.journal import JournalError
 from lib.ledger.decider_lock import ServerBusy
+from lib.slurm.judge import Judged, failure, judge_job
 from lib.slurm.live import LiveGate
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
 from lib.slurm.windows_sync import DEFAULT_INTERVAL_S
-from lib.slurm.wire import decode_request
+from lib.slurm.wire import EXIT_ADMIT, EXIT_FAILED_REFUSED, FIELDS, decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 EXIT_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
@@ -168,30 +171,24 @@ class GateServer:
                   file=sys.stderr, flush=True)
 
     def _hook(self, conn, got: dict, config: dict, caller):
+        """Judge a job (lib.slurm.judge) with the ledger's LiveGate and answer it; (the gate, the
+        journal entry to settle, whether the answer went out), or None when there is none to settle."""
         fields = {k: got.get(k) for k in FIELDS}
         config = {**config_from_env({}), **config, "flag_log": self.flag_log}
-        ticket: list = []
-        asked: list = []   # the request decided (its kind: the facts the budget line reads)
         try:
             live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
         except Exception as exc:  # the ledger cannot be loaded (locked, missing) or another server has it
-            outcome = failure(fields, config, f"{type(exc).__name__}: {exc}")
+            judged = failure(fields, config, f"{type(exc).__name__}: {exc}")
         else:
-            def submit(request):
-                decision, seq = live.decide(request, now=utcnow().replace(microsecond=0), origin="slurm",
-                                            write=True, caller=caller, actor=job_actor(fields))
-                ticket.append(seq)
-                asked.append(request)
-                return decision
-            outcome = gate(fields, config, submit=submit, preemptible=live.preemptible_partitions,
-                           policy_of=live.policy)
-            if outcome.code == EXIT_ADMIT and outcome.decision and asked:
-                outcome.budget = self._budget_line(live, outcome.decision, asked[0].get("kind"))
-        sent = _send(conn, _hook_answer(outcome))
-        return (live, ticket[0], sent) if ticket and ticket[0] is not None else None
+            judged = judge_job(fields, config, live, caller=caller)
+            if judged.code == EXIT_ADMIT and judged.decision and judged.request is not None:
+                # the request's kind: the facts the budget line reads
+                judged = replace(judged, budget=self._budget_line(live, judged.decision, judged.request.get("kind")))
+        sent = _send(conn, _hook_answer(judged))
+        return (live, judged.seq, sent) if judged.seq is not None else None
 
     def _budget_line(self, live: LiveGate, decision: dict, kind: str | None) -> str | None:
-        """The admit's budget line (lib.slurm.hook.budget_text): the month's budget left as this gate
+        """The admit's budget line (lib.slurm.runouts.budget_text): the month's budget left as this gate
         counts it now, and the run-out days kept warm (lib.slurm.runouts); None when it cannot be said."""
         team, now = decision.get("team"), utcnow()
         try:
@@ -247,8 +244,8 @@ def _too_deep(exc: JSONTooDeep, now):
                   now=now)
 
 
-def _hook_answer(outcome: Outcome) -> str:
-    return f"{outcome.code}\n" + "".join(ln + "\n" for ln in outcome.lines())
+def _hook_answer(judged: Judged) -> str:
+    return f"{judged.code}\n" + "".join(ln + "\n" for ln in judged.lines())
 
 
 def _refuse_unreadable(conn, why) -> None:
