@@ -200,12 +200,12 @@ def test_unknown_team_reject_names_team_once_for_a_bad_name():
 def test_slurm_hook_account_that_is_not_a_team_name_is_an_invalid_request(tmp_path):
     from lib.slurm import hook as h
     from lib.slurm.in_process import judge_in_process
-    from lib.slurm.wire import EXIT_ADMIT
+    from lib.slurm.wire import EXIT_ACCEPTED
     from tests.fixtures_slurm import decisions, job, make_slurm_ledger
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
     config = {**h.config_from_env({}), "db": str(db), "flag_log": str(tmp_path / "flags.jsonl")}
     out = judge_in_process(job(account="ev<il>"), config)
-    assert out.code != EXIT_ADMIT
+    assert out.code != EXIT_ACCEPTED
     (d,) = decisions(db)
     assert d["state"] == "reject" and d["reason_codes"] == ["invalid-request"]
     assert "team name" in out.msg

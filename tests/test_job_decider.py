@@ -17,7 +17,7 @@ from lib.slurm.hook import config_from_env
 from lib.slurm.in_process import InProcessDecider
 from lib.slurm.judge import JobDecider, judge_job
 from lib.slurm.live import LiveGate
-from lib.slurm.wire import EXIT_ADMIT, EXIT_FAILED_REFUSED, EXIT_REFUSED
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED
 from tests.fixtures_slurm import comment, job, make_slurm_ledger
 from tests.test_decision_facts import protocol_members, signature_problem
 
@@ -25,13 +25,13 @@ IMPLEMENTATIONS = (LiveGate, InProcessDecider)
 
 # in turn on one ledger, so each job meets what the ones before it booked
 JOBS = [
-    ("admit", job(comment=comment(run_id="same-1")), EXIT_ADMIT),
-    ("spend-limit", job(comment=comment(run_id="same-2", stop_policy={"spend_limit_gpu_hours": 0.5})), EXIT_ADMIT),
-    ("runtime-from-comment", job(time_limit=None, comment=comment(run_id="same-3", max_runtime_hours=2)), EXIT_ADMIT),
+    ("admit", job(comment=comment(run_id="same-1")), EXIT_ACCEPTED),
+    ("spend-limit", job(comment=comment(run_id="same-2", stop_policy={"spend_limit_gpu_hours": 0.5})), EXIT_ACCEPTED),
+    ("runtime-from-comment", job(time_limit=None, comment=comment(run_id="same-3", max_runtime_hours=2)), EXIT_ACCEPTED),
     ("preemptible", job(partition="spot", comment=comment(run_id="same-4", checkpoint_supported=False)), EXIT_REFUSED),
     ("over-budget", job(comment=comment(run_id="same-5", estimated_gpu_hours=40)), EXIT_REFUSED),
     ("unknown-team", job(account="nobody", comment=comment(run_id="same-6")), EXIT_REFUSED),
-    ("resubmitted", job(comment=comment(run_id="same-1")), EXIT_ADMIT),
+    ("resubmitted", job(comment=comment(run_id="same-1")), EXIT_ACCEPTED),
     ("run-id-taken", job(tres_per_node="gres:gpu:4", comment=comment(run_id="same-1")), EXIT_REFUSED),
     ("incomplete", job(comment=None), EXIT_FAILED_REFUSED),
 ]

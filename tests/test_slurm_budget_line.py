@@ -18,7 +18,7 @@ from lib.gate.terms import utcnow
 from lib.slurm.judge import judged_for
 from lib.slurm.live import LiveGate
 from lib.slurm.runouts import RunOuts, budget_text, month_budget
-from lib.slurm.wire import EXIT_ADMIT, EXIT_REFUSED
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_REFUSED
 from tests.fixtures_slurm import (COMMENT_REQUEST, GateServerProcess, cluster_session, comment, hook_request,
                                   make_slurm_ledger)
 from tests.fixtures_ledger import query
@@ -103,7 +103,7 @@ def test_the_gate_servers_answer_to_an_admit_carries_the_budget_line(tmp_path):
         refused = server.ask(hook_request("vision-line-big", estimated_gpu_hours=budget * 2))
     finally:
         server.stop()
-    assert got.code == EXIT_ADMIT
+    assert got.code == EXIT_ACCEPTED
     msgs = [ln for ln in got.lines() if ln.startswith("MSG ")]
     assert msgs[0].startswith(f"MSG training-gate: admitted run vision-line-{i}")
     assert msgs[1] == ("MSG training-gate: team vision budget this month: "

@@ -17,7 +17,7 @@ from lib.slurm.comment import (IncompleteRequest, Refusal, build_request, capaci
                                parse_comment, runtime_hours)
 from lib.slurm.in_process import judge_in_process
 from lib.slurm.judge import Decided, judge_job
-from lib.slurm.wire import (EXIT_ADMIT, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, decode_request,
+from lib.slurm.wire import (EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, decode_request,
                             encode_request)
 from lib.ledger.connection import LedgerLocked
 from tests.fixtures_slurm import REPO, comment, decisions, job, make_slurm_ledger, run_row
@@ -201,7 +201,7 @@ class Answering:
 
 def test_admit_accepts_and_names_the_job_after_the_run():
     out = judge_job(job(), config(), Answering(lambda r: ADMIT))
-    assert out.code == EXIT_ADMIT
+    assert out.code == EXIT_ACCEPTED
     assert "NAME vision-slurm-ok" in out.lines()
     assert any(line.startswith("MSG training-gate: admitted run vision-slurm-ok") for line in out.lines())
 
@@ -268,7 +268,7 @@ def test_the_gates_own_refusal_does_not_go_through_the_failure_policy(tmp_path):
 def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path):
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
     out = judge_in_process(job(), config(tmp_path, db=str(db)))
-    assert out.code == EXIT_ADMIT, out.msg
+    assert out.code == EXIT_ACCEPTED, out.msg
     (d,) = decisions(db)
     assert (d["state"], d["origin"], d["request"]["capacity"]) == ("admit", "slurm", "stable")
     run = run_row(db, "vision-slurm-ok")
@@ -280,10 +280,10 @@ def test_real_ledger_admits_records_a_slurm_decision_and_a_reservation(tmp_path)
 def test_a_job_resubmitted_as_it_was_gets_the_recorded_admit_and_nothing_new_is_recorded(tmp_path):
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
     first = judge_in_process(job(), config(tmp_path, db=str(db)))
-    assert first.code == EXIT_ADMIT, first.msg
+    assert first.code == EXIT_ACCEPTED, first.msg
     reserved = run_row(db, "vision-slurm-ok")
     again = judge_in_process(job(), config(tmp_path, db=str(db)))  # sbatch retried: same job, same comment
-    assert again.code == EXIT_ADMIT, again.msg
+    assert again.code == EXIT_ACCEPTED, again.msg
     assert again.lines() == first.lines() and again.decision["replayed"] is True
     assert len(decisions(db)) == 1 and run_row(db, "vision-slurm-ok") == reserved
     other = judge_in_process(job(tres_per_node="gres:gpu:4"), config(tmp_path, db=str(db)))
@@ -312,7 +312,7 @@ def test_the_in_process_hook_waits_its_turn_among_the_ledgers_writers_like_submi
     assert out.code == EXIT_FAILED_REFUSED and "for other submitters" in out.msg
     assert decisions(db) == []
     out = judge_in_process(job(), config(tmp_path, db=str(db)))
-    assert out.code == EXIT_ADMIT, out.msg
+    assert out.code == EXIT_ACCEPTED, out.msg
 
 
 def test_an_unreadable_ledger_is_a_gate_failure(tmp_path):

@@ -16,7 +16,7 @@ from lib.slurm import hook as h
 from lib.slurm.in_process import judge_in_process
 from lib.slurm.limits import (STOP_MARGIN_MIN, admitted_time_limit, calibrated_minutes, remaining_minutes,
                               spend_minutes, timeout_was_spend_limit)
-from lib.slurm.wire import EXIT_ADMIT
+from lib.slurm.wire import EXIT_ACCEPTED
 from tests.fixtures_gate import NOW
 from tests.fixtures_slurm import REPO, GateServerProcess, comment, job, make_slurm_ledger
 
@@ -117,12 +117,12 @@ def test_the_two_keys_are_booleans_and_leave_a_teams_version_alone_at_their_defa
 def test_the_spend_limit_sets_the_time_limit_below_what_the_job_asked_and_the_admit_says_so(tmp_path):
     db = ledger_with(tmp_path, TEAMS)
     out = judge_in_process(spend_job("spend-1", 2.0), config(db))   # 2 GPU-h on 2 GPUs: 60 min, less the margin
-    assert out.code == EXIT_ADMIT
+    assert out.code == EXIT_ACCEPTED
     assert "TIME 59" in out.lines()
     msg = next(ln for ln in out.lines() if ln.startswith("MSG "))
     assert "time limit set to 59 min from the spend limit 2 GPU-h on 2 GPUs (asked 120 min" in msg
     roomy = judge_in_process(spend_job("spend-2", 10.0), config(db))   # 299 min would be above the 120 asked
-    assert roomy.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in roomy.lines())
+    assert roomy.code == EXIT_ACCEPTED and not any(ln.startswith("TIME") for ln in roomy.lines())
     assert "time limit" not in roomy.msg
 
 
@@ -138,7 +138,7 @@ def test_a_comment_runtime_without_time_is_still_the_limit_unless_the_spend_limi
 def test_a_team_that_does_not_enforce_its_spend_limit_keeps_the_asked_limit(tmp_path):
     db = ledger_with(tmp_path, with_vision("enforce_spend_limit = false"))
     out = judge_in_process(spend_job("free-1", 2.0), config(db))
-    assert out.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
+    assert out.code == EXIT_ACCEPTED and not any(ln.startswith("TIME") for ln in out.lines())
 
 
 def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tmp_path):
@@ -148,7 +148,7 @@ def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tm
                                  data_snapshot="common-crawl-2025-04"))
     out = judge_in_process(fields, config(db))
     upper = out.decision["estimate"]["upper_gpu_hours"]
-    assert out.code == EXIT_ADMIT and upper is not None
+    assert out.code == EXIT_ACCEPTED and upper is not None
     wall_min = upper * 60 / 4
     expected = math.ceil(wall_min + max(0.1 * wall_min, 5))
     assert f"TIME {expected}" in out.lines()
@@ -157,7 +157,7 @@ def test_set_time_limit_lowers_to_the_calibrated_upper_wall_clock_and_says_so(tm
     (tmp_path / "plain").mkdir()
     plain_db = ledger_with(tmp_path / "plain", TEAMS, demo=True)
     out = judge_in_process(fields, config(plain_db))
-    assert out.code == EXIT_ADMIT and not any(ln.startswith("TIME") for ln in out.lines())
+    assert out.code == EXIT_ACCEPTED and not any(ln.startswith("TIME") for ln in out.lines())
 
 
 @pytest.mark.slow
@@ -168,6 +168,6 @@ def test_the_warm_gate_server_sets_the_same_limit_from_the_teams_policy(tmp_path
         served = server.ask(spend_job("served-1", 1.0))
     finally:
         server.stop()
-    assert served.code == EXIT_ADMIT
+    assert served.code == EXIT_ACCEPTED
     assert "TIME 29" in served.lines() and any("from the spend limit 1 GPU-h on 2 GPUs" in ln
                                                 for ln in served.lines())

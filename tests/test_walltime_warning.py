@@ -16,7 +16,7 @@ from lib.gate.reasons import NOTE_CODES, WARNING_NOTES, as_note, notes_of
 from lib.ledger.deciding import check_request
 from lib.slurm import hook as h
 from lib.slurm.in_process import judge_in_process
-from lib.slurm.wire import EXIT_ADMIT
+from lib.slurm.wire import EXIT_ACCEPTED
 from tests.fixtures_app import open_app
 from tests.fixtures_gate import policy, request, state
 from tests.fixtures_ledger import query
@@ -91,7 +91,7 @@ LONG_JOB = dict(comment=comment(estimated_gpu_hours=3.0, budget_gpu_hours=10))  
 def test_the_slurm_hook_admits_with_the_warning_and_its_fix_in_its_message(tmp_path):
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
     out = judge_in_process(job(**LONG_JOB), h.config_from_env({}) | {"db": str(db)})
-    assert out.code == EXIT_ADMIT, out.msg
+    assert out.code == EXIT_ACCEPTED, out.msg
     assert "WARNING [walltime-exceeds-limit] estimated wall clock 1.5 h exceeds the requested " \
            "max_runtime_hours 0.5" in out.msg
     assert "-> fix: raise max_runtime_hours to ≥ 1.5" in out.msg
@@ -101,14 +101,14 @@ def test_the_slurm_hook_admits_with_the_warning_and_its_fix_in_its_message(tmp_p
 
 def test_a_decision_recorded_with_plain_string_notes_is_replayed_and_shown(tmp_path):
     db = make_slurm_ledger(tmp_path / "gate.duckdb")
-    assert judge_in_process(job(**LONG_JOB), h.config_from_env({}) | {"db": str(db)}).code == EXIT_ADMIT
+    assert judge_in_process(job(**LONG_JOB), h.config_from_env({}) | {"db": str(db)}).code == EXIT_ACCEPTED
     with duckdb.connect(str(db)) as con:   # as an older release recorded it
         [(text,)] = con.execute("SELECT decision_json FROM decisions").fetchall()
         old = json.loads(text)
         old["notes"] = ["estimated wall clock 1.5 h exceeds the requested max_runtime_hours 0.5"]
         con.execute("UPDATE decisions SET decision_json = ?", [json.dumps(old)])
     again = judge_in_process(job(**LONG_JOB), h.config_from_env({}) | {"db": str(db)})
-    assert again.code == EXIT_ADMIT and again.decision["replayed"] is True
+    assert again.code == EXIT_ACCEPTED and again.decision["replayed"] is True
     assert again.decision["notes"] == [{"code": None, "message": old["notes"][0]}]
     assert "(note estimated wall clock 1.5 h exceeds the requested max_runtime_hours 0.5)" in again.msg
     [(text,)] = query(db, "SELECT request_json FROM decisions")

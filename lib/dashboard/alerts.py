@@ -19,14 +19,14 @@ from lib.planning.alerts import Alert, crossings
 
 # each phase of a send (connect, write, read, wait for a pooled connection), seconds: the 5 s urllib
 # gave every socket operation before; a receiver slower than that gets the alert again next run
-SEND_TIMEOUT_S = 5.0
+WEBHOOK_TIMEOUT_S = 5.0
 # httpx retries a failed connect only (ConnectError, ConnectTimeout: the receiver never saw the request),
 # at once and then after 0.5 s. A request that may have reached it is not retried here: the alert stays
 # unsent and the next run sends it again, with the same Idempotency-Key, so the receiver can drop a repeat.
 CONNECT_RETRIES = 2
 
 
-def post_json(url: str, body: dict, timeout_s: float = SEND_TIMEOUT_S) -> str | None:
+def post_json(url: str, body: dict, timeout_s: float = WEBHOOK_TIMEOUT_S) -> str | None:
     """POST `body` as JSON to `url` (no redirect followed: the body goes to the URL configured, nowhere
     else); None when it answered 2xx, else why not (the URL's path and query are never in the message:
     they often hold a token). `body["id"]`, when there, is sent as the Idempotency-Key header too."""

@@ -6,7 +6,7 @@ server itself (imported, so its bytecode is cached; `python -S lib/slurm/hook.py
     <python> -S -c 'import sys, lib.slurm.hook as h; sys.exit(h.main())' --account A --partition P
              --time-limit MIN --name N --comment C --tres-per-node ... --tres-per-job ... --num-tasks ...
 
-(the job fields: lib.slurm.wire.FIELDS). It answers on stdout with protocol lines the Lua reads, plus
+(the job fields: lib.slurm.wire.JOB_FIELDS). It answers on stdout with protocol lines the Lua reads, plus
 an exit code:
 
     MSG <one readable line for the user>     NAME <run id: becomes the job name>
@@ -38,7 +38,7 @@ if __name__ == "__main__":
     if sys.path and os.path.abspath(sys.path[0] or ".") == _here:
         sys.path[0] = os.path.dirname(os.path.dirname(_here))
 
-from lib.slurm.wire import FIELDS, exchange  # after the path above: run as a file, lib/slurm is first on it
+from lib.slurm.wire import JOB_FIELDS, exchange  # after the path above: run as a file, lib/slurm is first on it
 
 
 class Answer:
@@ -80,7 +80,7 @@ def parse_args(argv: list[str]) -> dict:
         if not key.startswith("--") or i + 1 >= len(argv):
             raise SystemExit(f"lib.slurm.hook: bad argument {key!r}")
         name = key[2:].replace("-", "_")
-        if name not in FIELDS:
+        if name not in JOB_FIELDS:
             raise SystemExit(f"lib.slurm.hook: unknown field {key!r}")
         value = argv[i + 1]
         fields[name] = value if value != "" else None

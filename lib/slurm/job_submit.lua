@@ -83,7 +83,7 @@ local function gate_failed(conf, job_desc, why)
   return slurm.ERROR
 end
 
--- the job description as the gate reads it: (field, value) in the order lib.slurm.wire.FIELDS lists them
+-- the job description as the gate reads it: (field, value) in the order lib.slurm.wire.JOB_FIELDS lists them
 local function job_fields(job_desc, submit_uid)
   return {
     {"account", job_desc.account}, {"partition", job_desc.partition},

@@ -60,7 +60,7 @@ from lib.gate.terms import json_text, naive_utc, utcnow
 from lib.slurm.comment import (IncompleteRequest, Refusal, Rejected, _is_number, build_request, capacity_for,
                                job_actor, runtime_hours)
 from lib.slurm.limits import admitted_time_limit
-from lib.slurm.wire import EXIT_ADMIT, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, FIELDS
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, JOB_FIELDS
 
 FAILURE_POLICIES = ("refuse", "accept-and-flag")
 FLAG_LOG_FIELD_CHARS = 4096  # a job field's characters the flag log keeps (a comment may be megabytes)
@@ -131,7 +131,7 @@ def _one_line(text) -> str:
 
 def judge_job(fields: dict, config: dict, decider: JobDecider, *, now: datetime | None = None,
               caller: Caller = (None, None)) -> Judged:
-    """Judge one job (`fields`: its description, lib.slurm.wire.FIELDS) with `decider`. Never raises:
+    """Judge one job (`fields`: its description, lib.slurm.wire.JOB_FIELDS) with `decider`. Never raises:
     gate failures go through the failure policy (module docstring). `config`: on_failure,
     default_partition, flag_log (lib.slurm.hook.config_from_env). `now`: the decision's time (naive
     UTC), else now in whole seconds; `caller`: handed to the decider."""
@@ -191,7 +191,7 @@ def judged_for(decision: Decision, *, time_to_set=None, notes=(), limit: dict | 
         msg = (f"training-gate: admitted run {decision.get('run_id')} (team {decision.get('team')}"
                + (f", judged {judged:.2f} GPU-h" if _is_number(judged) else "")
                + (f", reserved {reserved:.2f} GPU-h" if _is_number(reserved) else "") + ")" + extra)
-        return Judged(EXIT_ADMIT, msg, name=decision.get("run_id"), time_min=time_to_set, decision=decision)
+        return Judged(EXIT_ACCEPTED, msg, name=decision.get("run_id"), time_min=time_to_set, decision=decision)
     reasons = decision.get("reasons") or []
     parts = [f"[{r.get('code')}] {r.get('message')} -> fix: {r.get('fix')}" for r in reasons]
     word = "deferred" if decision.get("state") == "defer" else "rejected"
@@ -207,7 +207,7 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
     accept = policy == "accept-and-flag"
     _flag_log(config, {"action": "accepted-and-flagged" if accept else "refused", "why": why,
                        "run_id": run_id, "policy": policy, "note": config.get("policy_note"),
-                       "job": {k: _clipped(fields.get(k)) for k in FIELDS}})
+                       "job": {k: _clipped(fields.get(k)) for k in JOB_FIELDS}})
     if accept:
         return Judged(
             EXIT_FAILED_ACCEPTED,

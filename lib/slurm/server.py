@@ -68,12 +68,12 @@ from lib.slurm.live import LiveGate
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
 from lib.slurm.windows_sync import DEFAULT_INTERVAL_S
-from lib.slurm.wire import EXIT_ADMIT, EXIT_FAILED_REFUSED, FIELDS, decode_request
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_REFUSED, JOB_FIELDS, decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
-EXIT_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
+OP_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
 WORKERS = 8               # connections answered at once (decisions themselves are taken one at a time)
-SEND_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 5.0
 LISTEN_BACKLOG = 4096      # connections waiting for accept (the kernel caps it at net.core.somaxconn)
 
 
@@ -144,7 +144,7 @@ class GateServer:
     def answer(self, conn: socket.socket, msg: Message) -> None:
         """Decide on a whole message and answer it; then note whether the answer went out."""
         with conn:
-            conn.settimeout(SEND_TIMEOUT_S)
+            conn.settimeout(REPLY_TIMEOUT_S)
             got, config = decode_request(msg.data())
             op = config.get("op")
             seq = None
@@ -152,11 +152,11 @@ class GateServer:
                 config = caller_settings(config)
             except SettingError as exc:  # refused before anything is decided, whatever the policy
                 if op is None:
-                    fields = {k: got.get(k) for k in FIELDS}
+                    fields = {k: got.get(k) for k in JOB_FIELDS}
                     _send(conn, _hook_answer(failure(fields, {"on_failure": "refuse",
                                                               "flag_log": self.flag_log}, str(exc))))
                 else:
-                    _send(conn, f"{EXIT_INVALID}\n{exc}\n")
+                    _send(conn, f"{OP_INVALID}\n{exc}\n")
             else:
                 if op is None:
                     seq = self._hook(conn, got, config, msg.caller)
@@ -173,7 +173,7 @@ class GateServer:
     def _hook(self, conn, got: dict, config: dict, caller):
         """Judge a job (lib.slurm.judge) with the ledger's LiveGate and answer it; (the gate, the
         journal entry to settle, whether the answer went out), or None when there is none to settle."""
-        fields = {k: got.get(k) for k in FIELDS}
+        fields = {k: got.get(k) for k in JOB_FIELDS}
         config = {**config_from_env({}), **config, "flag_log": self.flag_log}
         try:
             live = self.gate_for(config.get("db"), config.get("timeout_s") or 5.0)
@@ -181,7 +181,7 @@ class GateServer:
             judged = failure(fields, config, f"{type(exc).__name__}: {exc}")
         else:
             judged = judge_job(fields, config, live, caller=caller)
-            if judged.code == EXIT_ADMIT and judged.decision and judged.request is not None:
+            if judged.code == EXIT_ACCEPTED and judged.decision and judged.request is not None:
                 # the request's kind: the facts the budget line reads
                 judged = replace(judged, budget=self._budget_line(live, judged.decision, judged.request.get("kind")))
         sent = _send(conn, _hook_answer(judged))
@@ -346,7 +346,7 @@ def _authority():
             connect(authority.url, cluster=authority.cluster).close()
     except (AuthoritySettingError, AuthoritySchemaError) as exc:
         print(f"lib.slurm.server: not starting: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_INVALID) from None
+        raise SystemExit(OP_INVALID) from None
     except AuthorityUnavailable as exc:
         print(f"lib.slurm.server: {exc}; starting anyway", file=sys.stderr, flush=True)
     if authority is not None:

@@ -3,9 +3,9 @@ tests send to the warm gate server (lib.slurm.server) over its Unix socket, and 
 
 Request: NUL-separated "f:<job field>", value, ..., "c:<setting>", value, ... (C strings hold no
 NUL), then the client ends its side of the connection (EOF ends the message). The job fields are
-FIELDS (job_submit.lua sends them in that order; so does the hook on its command line).
+JOB_FIELDS (job_submit.lua sends them in that order; so does the hook on its command line).
 Answer: "<exit code>\\n" then the rest (the hook's protocol lines, or for op requests the decision JSON
-or an error line). A job's exit codes (the hook's too): EXIT_ADMIT, EXIT_REFUSED (by the gate),
+or an error line). A job's exit codes (the hook's too): EXIT_ACCEPTED, EXIT_REFUSED (by the gate),
 EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED (the gate could not judge it: the failure policy's answer).
 
 Cheap to import: only _socket and time (json, socket.py, enum and selectors would cost more than
@@ -16,8 +16,8 @@ from __future__ import annotations
 import _socket  # the C module: socket.py would import enum and selectors
 import time
 
-EXIT_ADMIT, EXIT_REFUSED, EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED = 0, 1, 3, 4
-FIELDS = ("account", "partition", "time_limit", "name", "comment", "user", "uid", "work_dir",
+EXIT_ACCEPTED, EXIT_REFUSED, EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED = 0, 1, 3, 4
+JOB_FIELDS = ("account", "partition", "time_limit", "name", "comment", "user", "uid", "work_dir",
           "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "num_tasks",
           "min_nodes", "array")
 CONNECT_RETRY_S = (0.002, 0.05)  # sleep between connect attempts while the listen backlog is full
