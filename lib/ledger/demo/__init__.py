@@ -13,6 +13,12 @@ Re-running replaces the previous demo rows (source 'demo', origin 'demo') and no
 Same seed and same `now` -> the same ledger. Every build is recorded in the ledger's audit (action
 "demo": who built it, and how many runs) in the transaction of its last chunk.
 
+- `parameters`: the numbers the history is made of, as dicts keyed by the vocabulary.
+- `runs`: the runs generated with numpy.
+- `deferrals`: requests drawn with a flaw, which the gate defers or rejects.
+- `decisions`: the gate's decisions of each chunk, in time order.
+- `insert`: a chunk into the ledger's tables in one transaction, strings made in SQL.
+
 `ensure_demo_history` is the bootstrap of a new ledger: it builds only into a ledger that holds
 nothing yet (`already_holds`), checked under the write lock the build then keeps.
 """

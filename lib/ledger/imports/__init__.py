@@ -11,10 +11,13 @@ editor shows them (the header is line 1; a quoted field spanning lines counts al
 Re-importing the same file changes nothing (its rows count as `unchanged`); a changed row updates its run
 (`updated`). Rows are upserted by run_id with INSERT ... ON CONFLICT (run_id) DO UPDATE.
 
-Modules: csv_file (the CSV format and its checks), csv_lines (file lines of records and rejects),
-sacct (every sacct rule; sacct_attempts: the attempts of a requeued job), merge (checks needing the
-whole file or the ledger, and the write), report (ImportReport and error rows), columns (the runs
-columns a file can supply).
+- `csv_file`: the CSV format and its checks.
+- `csv_lines`: file lines of records and rejects.
+- `sacct`: every sacct rule.
+- `sacct_attempts`: the attempts of a requeued job.
+- `merge`: the checks that need the whole file or the ledger, and the write.
+- `report`: ImportReport and its error rows.
+- `columns`: the runs columns a file can supply.
 
 create_teams=True creates unknown teams in `teams` with a deliberately conservative placeholder policy
 (DEFAULT_TEAM_POLICY): no reserved GPUs, every per-job cap 0 and a zero monthly budget, budgets judged at
