@@ -149,3 +149,15 @@ def test_the_gate_server_holds_an_overrunning_run_too(tmp_path):
         server.flush()
         log = server.stop()
     assert "Traceback" not in log, log
+
+
+def test_a_run_without_a_time_limit_is_flagged_a_grace_past_its_planned_end():
+    from lib.ledger.state import held_reservation
+    now = datetime(2026, 12, 7, 12, 0)
+    planned = now - timedelta(hours=OVERDUE_GRACE_HOURS + 1)
+    row = ("r1", "t", "exploratory", 4, 8.0, planned - timedelta(hours=2), planned, "stable",
+           planned - timedelta(hours=2), 8.0, None)
+    held = held_reservation(row, now, lambda team, kind: None)
+    assert held["overrun"] and held["past_limit"] and held["reserved_until"] is None
+    later = held_reservation(row, planned + timedelta(hours=1), lambda team, kind: None)
+    assert later["overrun"] and not later["past_limit"]

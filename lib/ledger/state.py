@@ -79,7 +79,7 @@ def held_reservation(row: tuple, now: datetime,
     holds nothing (its window passed before it started). A started run past its planned end is held
     until `overrun_end` (`upper_factor(team, kind)`: its calibration's upper factor, asked only
     then), with `overrun` True and its `planned_until`; `past_limit` True once `now` is
-    OVERDUE_GRACE_HOURS past its time limit (see `unended_past_limit`)."""
+    OVERDUE_GRACE_HOURS past its time limit (without one, past its reservation's planned end) (see `unended_past_limit`)."""
     run_id, team, kind, gpus, hours, reserved_from, until, capacity, start, estimate, limit = row
     held: Reservation = {"run_id": run_id, "team": team, "kind": kind, "gpus": int(gpus),
                          "reserved_gpu_hours": float(hours), "reserved_from": reserved_from,
@@ -88,9 +88,11 @@ def held_reservation(row: tuple, now: datetime,
         return held
     if start is None or start > now:
         return None
+    # a run with no time limit is due at its reservation's planned end: never held unflagged for ever
+    due = start + timedelta(hours=limit) if limit is not None else until
     return {**held, "reserved_until": overrun_end(start, int(gpus), estimate, upper_factor(team, kind), limit, now),
             "overrun": True, "planned_until": until,
-            "past_limit": limit is not None and start + timedelta(hours=limit + OVERDUE_GRACE_HOURS) <= now}
+            "past_limit": due + timedelta(hours=OVERDUE_GRACE_HOURS) <= now}
 
 
 def held_row(booked: Reservation, start: datetime | None, estimated_gpu_hours: float | None,
