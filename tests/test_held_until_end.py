@@ -14,7 +14,7 @@ from lib.dashboard.reservation_queries import OVERRUNNING, PAST_LIMIT, with_hold
 from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request
-from lib.ledger.state import (OVERDUE_GRACE_HOURS, held_reservations, overrun_end, team_state,
+from lib.ledger.state import (OVERDUE_GRACE_HOURS, held_reservation, held_reservations, overrun_end, team_state,
                               unended_past_limit)
 from tests.fixtures_ledger import run_cli
 from tests.fixtures_slurm import GateServerProcess, quota_teams
@@ -152,7 +152,6 @@ def test_the_gate_server_holds_an_overrunning_run_too(tmp_path):
 
 
 def test_a_run_without_a_time_limit_is_flagged_a_grace_past_its_planned_end():
-    from lib.ledger.state import held_reservation
     now = datetime(2026, 12, 7, 12, 0)
     planned = now - timedelta(hours=OVERDUE_GRACE_HOURS + 1)
     row = ("r1", "t", "exploratory", 4, 8.0, planned - timedelta(hours=2), planned, "stable",
