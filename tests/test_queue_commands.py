@@ -18,8 +18,7 @@ from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.deciding import submit_request
 from lib.ledger.plan import plan_ledger
 from lib.ledger.recording import canonical_json
-from lib.ledger.teams_file import sync_teams
-from tests.fixtures_ledger import REPO, demo_request, query, run_cli
+from tests.fixtures_ledger import REPO, demo_request, query, run_cli, teams_ledger
 
 TEAMS = """
 [defaults]
@@ -47,12 +46,7 @@ def req(run_id: str, gpus: int, **changes) -> dict:
 @pytest.fixture
 def line(tmp_path):
     """Team quad (quota 16): A (8) and B (8) admitted now, C (16) deferred for capacity. (path, now)."""
-    teams = tmp_path / "quad.toml"
-    teams.write_text(TEAMS, encoding="utf-8")
-    path = tmp_path / "quad.duckdb"
-    with open_ledger(path) as con:
-        sync_teams(con, teams)
-    now = utcnow()
+    path, now = teams_ledger(tmp_path, TEAMS, "quad"), utcnow()
     assert submit_request(req("A", 8), db=path, now=now)["state"] == "admit"
     assert submit_request(req("B", 8), db=path, now=now)["state"] == "admit"
     c = submit_request(req("C", 16), db=path, now=now)

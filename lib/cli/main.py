@@ -37,7 +37,7 @@ from lib.cli.slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli.authority import AUTHORITY_COMMANDS, add_authority_parser
 from lib.authority.settings import configured_authority
 from lib.cli.args import TIME_RANGE, nonneg_float, nonneg_int, positive_int, timestamp, weeks
-from lib.gate.access import AccessFileError, access_path, command_line_access, teams_for
+from lib.gate.access import access_path, command_line_access, teams_for
 from lib.gate.contracts import Decision
 from lib.gate.reasons import summary
 from lib.gate.terms import (FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH,
@@ -156,10 +156,7 @@ def check_submitter(request, path=None) -> None:
     groups in: InputError otherwise. A guard against mistakes, not a boundary (whoever can write the
     ledger file can write it directly); on a shared login node the gate server is the boundary."""
     path = access_path(path)
-    try:
-        access = command_line_access(path)
-    except AccessFileError as exc:
-        raise InputError(str(exc)) from None
+    access = command_line_access(path)
     if access is None:
         return
     user = os_user()

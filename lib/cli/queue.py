@@ -18,7 +18,7 @@ from lib.authority.settings import configured_authority
 from lib.cli.args import TIME_RANGE, timestamp
 from lib.cli.output import EXIT_INVALID, EXIT_OK, dump_json, say
 from lib.cli.plan import plan_days
-from lib.gate.access import AccessFileError, access_path, command_line_access, may, resolve
+from lib.gate.access import access_path, command_line_access, may, resolve
 from lib.gate.request import run_id_problem
 from lib.gate.terms import InputError, checked_submit_time, naive_utc
 from lib.ledger.audit import command_line, os_user, unix_groups
@@ -88,10 +88,7 @@ def cancel_refusal(team: str | None, path=None) -> str | None:
     access file asks the command line to check (as for submit): then a planner or a member of the
     team may. A guard against mistakes, as submit's is, not a boundary."""
     path = access_path(path)
-    try:
-        access = command_line_access(path)
-    except AccessFileError as exc:
-        raise InputError(str(exc)) from None
+    access = command_line_access(path)
     if access is None:
         return None
     user = os_user()

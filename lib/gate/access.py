@@ -35,7 +35,7 @@ import tomllib
 from pathlib import Path
 from typing import Iterable, Literal, TypedDict
 
-from lib.gate.terms import TOO_DEEP, team_name_problem
+from lib.gate.terms import TOO_DEEP, InputError, team_name_problem
 
 DEFAULT_ACCESS_FILE = Path(__file__).resolve().parents[2] / "data" / "access.toml"
 ROLES = ("planner", "member", "viewer")
@@ -183,12 +183,15 @@ def may(grant: Grant, action: str, team: str | None = None) -> bool:
 
 def command_line_access(path: str | os.PathLike | None = None) -> Access | None:
     """The access file (`access_path`) when it asks the command line to check the OS user
-    (`check_command_line`); None when there is no such file or it does not ask. AccessFileError for
-    a file that cannot be used."""
+    (`check_command_line`); None when there is no such file or it does not ask. InputError (every
+    problem, as AccessFileError lists them) for a file that cannot be used: bad input to the command."""
     p = access_path(path)
     if not p.exists():
         return None
-    access = load_access_file(p)
+    try:
+        access = load_access_file(p)
+    except AccessFileError as exc:
+        raise InputError(str(exc)) from None
     return access if access["check_command_line"] else None
 
 
