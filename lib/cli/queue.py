@@ -22,6 +22,7 @@ from lib.gate.access import access_path, command_line_access, may, resolve
 from lib.gate.request import run_id_problem
 from lib.gate.terms import InputError, checked_submit_time, naive_utc
 from lib.ledger.audit import command_line, os_user, unix_groups
+from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.journal import drain_left_over_journal
 
 MINUTE = timedelta(minutes=1)
@@ -69,6 +70,10 @@ def cmd_cancel(args) -> int:
     problem = run_id_problem(run_id)
     if problem is not None:
         raise InputError(f"run ID {run_id!r}: {problem}")
+    try:  # what a stopped gate server decided comes first (it may have admitted the run)
+        drain_left_over_journal(args.db, timeout_s=args.timeout)
+    except ServerBusy:  # a running server moves its own journal into the ledger
+        pass
     team = waiting_team(args.db, run_id, timeout_s=args.timeout)
     who = command_line()
     refused = cancel_refusal(team)
