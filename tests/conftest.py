@@ -28,7 +28,7 @@ import pytest
 from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
 from tests.fixtures_gate import NOW
 from tests.fixtures_imports import make_import_ledger
-from tests.fixtures_ledger import BUSY_RUNS, DEMO_RUNS, TINY_TEAMS
+from tests.fixtures_ledger import BUSY_RUNS, DEMO_RUNS, TINY_TEAMS, teams_ledger
 from tests.fixtures_replay import POOLED_TEAMS, build_submitted_ledger
 
 
@@ -81,14 +81,7 @@ def submitted_ledger(submitted_template, tmp_path):
 @pytest.fixture
 def tiny_ledger(tmp_path) -> Path:
     """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs."""
-    from lib.ledger.connection import open_ledger
-    from lib.ledger.teams_file import sync_teams
-    teams = tmp_path / "tiny.toml"
-    teams.write_text(TINY_TEAMS, encoding="utf-8")
-    path = tmp_path / "tiny.duckdb"
-    with open_ledger(path) as con:
-        sync_teams(con, teams)
-    return path
+    return teams_ledger(tmp_path, TINY_TEAMS, "tiny")
 
 
 @pytest.fixture

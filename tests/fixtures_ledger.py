@@ -12,6 +12,8 @@ from pathlib import Path
 
 import duckdb
 
+from lib.ledger.connection import open_ledger
+from lib.ledger.teams_file import sync_teams
 from tests.fixtures_gate import request
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +58,16 @@ def demo_request(**changes) -> dict:
 def tiny_request(i: int, **changes) -> dict:
     return demo_request(**{"run_id": f"tiny-{i:03d}", "team": "tiny", "data_snapshot": "tiny-data-v1",
                       "gpus": 2, **changes})
+
+
+def teams_ledger(folder: Path, teams_toml: str, name: str = "gate") -> Path:
+    """A new ledger `<name>.duckdb` in `folder` with the teams file `teams_toml` loaded (as `teams` does)."""
+    teams = folder / f"{name}.toml"
+    teams.write_text(teams_toml, encoding="utf-8")
+    path = folder / f"{name}.duckdb"
+    with open_ledger(path) as con:
+        sync_teams(con, teams)
+    return path
 
 
 def counts(db) -> dict:

@@ -5,6 +5,7 @@
 - `output`: exit codes, JSON on stdout, the closing line on stderr, the progress bar.
 - `runs`: finish, checkpoint, recover.
 - `plan`: the forward plan.
+- `queue`: the line of waiting requests: queue, queue admit, cancel.
 - `replay`: policy replay.
 - `alerts`: budget alerts and their webhook.
 - `slurm`: the Slurm integration's commands.

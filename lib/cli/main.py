@@ -1,6 +1,6 @@
 """The queue's command line: `python -m lib COMMAND ...` (what a scheduler's submit hook calls).
 
-Commands: check, submit, import, finish, checkpoint, recover, alerts, plan, demo, export, teams, forecast, replay, slurm, authority. Global options: --db PATH (else
+Commands: check, submit, import, finish, checkpoint, recover, alerts, plan, queue, cancel, demo, export, teams, forecast, replay, slurm, authority. Global options: --db PATH (else
 $GATE_DB, else data/gate.duckdb) and --progress (draw the progress bar even when stderr is not a
 terminal). check/submit read the request JSON from a file or '-' (stdin) and print the decision as
 JSON on stdout (keys sorted, stable). Every command ends with one line on stderr saying what it did.
@@ -30,13 +30,14 @@ from lib.cli.output import EXIT_ADMIT, EXIT_DEFER, EXIT_FAILURE, EXIT_INVALID, E
 from lib.cli.output import progress_for as _progress
 from lib.cli.alerts import ALERT_COMMANDS, add_alert_parser
 from lib.cli.plan import PLAN_COMMANDS, add_plan_parser
+from lib.cli.queue import QUEUE_COMMANDS, add_queue_parsers
 from lib.cli.replay import REPLAY_COMMANDS, add_replay_parser
 from lib.cli.runs import RUN_COMMANDS, add_run_parsers
 from lib.cli.slurm import SLURM_COMMANDS, add_slurm_parser, cmd_teams_from_slurm
 from lib.cli.authority import AUTHORITY_COMMANDS, add_authority_parser
 from lib.authority.settings import configured_authority
 from lib.cli.args import TIME_RANGE, nonneg_float, nonneg_int, positive_int, timestamp, weeks
-from lib.gate.access import AccessFileError, access_path, load_access_file, teams_for
+from lib.gate.access import access_path, command_line_access, teams_for
 from lib.gate.contracts import Decision
 from lib.gate.reasons import summary
 from lib.gate.terms import (FORMULA_PREFIX_REGEX, MAX_JSON_DEPTH,
@@ -155,13 +156,8 @@ def check_submitter(request, path=None) -> None:
     groups in: InputError otherwise. A guard against mistakes, not a boundary (whoever can write the
     ledger file can write it directly); on a shared login node the gate server is the boundary."""
     path = access_path(path)
-    if not path.exists():
-        return
-    try:
-        access = load_access_file(path)
-    except AccessFileError as exc:
-        raise InputError(str(exc)) from None
-    if not access["check_command_line"]:
+    access = command_line_access(path)
+    if access is None:
         return
     user = os_user()
     allowed = teams_for(access, user, unix_groups(user))
@@ -357,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_authority_parser(sub, common)
     add_alert_parser(sub, common)
     add_plan_parser(sub, common)
+    add_queue_parsers(sub, common)
 
     s = sub.add_parser("demo", parents=[common], help="build the demo history (replaces an earlier demo)")
     s.add_argument("--runs", type=positive_int, default=10_000)
@@ -387,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"check": cmd_check, "submit": cmd_submit, "import": cmd_import, **RUN_COMMANDS, **ALERT_COMMANDS,
-            **PLAN_COMMANDS,
+            **PLAN_COMMANDS, **QUEUE_COMMANDS,
             "demo": cmd_demo, "export": cmd_export, "teams": cmd_teams, "forecast": cmd_forecast,
             **REPLAY_COMMANDS, **SLURM_COMMANDS, **AUTHORITY_COMMANDS}
 

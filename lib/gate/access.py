@@ -3,10 +3,10 @@ pure (no Streamlit, no ledger): the dashboard, the command line and the gate ser
 
 Roles, most powerful first (a person matched by several gets the first):
 
-- `planner`: imports run history, edits and exports proposed policies, runs the what-if for any team,
-  sees every team;
-- `member` of one or more teams: runs the what-if (and, on the command line, `submit`) for those teams;
-  sees every team's dashboards, or only their own teams' when `members_see = "own-teams"`;
+- `planner`: imports run history, edits and exports proposed policies, runs the what-if (and, on the
+  command line, `cancel` of a waiting request) for any team, sees every team;
+- `member` of one or more teams: runs the what-if (and, on the command line, `submit` and `cancel`) for
+  those teams; sees every team's dashboards, or only their own teams' when `members_see = "own-teams"`;
 - `viewer`: read-only dashboards of every team.
 
 Layout::
@@ -15,7 +15,7 @@ Layout::
     unknown = "viewer"            # a signed-in person the file does not name: "viewer" or "none" (no entry)
     members_see = "every-team"    # or "own-teams"
     groups_claim = "groups"       # the identity provider's claim that lists a person's groups
-    check_command_line = false    # true: `python -m lib submit` only for the OS user's teams
+    check_command_line = false    # true: `python -m lib submit` (and `cancel`) only for the OS user's teams
 
     [planners]                    # each of these tables: any of emails, users, groups
     emails = ["ana@example.org"]  # matched case-insensitively against the signed-in e-mail
@@ -35,11 +35,11 @@ import tomllib
 from pathlib import Path
 from typing import Iterable, Literal, TypedDict
 
-from lib.gate.terms import TOO_DEEP, team_name_problem
+from lib.gate.terms import TOO_DEEP, InputError, team_name_problem
 
 DEFAULT_ACCESS_FILE = Path(__file__).resolve().parents[2] / "data" / "access.toml"
 ROLES = ("planner", "member", "viewer")
-ACTIONS = ("import", "policy", "what-if", "submit")
+ACTIONS = ("import", "policy", "what-if", "submit", "cancel")
 UNKNOWN_CHOICES = ("viewer", "none")
 MEMBERS_SEE = ("every-team", "own-teams")
 PRINCIPAL_KEYS = ("emails", "users", "groups")
@@ -168,16 +168,31 @@ def everyone(identity: str) -> Grant:
 
 def may(grant: Grant, action: str, team: str | None = None) -> bool:
     """Whether the grant allows `action` (one of ACTIONS): import and policy (edit, replay, export)
-    are the planners'; the what-if is a planner's for any team and a member's for their teams;
-    `submit` (the command line) is for a member's own teams only — not every team a planner plans."""
+    are the planners'; the what-if and `cancel` (a waiting request taken out of the queue) are a
+    planner's for any team and a member's for their teams; `submit` (the command line) is for a
+    member's own teams only — not every team a planner plans."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
     role = grant["role"]
     if action in ("import", "policy"):
         return role == "planner"
-    if action == "what-if":
+    if action in ("what-if", "cancel"):
         return role == "planner" or (role == "member" and (team is None or team in grant["teams"]))
     return team in grant["teams"]
+
+
+def command_line_access(path: str | os.PathLike | None = None) -> Access | None:
+    """The access file (`access_path`) when it asks the command line to check the OS user
+    (`check_command_line`); None when there is no such file or it does not ask. InputError (every
+    problem, as AccessFileError lists them) for a file that cannot be used: bad input to the command."""
+    p = access_path(path)
+    if not p.exists():
+        return None
+    try:
+        access = load_access_file(p)
+    except AccessFileError as exc:
+        raise InputError(str(exc)) from None
+    return access if access["check_command_line"] else None
 
 
 def teams_for(access: Access, user: str, groups: Iterable[str] = ()) -> tuple[str, ...]:

@@ -26,7 +26,11 @@ CODES: dict[str, str] = {
     "cluster-capacity": "every team's reservations in the request's pool (less the scheduler's own reservations) "
                         "plus this request exceed the pool's physical accelerators, even within the team's quota",
     "retraining-protection": "the request would take accelerators set aside for scheduled retraining",
+    # the queue's own rejections (lib.ledger.queue), never a check of decide(): a waiting request leaves the line
+    "queue-expired": "the request waited in the queue longer than its team's queue_max_age_days",
+    "cancelled": "the request was taken out of the queue (`python -m lib cancel`)",
 }
+QUEUE_LEFT_CODES = ("queue-expired", "cancelled")   # a deferred request's wait ends with one of these
 ORDER: dict[str, int] = {code: i for i, code in enumerate(CODES)}
 
 # note code -> one-line meaning (a note never blocks: the decision stands as its reasons say)

@@ -16,6 +16,7 @@ the demo history).
 - `calibration_scopes`: every team's calibration at once.
 - `cluster_windows`: the cluster's capacity windows (Slurm reservations holding GPUs back).
 - `plan`: the forward plan over the ledger: its inputs read, `plan_ledger`, `check_request_at`.
+- `queue`: the gate's line of waiting requests: listed, admitted at their turn, expired, cancelled.
 - `replay`: policy replay over the ledger: a window read once, replayed.
 - `forecast`: the demand forecast and the month's budget burn-down over the ledger (weekly usage, budgets,
   commitments), for the pages, the Slurm server's run-out days and `python -m lib forecast`.

@@ -1,5 +1,6 @@
 """The audit of who wrote: one row per write that is not a decision (an import, a policy export, a
-`teams` load, a run finished, a demo build, a change in the cluster's reservations) in the ledger's
+`teams` load, a run finished, a demo build, a change in the cluster's reservations, a waiting request
+cancelled or a cancel refused) in the ledger's
 `audit` table, written inside the same transaction as the write it records. Decisions carry their
 own `actor` column.
 
@@ -18,7 +19,7 @@ from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger, transaction
 
 AUDITED_ACTIONS = ("import", "policy-export", "teams", "finish", "demo", "recover", "checkpoint", "alert",
-           "cluster-windows")
+           "cluster-windows", "cancel")
 AUDITED_ORIGINS = ("app", "cli", "slurm")
 
 

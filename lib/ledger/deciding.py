@@ -161,10 +161,16 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
 def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0,
                    actor: str | None = None,
                    prepare: Callable[[Request, Policy | None], Request] | None = None,
-                   authority: SharedAuthority | None = None) -> Decision:
+                   authority: SharedAuthority | None = None, admit_only: bool = False,
+                   guard: Callable[[object], bool] | None = None, extra: dict | None = None) -> Decision | None:
     """Decide and record (with `actor`, who asked, when known), in one write transaction; on admit
     the run becomes a reservation. The one write path of every in-process decider (see the module
     docstring for its locks).
+
+    The queue's admit (lib.ledger.queue) asks for three things more, all inside the same writer's
+    turn and transaction: `guard(con)` first (False: nothing is decided or written, and the answer is
+    None), `admit_only` (a deferral or rejection is answered but not recorded) and `extra` (keys added
+    to the decision before it is recorded, e.g. how long the request waited).
 
     `prepare(request, policy) -> request`: what the caller completes from the team's policy before
     the decision, inside the same transaction (the Slurm hook: the capacity, from the team's
@@ -189,6 +195,8 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
     # on it, DuckDB's own included (see lib.ledger.decider_lock)
     with deciding_in_process(ledger_path(db).resolve()), write_ledger(db, timeout_s) as con:
         with transaction(con):
+            if guard is not None and not guard(con):
+                return None
             facts = LedgerFacts(con)
             if authority is not None:
                 request, decision = authority.decide(request, now, facts, prepare=prepare)
@@ -196,5 +204,8 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
                 if prepare is not None:
                     request = prepare(request, policy_for(request, facts))
                 decision, _ = decide_with(request, now, facts)
-            record_decision(con, request, decision, origin, now, actor=actor)
+            if extra and not decision.get("replayed"):
+                decision = {**decision, **extra}
+            if decision["state"] == "admit" or not admit_only:
+                record_decision(con, request, decision, origin, now, actor=actor)
     return decision
