@@ -8,12 +8,14 @@ pytest_plugins).
 
 A ledger a test writes to is its own file in tmp_path. Where the same ledger serves many tests it is
 built once per session (`*_template`) and each test gets a copy: a copy takes about a millisecond, a
-build from a tenth of a second (a teams file) to seconds (a demo).
+build from a tenth of a second (a teams file) to seconds (a demo). Ledgers whose rows follow the hour
+they are built in are kept per hour (`this_hours_ledgers`).
 
 - `demo_ledger`: a copy of a 300-run demo ledger (`demo_template`) with the teams of data/teams.toml,
   at the suite's one clock `NOW` (tests/fixtures_gate.py). `busy_ledger`: a 20,000-run demo, read only.
-- `tiny_ledger`: one small team ('tiny', 8 GPUs) and its snapshot, no runs: capacity tests.
-- `import_ledger`: teams vision and nlp only, for the import tests.
+- `tiny_ledger`: one small team ('tiny', 8 GPUs) and its snapshot, no runs, beside its teams file:
+  capacity tests (a copy of `tiny_template`).
+- `import_ledger`: teams vision and nlp only, for the import tests (a copy of `import_template`).
 - `slurm_ledger`: the teams and snapshots of data/teams.toml, no runs (a copy of `slurm_template`,
   which tests that only read take as it is).
 - `page_ledger`: a 300-run ledger shaped for the dashboard pages, read by the app through $GATE_DB:
@@ -35,11 +37,13 @@ build from a tenth of a second (a teams file) to seconds (a demo).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
+from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger, utc_now_hour
 from tests.fixtures_gate import NOW
 from tests.fixtures_hostile import make_hostile_ledger
 from tests.fixtures_imports import make_import_ledger
@@ -97,23 +101,37 @@ def submitted_ledger(submitted_template, tmp_path):
     return private_copy(path, tmp_path / "submitted.duckdb"), first, last
 
 
-@pytest.fixture
-def tiny_ledger(tmp_path) -> Path:
-    """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs."""
+@pytest.fixture(scope="session")
+def tiny_template(tmp_path_factory) -> Path:
     from lib.ledger.connection import open_ledger
     from lib.ledger.teams_file import sync_teams
-    teams = tmp_path / "tiny.toml"
+    folder = tmp_path_factory.mktemp("tiny-template")
+    teams = folder / "tiny.toml"
     teams.write_text(TINY_TEAMS, encoding="utf-8")
-    path = tmp_path / "tiny.duckdb"
+    path = folder / "tiny.duckdb"
     with open_ledger(path) as con:
         sync_teams(con, teams)
     return path
 
 
 @pytest.fixture
-def import_ledger(tmp_path) -> Path:
-    """A ledger with teams vision (preemptible partition 'spot') and nlp, no runs."""
-    return make_import_ledger(tmp_path)
+def tiny_ledger(tiny_template, tmp_path) -> Path:
+    """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs: tmp_path/tiny.duckdb,
+    a copy of `tiny_template`, beside the teams file it was synced from (tmp_path/tiny.toml)."""
+    (tmp_path / "tiny.toml").write_text(TINY_TEAMS, encoding="utf-8")
+    return private_copy(tiny_template, tmp_path / tiny_template.name)
+
+
+@pytest.fixture(scope="session")
+def import_template(tmp_path_factory) -> Path:
+    return make_import_ledger(tmp_path_factory.mktemp("import-template"))
+
+
+@pytest.fixture
+def import_ledger(import_template, tmp_path) -> Path:
+    """A ledger with teams vision (preemptible partition 'spot') and nlp, no runs: a copy of
+    `import_template` at tmp_path/ledger.duckdb, where make_import_ledger(tmp_path) puts one."""
+    return private_copy(import_template, tmp_path / import_template.name)
 
 
 @pytest.fixture(scope="session")
@@ -156,22 +174,48 @@ def every_interface():
     config.set_option("server.address", before)
 
 
+class HourLedgers:
+    """Ledgers whose rows depend only on the hour they are built in (fill_ledger's default `now`, the
+    current UTC hour): the first test of an hour builds its own and keeps a copy; the next tests of that
+    hour copy the kept file, the very rows a build of their own would make."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.kept = folder, {}
+
+    def copy(self, kind: str, path: Path, build: Callable[[Path], datetime]) -> datetime:
+        """Put `kind`'s ledger of this hour at `path` (build(path) -> its now, when none is kept yet);
+        returns its now."""
+        now = utc_now_hour()
+        if (kind, now) in self.kept:
+            shutil.copyfile(self.kept[kind, now], path)
+            return now
+        now = build(path)   # the hour it was built for, should the hour have turned meanwhile
+        self.kept[kind, now] = self.folder / f"{kind}-{now:%Y%m%d%H}.duckdb"
+        shutil.copyfile(path, self.kept[kind, now])
+        return now
+
+
+@pytest.fixture(scope="session")
+def this_hours_ledgers(tmp_path_factory) -> HourLedgers:
+    return HourLedgers(tmp_path_factory.mktemp("hour-ledgers"))
+
+
 @pytest.fixture
-def page_ledger(tmp_path, monkeypatch, fresh_caches):
+def page_ledger(tmp_path, monkeypatch, fresh_caches, this_hours_ledgers):
     """A 300-run ledger in tmp_path that the app reads through $GATE_DB (no demo build): (path, now)."""
     path = tmp_path / "gate.duckdb"
-    now = fill_ledger(path, n_runs=300)
+    now = this_hours_ledgers.copy("page", path, lambda p: fill_ledger(p, n_runs=300))
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
     return path, now
 
 
 @pytest.fixture
-def hostile_ledger(tmp_path, monkeypatch, fresh_caches):
+def hostile_ledger(tmp_path, monkeypatch, fresh_caches, this_hours_ledgers):
     """A 300-run ledger whose teams and run IDs carry hostile strings (tests/fixtures_hostile.py), read by
     the app through $GATE_DB: (path, now)."""
     path = tmp_path / "gate.duckdb"
-    now = make_hostile_ledger(path)
+    now = this_hours_ledgers.copy("hostile", path, make_hostile_ledger)
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
     return path, now
