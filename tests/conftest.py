@@ -1,35 +1,62 @@
-"""The suite's fixtures, in one place: real DuckDB ledgers in temp dirs, never mocks.
+"""The suite's shared fixtures, in one place: real DuckDB ledgers in temp dirs, never mocks.
 
-- `demo_ledger`: a private copy of a 300-run demo ledger built once per session (`demo_template`)
-  with the teams of data/teams.toml, at the suite's one clock `NOW` (tests/fixtures_gate.py).
-- `tiny_ledger`: one small team ('tiny', 8 GPUs) and its snapshot, no runs: capacity tests.
-- `import_ledger`: teams vision and nlp only, for the import tests.
+Where a fixture lives: one that two or more test modules use is defined here, once; one that a single
+module uses may stay in that module. No fixture name is defined twice anywhere under tests/ (a module's
+fixture would shadow this one): tests/test_fixtures_defined_once.py holds that. The tests/fixtures_*.py
+modules hold plain builders and data, no fixtures; this file imports what it needs from them (no
+pytest_plugins).
+
+A ledger a test writes to is its own file in tmp_path. Where the same ledger serves many tests it is
+built once per session (`*_template`) and each test gets a copy: a copy takes about a millisecond, a
+build from a tenth of a second (a teams file) to seconds (a demo). Ledgers whose rows follow the hour
+they are built in are kept per hour (`this_hours_ledgers`).
+
+- `demo_ledger`: a copy of a 300-run demo ledger (`demo_template`) with the teams of data/teams.toml,
+  at the suite's one clock `NOW` (tests/fixtures_gate.py). `busy_ledger`: a 20,000-run demo, read only.
+- `tiny_ledger`: one small team ('tiny', 8 GPUs) and its snapshot, no runs, beside its teams file:
+  capacity tests (a copy of `tiny_template`).
+- `import_ledger`: teams vision and nlp only, for the import tests (a copy of `import_template`).
+- `slurm_ledger`: the teams and snapshots of data/teams.toml, no runs (a copy of `slurm_template`,
+  which tests that only read take as it is).
 - `page_ledger`: a 300-run ledger shaped for the dashboard pages, read by the app through $GATE_DB:
-  `(path, now)`.
-- `submitted_ledger`: a private copy of a history made only by `submit` and `finish` calls (three teams,
-  deferrals for capacity and budget, a month boundary), built once per session: `(path, first, last)`
-  decision times; for the policy-replay tests. `pooled_submitted_ledger`: the same on a stable pool
-  smaller than the quotas together (cluster-capacity deferrals), read only.
+  `(path, now)`. `hostile_ledger`: the same with every team and run ID carrying a hostile string
+  (tests/fixtures_hostile.py).
+- `queue_ledger`: the queue history of tests/fixtures_plan.build_queue_ledger, read only: `(path, now)`.
+- `submitted_ledger`: a copy of a history made only by `submit` and `finish` calls (three teams,
+  deferrals for capacity and budget, a month boundary): `(path, first, last)` decision times; for the
+  policy-replay tests. `pooled_submitted_ledger`: the same on a stable pool smaller than the quotas
+  together (cluster-capacity deferrals), read only.
 - `browser`: Debian's Chromium driven by Playwright, one per browser test module.
 - `fresh_caches`: Streamlit's caches cleared around a test (they outlive an AppTest in one process).
 - `every_interface`: the app's listen address set to 0.0.0.0 (beyond loopback) for one test.
 - `postgres_server`: a real PostgreSQL 15 server for the session (tests marked `postgres`), and
   `authority_db`: a fresh database on it for one test.
-
-Builders of plain data and files live beside this file in the fixtures_*.py modules.
+- `cluster`: the Slurm test cluster (tests/fixtures_slurm.Cluster) with its hook on a new ledger for
+  each test module; the cluster itself is started at most once per session (`slurm_cluster_up`).
 """
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger
+from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger, utc_now_hour
 from tests.fixtures_gate import NOW
+from tests.fixtures_hostile import make_hostile_ledger
 from tests.fixtures_imports import make_import_ledger
 from tests.fixtures_ledger import BUSY_RUNS, DEMO_RUNS, TINY_TEAMS, teams_ledger
+from tests.fixtures_plan import build_queue_ledger
 from tests.fixtures_replay import POOLED_TEAMS, build_submitted_ledger
+from tests.fixtures_slurm import cluster_session, make_slurm_ledger
+
+
+def private_copy(template: Path, path: Path) -> Path:
+    """A test's own copy of a session's template ledger, at `path`."""
+    shutil.copyfile(template, path)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +70,7 @@ def demo_template(tmp_path_factory) -> Path:
 @pytest.fixture
 def demo_ledger(demo_template, tmp_path) -> Path:
     """A private copy of the small demo ledger."""
-    path = tmp_path / "gate.duckdb"
-    shutil.copyfile(demo_template, path)
-    return path
+    return private_copy(demo_template, tmp_path / "gate.duckdb")
 
 
 @pytest.fixture(scope="session")
@@ -73,21 +98,51 @@ def pooled_submitted_ledger(tmp_path_factory):
 def submitted_ledger(submitted_template, tmp_path):
     """A private copy of the submit-and-finish history: (path, first decision, last decision)."""
     path, first, last = submitted_template
-    copy = tmp_path / "submitted.duckdb"
-    shutil.copyfile(path, copy)
-    return copy, first, last
+    return private_copy(path, tmp_path / "submitted.duckdb"), first, last
+
+
+@pytest.fixture(scope="session")
+def tiny_template(tmp_path_factory) -> Path:
+    """The ledger `tiny_ledger` copies, built once for the session."""
+    return teams_ledger(tmp_path_factory.mktemp("tiny-template"), TINY_TEAMS, "tiny")
 
 
 @pytest.fixture
-def tiny_ledger(tmp_path) -> Path:
-    """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs."""
-    return teams_ledger(tmp_path, TINY_TEAMS, "tiny")
+def tiny_ledger(tiny_template, tmp_path) -> Path:
+    """A ledger with only team 'tiny' (8 GPUs reserved) and its snapshot, no runs: tmp_path/tiny.duckdb,
+    a copy of `tiny_template`, beside the teams file it was synced from (tmp_path/tiny.toml)."""
+    (tmp_path / "tiny.toml").write_text(TINY_TEAMS, encoding="utf-8")
+    return private_copy(tiny_template, tmp_path / tiny_template.name)
+
+
+@pytest.fixture(scope="session")
+def import_template(tmp_path_factory) -> Path:
+    return make_import_ledger(tmp_path_factory.mktemp("import-template"))
 
 
 @pytest.fixture
-def import_ledger(tmp_path) -> Path:
-    """A ledger with teams vision (preemptible partition 'spot') and nlp, no runs."""
-    return make_import_ledger(tmp_path)
+def import_ledger(import_template, tmp_path) -> Path:
+    """A ledger with teams vision (preemptible partition 'spot') and nlp, no runs: a copy of
+    `import_template` at tmp_path/ledger.duckdb, where make_import_ledger(tmp_path) puts one."""
+    return private_copy(import_template, tmp_path / import_template.name)
+
+
+@pytest.fixture(scope="session")
+def slurm_template(tmp_path_factory) -> Path:
+    """A ledger with the teams and snapshots of data/teams.toml and no runs, built once. Read only."""
+    return make_slurm_ledger(tmp_path_factory.mktemp("slurm-template") / "gate.duckdb")
+
+
+@pytest.fixture
+def slurm_ledger(slurm_template, tmp_path) -> Path:
+    """A private copy of `slurm_template`: tmp_path/gate.duckdb."""
+    return private_copy(slurm_template, tmp_path / "gate.duckdb")
+
+
+@pytest.fixture(scope="session")
+def queue_ledger(tmp_path_factory):
+    """The queue history of tests/fixtures_plan.build_queue_ledger at its NOW: (path, now). Read only."""
+    return build_queue_ledger(tmp_path_factory.mktemp("queue-ledger"))
 
 
 @pytest.fixture
@@ -112,11 +167,48 @@ def every_interface():
     config.set_option("server.address", before)
 
 
+class HourLedgers:
+    """Ledgers whose rows depend only on the hour they are built in (fill_ledger's default `now`, the
+    current UTC hour): the first test of an hour builds its own and keeps a copy; the next tests of that
+    hour copy the kept file, the very rows a build of their own would make."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.kept = folder, {}
+
+    def copy(self, kind: str, path: Path, build: Callable[[Path], datetime]) -> datetime:
+        """Put `kind`'s ledger of this hour at `path` (build(path) -> its now, when none is kept yet);
+        returns its now."""
+        now = utc_now_hour()
+        if (kind, now) in self.kept:
+            shutil.copyfile(self.kept[kind, now], path)
+            return now
+        now = build(path)   # the hour it was built for, should the hour have turned meanwhile
+        self.kept[kind, now] = self.folder / f"{kind}-{now:%Y%m%d%H}.duckdb"
+        shutil.copyfile(path, self.kept[kind, now])
+        return now
+
+
+@pytest.fixture(scope="session")
+def this_hours_ledgers(tmp_path_factory) -> HourLedgers:
+    return HourLedgers(tmp_path_factory.mktemp("hour-ledgers"))
+
+
 @pytest.fixture
-def page_ledger(tmp_path, monkeypatch, fresh_caches):
+def page_ledger(tmp_path, monkeypatch, fresh_caches, this_hours_ledgers):
     """A 300-run ledger in tmp_path that the app reads through $GATE_DB (no demo build): (path, now)."""
     path = tmp_path / "gate.duckdb"
-    now = fill_ledger(path, n_runs=300)
+    now = this_hours_ledgers.copy("page", path, lambda p: fill_ledger(p, n_runs=300))
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    return path, now
+
+
+@pytest.fixture
+def hostile_ledger(tmp_path, monkeypatch, fresh_caches, this_hours_ledgers):
+    """A 300-run ledger whose teams and run IDs carry hostile strings (tests/fixtures_hostile.py), read by
+    the app through $GATE_DB: (path, now)."""
+    path = tmp_path / "gate.duckdb"
+    now = this_hours_ledgers.copy("hostile", path, make_hostile_ledger)
     monkeypatch.setenv("GATE_DB", str(path))
     monkeypatch.setenv("GATE_DEMO", "0")
     return path, now
@@ -148,3 +240,17 @@ def postgres_server():
 def authority_db(postgres_server) -> str:
     """A fresh database on the session's PostgreSQL, with no schema yet: its name."""
     return postgres_server.new_database()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_up(tmp_path_factory):
+    """The Slurm test cluster running for the session: started here when it was not (and stopped at
+    the end), else left as it is; skips where Slurm is not installed. Tests take `cluster`."""
+    yield from cluster_session(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster_up, tmp_path_factory):
+    """The test cluster (tests/fixtures_slurm.Cluster) with its hook on a new ledger for this module
+    (teams and snapshots of data/teams.toml); the hook config is restored after the module."""
+    yield from cluster_session(tmp_path_factory)

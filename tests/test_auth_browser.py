@@ -18,7 +18,9 @@ NAV = '[data-testid="stSidebarNavLink"]'
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def signin_app(tmp_path_factory):
+    """`streamlit run` with sign-in through oidc-provider-mock, on a 300-run ledger, for the module:
+    {url, db, now, tmp}."""
     tmp = tmp_path_factory.mktemp("auth")
     db = tmp / "gate.duckdb"
     now = fill_ledger(db, n_runs=300)
@@ -59,37 +61,37 @@ def nav_titles(page) -> list[str]:
     return [t.strip().split("\n")[-1].strip() for t in page.locator(NAV).all_inner_texts()]   # after the icon
 
 
-def test_a_signed_out_visitor_sees_only_the_sign_in_button(served, context):
+def test_a_signed_out_visitor_sees_only_the_sign_in_button(signin_app, context):
     page = context.new_page()
-    page.goto(served["url"])
+    page.goto(signin_app["url"])
     page.get_by_role("button", name="Sign in").wait_for()
     page.wait_for_selector(IDLE)
     assert page.locator(NAV).count() == 0
     assert page.get_by_role("heading", name="Overview").count() == 0
 
 
-def test_a_planner_signs_in_imports_and_the_audit_names_them(served, context, tmp_path):
+def test_a_planner_signs_in_imports_and_the_audit_names_them(signin_app, context, tmp_path):
     page = context.new_page()
-    sign_in(page, served["url"], "planner")
+    sign_in(page, signin_app["url"], "planner")
     assert f"Signed in as {PLANNER} · planner" in signed_in_as(page)
     assert {"Upload", "Policy replay", "What-if"} <= set(nav_titles(page))
     page.locator(NAV, has_text="Upload").first.click()
     page.get_by_role("heading", name="Upload run history").wait_for()
     csv = tmp_path / "history.csv"
-    csv.write_bytes(good_csv(served["now"]))
-    before = run_count(served["db"])
+    csv.write_bytes(good_csv(signin_app["now"]))
+    before = run_count(signin_app["db"])
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(csv))
     page.get_by_text("The file is valid.").wait_for()
     page.get_by_role("button", name="Import").click()
     page.get_by_text("Imported:").first.wait_for()
-    assert run_count(served["db"]) == before + 1
+    assert run_count(signin_app["db"]) == before + 1
     page.get_by_text("Who imported what, and when").first.click()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
 
 
-def test_a_team_member_may_run_the_what_if_for_their_team_only_and_cannot_upload(served, context):
+def test_a_team_member_may_run_the_what_if_for_their_team_only_and_cannot_upload(signin_app, context):
     page = context.new_page()
-    sign_in(page, served["url"], "member")
+    sign_in(page, signin_app["url"], "member")
     assert f"Signed in as {MEMBER} · member (vision)" in signed_in_as(page)
     titles = nav_titles(page)
     assert "What-if" in titles and "Upload" not in titles and "Policy replay" not in titles
@@ -102,15 +104,15 @@ def test_a_team_member_may_run_the_what_if_for_their_team_only_and_cannot_upload
     options = [o.strip() for o in page.get_by_role("option").all_inner_texts()]
     assert options == ["vision"], options
     page.keyboard.press("Escape")
-    page.goto(served["url"] + "/Upload")           # the page's own URL: refused on the server
+    page.goto(signin_app["url"] + "/Upload")           # the page's own URL: refused on the server
     page.get_by_text("Signed in as").first.wait_for()
     page.wait_for_selector(IDLE)
     assert page.locator('[data-testid="stFileUploader"]').count() == 0
 
 
-def test_a_viewer_reads_dashboards_and_sign_out_ends_the_session(served, context):
+def test_a_viewer_reads_dashboards_and_sign_out_ends_the_session(signin_app, context):
     page = context.new_page()
-    sign_in(page, served["url"], "viewer")
+    sign_in(page, signin_app["url"], "viewer")
     assert f"Signed in as {VIEWER} · viewer" in signed_in_as(page)
     titles = nav_titles(page)
     assert "Overview" in titles
@@ -119,7 +121,7 @@ def test_a_viewer_reads_dashboards_and_sign_out_ends_the_session(served, context
     page.get_by_role("button", name="Sign out").click()
     page.get_by_role("button", name="End session").click()   # the provider's end of the session (RP-initiated logout)
     page.get_by_role("button", name="Sign in").wait_for()
-    page.goto(served["url"])                        # the session cookie is gone: signed out for good
+    page.goto(signin_app["url"])                        # the session cookie is gone: signed out for good
     page.get_by_role("button", name="Sign in").wait_for()
     page.wait_for_selector(IDLE)
     assert page.locator(NAV).count() == 0

@@ -31,7 +31,8 @@ PAGES = {  # navigation title -> (a heading it shows, charts it draws at least)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def dashboard_app(tmp_path_factory):
+    """`streamlit run` on a 300-run ledger for the module: {url, db, now, tmp}."""
     tmp = tmp_path_factory.mktemp("browser")
     db = tmp / "gate.duckdb"
     now = fill_ledger(db, n_runs=300)
@@ -40,11 +41,11 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser, served):
+def page(browser, dashboard_app):
     ctx = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
     pg = ctx.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
-    pg.goto(served["url"])
+    pg.goto(dashboard_app["url"])
     pg.wait_for_selector(IDLE)
     pg.get_by_role("heading", name="Overview").first.wait_for()
     yield pg
@@ -96,8 +97,8 @@ def csv_rows(now: dt.datetime, *rows: str) -> str:
     return "\n".join([head, *rows]) + "\n"
 
 
-def test_a_bad_file_shows_its_errors_and_a_good_one_imports(page, served):
-    now, tmp, db = served["now"], served["tmp"], served["db"]
+def test_a_bad_file_shows_its_errors_and_a_good_one_imports(page, dashboard_app):
+    now, tmp, db = dashboard_app["now"], dashboard_app["tmp"], dashboard_app["db"]
     ts = lambda h: (now - dt.timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
     good = f"br-1,speech,exploratory,stable,4,40,stated,{ts(60)},{ts(48)},48,{ts(59)},{ts(50)},36,completed"
     before = run_count(db)
@@ -116,7 +117,7 @@ def test_a_bad_file_shows_its_errors_and_a_good_one_imports(page, served):
     no_exception(page)
 
 
-def test_a_table_downloads_as_csv(page, served):
+def test_a_table_downloads_as_csv(page, dashboard_app):
     go(page, "Stops and promotion")
     with page.expect_download() as info:
         page.locator(".st-key-dl_stop_reasons button").click()
@@ -125,9 +126,9 @@ def test_a_table_downloads_as_csv(page, served):
     assert len(text.splitlines()) > 1
 
 
-def test_python_m_lib_submit_succeeds_while_the_app_serves_pages(page, served):
+def test_python_m_lib_submit_succeeds_while_the_app_serves_pages(page, dashboard_app):
     """The app never holds the ledger open between reruns, so the command line can write."""
-    db, tmp = served["db"], served["tmp"]
+    db, tmp = dashboard_app["db"], dashboard_app["tmp"]
     stop = threading.Event()
     # Playwright's sync API is bound to this thread: browse here, submit from a worker thread.
     results: list[subprocess.CompletedProcess] = []

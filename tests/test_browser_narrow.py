@@ -23,7 +23,9 @@ CUT_IN_METRICS = """() => [...document.querySelectorAll('[data-testid="stMetric"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def narrow_app(tmp_path_factory):
+    """`streamlit run` on a 300-run ledger with prices (money beside the GPU-hours), for the module:
+    {url, now}."""
     tmp = tmp_path_factory.mktemp("narrow")
     db = tmp / "gate.duckdb"
     now = fill_ledger(db, n_runs=300)
@@ -42,8 +44,8 @@ def open_page(browser, served, width: int, path: str = ""):
     return ctx, page
 
 
-def test_at_800px_no_metric_value_or_label_is_cut(browser, served):
-    ctx, page = open_page(browser, served, 800)
+def test_at_800px_no_metric_value_or_label_is_cut(browser, narrow_app):
+    ctx, page = open_page(browser, narrow_app, 800)
     try:
         page.get_by_text("Reserved cost").first.wait_for()   # the money row: the widest values
         page.wait_for_selector(IDLE)
@@ -57,9 +59,9 @@ def test_at_800px_no_metric_value_or_label_is_cut(browser, served):
         ctx.close()
 
 
-def test_every_page_has_a_tab_title_of_its_own(browser, served):
+def test_every_page_has_a_tab_title_of_its_own(browser, narrow_app):
     from ui.pages import PAGES
-    ctx, page = open_page(browser, served, 1400)
+    ctx, page = open_page(browser, narrow_app, 1400)
     try:
         titles = {}
         for p in PAGES:
@@ -92,8 +94,8 @@ def _most_lines(png: bytes, top: int, bottom: int, slice_px: int = 40) -> int:
     return most
 
 
-def test_at_1400px_a_what_if_fix_needing_two_lines_is_drawn_on_two(browser, served):
-    ctx, page = open_page(browser, served, 1400, "What-if")
+def test_at_1400px_a_what_if_fix_needing_two_lines_is_drawn_on_two(browser, narrow_app):
+    ctx, page = open_page(browser, narrow_app, 1400, "What-if")
     try:
         page.get_by_text("a stated estimate").click()
         page.locator(".st-key-wi_estimated_gpu_hours").wait_for()

@@ -20,15 +20,17 @@ SIDEBAR = '[data-testid="stSidebar"]'
 
 
 @pytest.fixture(scope="module")
-def ledger(tmp_path_factory):
+def url_ledger(tmp_path_factory):
+    """A 300-run ledger (tests/fixtures_app.fill_ledger) for `url_app` and the fresh server of one case."""
     db = tmp_path_factory.mktemp("browser_url") / "gate.duckdb"
     fill_ledger(db, n_runs=300)
     return db
 
 
 @pytest.fixture(scope="module")
-def served(ledger):
-    with serve_app(ledger, ledger.with_name("streamlit.log")) as url:
+def url_app(url_ledger):
+    """`streamlit run` on url_ledger for the module: its URL."""
+    with serve_app(url_ledger, url_ledger.with_name("streamlit.log")) as url:
         yield url
 
 
@@ -80,8 +82,8 @@ def go(pg, name: str) -> None:
     pg.wait_for_selector(IDLE)
 
 
-def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
-    ctx, pg = open_page(browser, served, "Overview")
+def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, url_app):
+    ctx, pg = open_page(browser, url_app, "Overview")
     try:
         assert query(pg) == {}                              # the default view adds nothing
         pick(pg, "f_teams", "speech")
@@ -118,16 +120,16 @@ def test_a_copied_url_opens_the_same_view_in_a_new_browser(browser, served):
 
 
 @pytest.mark.parametrize("server", ["fresh", "navigating"])
-def test_a_page_url_with_a_query_string_opens_filtered(browser, served, ledger, server):
+def test_a_page_url_with_a_query_string_opens_filtered(browser, url_app, url_ledger, server):
     """On a fresh server the first request runs the page script alone (Streamlit's classic multipage
     mode); once `/` has been served, st.navigation runs it: the link works either way."""
     if server == "fresh":
-        with serve_app(ledger, ledger.with_name("fresh.log")) as url:
+        with serve_app(url_ledger, url_ledger.with_name("fresh.log")) as url:
             opens_filtered(browser, url)
     else:
-        ctx, _ = open_page(browser, served, "Overview")   # `/` switches the process to st.navigation
+        ctx, _ = open_page(browser, url_app, "Overview")   # `/` switches the process to st.navigation
         ctx.close()
-        opens_filtered(browser, served)
+        opens_filtered(browser, url_app)
 
 
 def opens_filtered(browser, served: str) -> None:
@@ -147,7 +149,7 @@ def opens_filtered(browser, served: str) -> None:
         ctx.close()
 
 
-def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, served):
+def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, url_app):
     ctx, pg = open_page(browser, f"{served}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
                        "Overview")
     try:
@@ -161,10 +163,10 @@ def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, ser
         ctx.close()
 
 
-def test_no_request_leaves_the_machine(browser, served):
+def test_no_request_leaves_the_machine(browser, url_app):
     """Every page, reached through the sidebar, loads nothing but from the app's own host (fonts,
     icons, scripts, the websocket) or data:/blob: URLs."""
-    origin = urlsplit(served).netloc
+    origin = urlsplit(url_app).netloc
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     requested: list[str] = []
     ctx.on("request", lambda request: requested.append(request.url))
@@ -172,7 +174,7 @@ def test_no_request_leaves_the_machine(browser, served):
     pg.on("websocket", lambda ws: requested.append(ws.url))
     pg.set_default_timeout(TIMEOUT_MS)
     try:
-        pg.goto(served)
+        pg.goto(url_app)
         pg.get_by_role("heading", name="Overview").first.wait_for()
         pg.wait_for_selector(IDLE)
         for name in PAGES:

@@ -15,7 +15,8 @@ UNITS = ("(GPU-h", "(GPUs", "(runs)", "(requests)", "(%)", "(ratio)", "(×")
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory):
+def page_results(tmp_path_factory):
+    """Every page's query results on a 300-run ledger, read once for the module."""
     path = tmp_path_factory.mktemp("fig") / "gate.duckdb"
     now = fill_ledger(path, n_runs=300)
     f = default_filters(now.date())
@@ -43,17 +44,17 @@ def builds(pages):
     }
 
 
-def test_every_figure_has_data_and_a_title_with_its_unit(pages):
-    for name, fig in builds(pages).items():
+def test_every_figure_has_data_and_a_title_with_its_unit(page_results):
+    for name, fig in builds(page_results).items():
         assert isinstance(fig, go.Figure), name
         assert fig.data, f"{name} drew nothing"
         title = fig.layout.title.text
         assert any(u in title for u in UNITS), f"{name}: title {title!r} names no unit"
 
 
-def test_every_builder_says_so_when_there_is_nothing_to_draw(pages):
+def test_every_builder_says_so_when_there_is_nothing_to_draw(page_results):
     for name, fig in builds({k: {kk: (vv.iloc[0:0] if isinstance(vv, pd.DataFrame) else vv)
-                                 for kk, vv in v.items()} for k, v in pages.items()}).items():
+                                 for kk, vv in v.items()} for k, v in page_results.items()}).items():
         assert not fig.data, name
         assert fig.layout.annotations and fig.layout.annotations[0].text, name
 
@@ -210,9 +211,9 @@ def test_a_set_colour_of_a_team_not_shown_still_keeps_new_teams_away_from_it():
 
 
 # ---------------------------------------------------------------------------- narrow charts
-def test_titles_and_axis_titles_come_in_lines_a_narrow_chart_shows_whole(pages):
+def test_titles_and_axis_titles_come_in_lines_a_narrow_chart_shows_whole(page_results):
     from lib.dashboard import figure_text
-    for name, fig in builds(pages).items():
+    for name, fig in builds(page_results).items():
         texts = [(fig.layout.title.text, figure_text.TITLE_LINE_CHARS)]
         texts += [(axis.title.text, figure_text.AXIS_TITLE_LINE_CHARS)
                   for axis in [*fig.select_xaxes(), *fig.select_yaxes()] if axis.title.text]

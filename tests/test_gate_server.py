@@ -23,8 +23,8 @@ def _req(run_id, **changes):
 
 
 @pytest.fixture
-def live(tmp_path):
-    g = LiveGate(make_slurm_ledger(tmp_path / "gate.duckdb"), flusher=False)
+def live(slurm_ledger):
+    g = LiveGate(slurm_ledger, flusher=False)
     yield g
     g.close()
 

@@ -19,30 +19,25 @@ DEADLINE_S = 3.0  # lib.slurm.server.MESSAGE_DEADLINE_S: a whole message, howeve
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    return make_slurm_ledger(tmp_path / "gate.duckdb")
-
-
-@pytest.fixture
-def server(ledger, tmp_path):
-    s = GateServerProcess(ledger, tmp_path / "gate.sock")
+def server(slurm_ledger, tmp_path):
+    s = GateServerProcess(slurm_ledger, tmp_path / "gate.sock")
     yield s
     s.stop()
 
 # ------------------------------------------------------------------ many callers at once
 
 @pytest.mark.slow
-def test_500_simultaneous_callers_all_get_a_real_answer_none_a_gate_failure(ledger, tmp_path):
+def test_500_simultaneous_callers_all_get_a_real_answer_none_a_gate_failure(slurm_ledger, tmp_path):
     """The server is stopped (SIGSTOP) while 500 callers connect, so every one of them is waiting in
     the listen backlog at once; then it goes on and must answer each with a decision (0 or 1)."""
     from lib.slurm.hook import ask_server
-    server = GateServerProcess(ledger, tmp_path / "gate.sock", "--journal-sync", "NORMAL")
+    server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock", "--journal-sync", "NORMAL")
     codes, mu = {}, threading.Lock()
 
     def one(i):
         try:
             out = ask_server(server.sock, hook_request(f"many-{i}", estimated_gpu_hours=0.1),
-                             {"db": str(ledger)}, 120)
+                             {"db": str(slurm_ledger)}, 120)
             got = out.code if out is not None else "no server"
         except Exception as exc:  # the hook would make this a gate failure
             got = f"{type(exc).__name__}: {exc}"
@@ -275,10 +270,10 @@ def test_a_bad_timeout_is_refused_by_name_never_accepted_and_holds_up_no_other_c
 
 
 @pytest.mark.slow
-def test_the_server_writes_only_its_own_flag_log_never_a_path_the_caller_names(ledger, tmp_path, monkeypatch):
+def test_the_server_writes_only_its_own_flag_log_never_a_path_the_caller_names(slurm_ledger, tmp_path, monkeypatch):
     own, elsewhere = tmp_path / "own-flags.jsonl", tmp_path / "caller-chose.jsonl"
     monkeypatch.setenv("TG_FLAG_LOG", str(own))  # the server's environment at its start
-    server = GateServerProcess(ledger, tmp_path / "gate.sock")
+    server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock")
     try:
         out = server.ask(job(comment=None, name="no-comment"), flag_log=str(elsewhere),
                          on_failure="accept-and-flag")

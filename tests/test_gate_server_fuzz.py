@@ -34,7 +34,9 @@ def _comment(team_run_id: str, **changes) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def quota_server(tmp_path_factory):
+    """A gate server on a ledger of QUOTA_TEAMS whose team qa holds its whole quota (16 of 16), for the
+    module: the later tests check it still answers after the hostile input of the earlier ones."""
     from lib.ledger.connection import open_ledger
     from lib.ledger.teams_file import sync_teams
     d = tmp_path_factory.mktemp("fuzz")
@@ -67,28 +69,28 @@ def _at_quota_and_alive(server, tag: str) -> None:
 @fuzz(80)
 @given(base=st.sampled_from([STATED, {**STATED, "max_runtime_hours": 10}]), path=st.sampled_from(PATHS),
        token=tokens, key=st.one_of(st.none(), key_tokens), time_set=st.booleans(), draw=st.data())
-def test_hostile_comments_are_judged_never_let_through(server, base, path, token, key, time_set, draw):
+def test_hostile_comments_are_judged_never_let_through(quota_server, base, path, token, key, time_set, draw):
     if not time_set and "max_runtime_hours" not in base:
         base = {**base, "max_runtime_hours": 10}  # without --time the comment must say it (else incomplete)
     run_id = f"hostile-{draw.draw(st.integers(0, 10 ** 9))}"
     comment = placed_text({**base, "run_id": run_id}, path, token, key_token=key)
-    out = server.ask(qa_job(run_id, comment, time_limit="600" if time_set else None), **FLAG)
+    out = quota_server.ask(qa_job(run_id, comment, time_limit="600" if time_set else None), **FLAG)
     text = " ".join(out.lines())
     assert out.code == 1, (out.code, text[:600])
     assert "training-gate: deferred" in text or "training-gate: rejected" in text, text[:600]
 
 
-def test_hostile_comments_then_the_server_still_answers_correctly(server):
+def test_hostile_comments_then_the_server_still_answers_correctly(quota_server):
     # after the property above (same module server), and after one of each kind again here
     for i, token in enumerate(["1" + "0" * 400, '"\\udcff"', "[" * 100_000 + "]" * 100_000, "NaN",
                                '"' + "x" * 1_000_000 + '"']):
-        out = server.ask(qa_job(f"again-{i}", placed_text({**STATED, "run_id": f"again-{i}"}, ("note",), token)),
+        out = quota_server.ask(qa_job(f"again-{i}", placed_text({**STATED, "run_id": f"again-{i}"}, ("note",), token)),
                          **FLAG)
         assert out.code == 1, out.lines()
     no_run_id = json.dumps({k: v for k, v in STATED.items() if k != "run_id"})
-    named = server.ask(qa_job("x", no_run_id, name="job-\udcff"), **FLAG)
+    named = quota_server.ask(qa_job("x", no_run_id, name="job-\udcff"), **FLAG)
     assert named.code == 1 and "valid Unicode" in " ".join(named.lines())  # the job name as run ID
-    _at_quota_and_alive(server, "after-comments")
+    _at_quota_and_alive(quota_server, "after-comments")
 
 
 KEYS = [b"f:comment", b"f:account", b"f:name", b"f:tres_per_node", b"f:time_limit", b"f:uid", b"f:array",
@@ -105,8 +107,8 @@ wire = st.one_of(
 
 @fuzz(50)
 @given(payload=wire)
-def test_the_raw_wire_format_never_gets_an_admit_or_a_flagged_pass(server, payload):
-    answer = raw_answer(server.sock, payload)
+def test_the_raw_wire_format_never_gets_an_admit_or_a_flagged_pass(quota_server, payload):
+    answer = raw_answer(quota_server.sock, payload)
     head, _, rest = answer.partition("\n")
     assert head.isdigit(), answer[:300]
     assert int(head) != 4, answer[:600]
@@ -132,40 +134,40 @@ def _utf8(b: bytes) -> bool:
 
 @fuzz(20)
 @given(raw=bad_bytes, where=st.sampled_from(["note", "run_id", "data_snapshot", "kind"]))
-def test_bytes_that_are_not_utf8_inside_a_comment_string_are_a_reject(server, raw, where):
+def test_bytes_that_are_not_utf8_inside_a_comment_string_are_a_reject(quota_server, raw, where):
     comment = json.dumps({**STATED, "run_id": "bytes-1", where: "@@"}).encode().replace(b"@@", raw, 1)
     parts = [b"f:account", b"qa", b"f:tres_per_node", b"gres:gpu:8", b"f:time_limit", b"600", b"f:name", b"bytes-1",
-             b"f:comment", comment, b"c:db", str(server.db).encode(), b"c:on_failure", b"accept-and-flag"]
-    answer = raw_answer(server.sock, b"\0".join(parts))
+             b"f:comment", comment, b"c:db", str(quota_server.db).encode(), b"c:on_failure", b"accept-and-flag"]
+    answer = raw_answer(quota_server.sock, b"\0".join(parts))
     assert answer.startswith("1\nMSG training-gate: rejected"), answer[:600]
     assert f"[invalid-request] {where} must be" in answer, answer[:600]  # valid Unicode text, or one of the kinds
 
 
-def test_after_the_raw_fuzz_the_server_still_answers_correctly(server):
-    _at_quota_and_alive(server, "after-wire")
+def test_after_the_raw_fuzz_the_server_still_answers_correctly(quota_server):
+    _at_quota_and_alive(quota_server, "after-wire")
 
 
-def test_the_command_line_through_the_server_exits_2_for_hostile_values(server, tmp_path):
+def test_the_command_line_through_the_server_exits_2_for_hostile_values(quota_server, tmp_path):
     base = {**STATED, "team": "qa", "gpus": 8, "max_runtime_hours": 10, "capacity": "stable"}
-    env = {"TG_GATE_SOCKET": server.sock}
+    env = {"TG_GATE_SOCKET": quota_server.sock}
     for command, text, words in [
         ("check", placed_text(base, ("run_id",), '"r-\\ud800"'), "valid Unicode"),
         ("submit", placed_text(base, ("budget_gpu_hours",), "1" + "0" * 400), "too large"),
         ("submit", placed_text(base, ("pilot",), "[" * 100 + "]" * 100), "nested"),
     ]:
-        p = run_cli(command, "-", db=server.db, stdin=text, env=env)
+        p = run_cli(command, "-", db=quota_server.db, stdin=text, env=env)
         assert p.returncode == 2, (command, p.returncode, p.stderr[-600:])
         assert words in p.stdout + p.stderr and "gate failure" not in p.stderr, p.stderr[-600:]
-    _at_quota_and_alive(server, "after-cli")
+    _at_quota_and_alive(quota_server, "after-cli")
 
 
-def test_every_hostile_decision_reaches_the_ledger_as_standard_json(server):
+def test_every_hostile_decision_reaches_the_ledger_as_standard_json(quota_server):
     """Last in this module: what every test above journaled (and one more here) moves into the ledger."""
     from lib.ledger.connection import open_ledger
     comment = placed_text({**STATED, "run_id": "last-\udcff"}, ("k\ud800",), "NaN")
-    assert server.ask(qa_job("last", comment), **FLAG).code == 1
-    server.flush()  # the journal into the ledger now: no entry may stop the flusher
-    with open_ledger(server.db, read_only=True) as con:
+    assert quota_server.ask(qa_job("last", comment), **FLAG).code == 1
+    quota_server.flush()  # the journal into the ledger now: no entry may stop the flusher
+    with open_ledger(quota_server.db, read_only=True) as con:
         rows = con.execute("SELECT run_id, state, request_json, decision_json FROM decisions").fetchall()
     assert "'last-\\udcff'" in {run_id for run_id, state, _, _ in rows if state == "reject"}
     assert {run_id.split("-")[0] for run_id, state, _, _ in rows if state == "admit"} <= {"fill", "qb"}
@@ -175,4 +177,4 @@ def test_every_hostile_decision_reaches_the_ledger_as_standard_json(server):
     for _, _, request_json, decision_json in rows:
         json.loads(request_json, parse_constant=refuse)
         json.loads(decision_json, parse_constant=refuse)
-    assert "Traceback" not in server.stop()
+    assert "Traceback" not in quota_server.stop()

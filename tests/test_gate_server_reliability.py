@@ -11,13 +11,8 @@ import time
 import pytest
 
 from lib.ledger.connection import open_ledger
-from tests.fixtures_slurm import COMMENT_REQUEST, GateServerProcess, decisions, hook_request, make_slurm_ledger
+from tests.fixtures_slurm import COMMENT_REQUEST, GateServerProcess, decisions, hook_request
 from tests.fixtures_slurm import raw_answer as _raw
-
-
-@pytest.fixture
-def ledger(tmp_path):
-    return make_slurm_ledger(tmp_path / "gate.duckdb")
 
 
 def _burst(server, prefix: str, n: int, threads: int = 4) -> dict:
@@ -43,9 +38,9 @@ def _burst(server, prefix: str, n: int, threads: int = 4) -> dict:
     return answered, ts
 
 
-def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_once(ledger, tmp_path):
+def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_once(slurm_ledger, tmp_path):
     sock = tmp_path / "gate.sock"
-    server = GateServerProcess(ledger, sock)
+    server = GateServerProcess(slurm_ledger, sock)
     try:
         answered, threads = _burst(server, "k", 200)
         deadline = time.monotonic() + 120
@@ -56,12 +51,12 @@ def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_o
     for t in threads:
         t.join(timeout=120)
     assert 40 <= len(answered) < 200
-    restarted = GateServerProcess(ledger, sock)
+    restarted = GateServerProcess(slurm_ledger, sock)
     try:
         restarted.flush()
     finally:
         restarted.stop()
-    rows = decisions(ledger)
+    rows = decisions(slurm_ledger)
     ids = [r["run_id"] for r in rows]
     assert len(ids) == len(set(ids)), "a decision was recorded twice"
     assert set(answered) <= set(ids), "an answered decision is missing from the ledger"
@@ -70,13 +65,13 @@ def test_kill_9_mid_burst_then_restart_records_every_answered_decision_exactly_o
     # holding quota, never towards double-booking): at most one per connection in flight
     assert len(admitted - {r for r, code in answered.items() if code == 0}) <= 4
     assert {r for r, code in answered.items() if code == 0} <= admitted
-    with open_ledger(ledger, read_only=True) as con:
+    with open_ledger(slurm_ledger, read_only=True) as con:
         reserved = {r[0] for r in con.execute("SELECT run_id FROM runs WHERE reserved_gpu_hours IS NOT NULL").fetchall()}
     assert reserved == admitted
 
 
-def test_a_full_journal_refuses_never_admits_without_a_record_and_the_server_goes_on(ledger, tmp_path):
-    server = GateServerProcess(ledger, tmp_path / "gate.sock", "--journal-max-mb", "0.07")
+def test_a_full_journal_refuses_never_admits_without_a_record_and_the_server_goes_on(slurm_ledger, tmp_path):
+    server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock", "--journal-max-mb", "0.07")
     try:
         outcomes = [server.ask(hook_request(f"f-{i}", note="x" * 3000)) for i in range(40)]
         refused = [o for o in outcomes if o.code == 3]
@@ -89,18 +84,18 @@ def test_a_full_journal_refuses_never_admits_without_a_record_and_the_server_goe
         admitted = [f"f-{i}" for i, o in enumerate(outcomes) if o.code == 0]
     finally:
         server.stop()
-    assert {r["run_id"] for r in decisions(ledger) if r["state"] == "admit"} == set(admitted)
+    assert {r["run_id"] for r in decisions(slurm_ledger) if r["state"] == "admit"} == set(admitted)
 
 
 @pytest.mark.parametrize("name", ["same path", "hard link"])
-def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holder(ledger, tmp_path, name):
+def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holder(slurm_ledger, tmp_path, name):
     """By the file's identity, not its name: a hard link to the ledger is the same ledger."""
-    second = ledger
+    second = slurm_ledger
     if name == "hard link":
         second = tmp_path / "elsewhere" / "link.duckdb"
         second.parent.mkdir()
-        second.hardlink_to(ledger)
-    first = GateServerProcess(ledger, tmp_path / "a.sock")
+        second.hardlink_to(slurm_ledger)
+    first = GateServerProcess(slurm_ledger, tmp_path / "a.sock")
     try:
         with pytest.raises(AssertionError) as info:
             GateServerProcess(second, tmp_path / "b.sock")
@@ -114,12 +109,12 @@ def test_a_second_server_on_the_same_ledger_refuses_to_start_and_names_the_holde
         assert p.returncode == 3 and f"pid {first.proc.pid}" in p.stderr, p.stderr
     finally:
         first.stop()
-    assert "beside" not in {r["run_id"] for r in decisions(ledger)}
+    assert "beside" not in {r["run_id"] for r in decisions(slurm_ledger)}
 
 
-def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
+def test_hostile_messages_are_refused_and_the_server_goes_on(slurm_ledger, tmp_path):
     sock = tmp_path / "gate.sock"
-    server = GateServerProcess(ledger, sock)
+    server = GateServerProcess(slurm_ledger, sock)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
         assert _raw(sock, b"x" * (5 << 20)).startswith("3\n")  # too large (MAX_MESSAGE is 4 MiB)
@@ -131,21 +126,21 @@ def test_hostile_messages_are_refused_and_the_server_goes_on(ledger, tmp_path):
         server.flush()
     finally:
         server.stop()
-    with open_ledger(ledger, read_only=True) as con:
+    with open_ledger(slurm_ledger, read_only=True) as con:
         actor = con.execute("SELECT actor FROM decisions WHERE run_id = 'after-hostile'").fetchone()[0]
     assert f"(uid {os.getuid()})" in actor  # the caller's peer credentials are kept with the decision
 
 
-def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(ledger, tmp_path):
+def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(slurm_ledger, tmp_path):
     import subprocess
     import sys
 
     from tests.fixtures_slurm import REPO
-    server = GateServerProcess(ledger, tmp_path / "gate.sock")
+    server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock")
     holder = subprocess.Popen(  # an import holding the ledger read-write
         [sys.executable, "-c", "import sys, time; from lib.ledger.connection import open_ledger\n"
          "with open_ledger(sys.argv[1]) as con:\n    print('held', flush=True); sys.stdin.readline()",
-         str(ledger)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         str(slurm_ledger)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         try:
             assert holder.stdout.readline().strip() == "held"
@@ -155,24 +150,24 @@ def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(led
         finally:
             holder.communicate("\n", timeout=60)
         server.flush()
-        assert [r["state"] for r in decisions(ledger, "while-held")] == ["admit"]
+        assert [r["state"] for r in decisions(slurm_ledger, "while-held")] == ["admit"]
     finally:
         server.stop()
 
 
-def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(ledger, tmp_path):
+def test_without_a_server_the_hook_first_records_what_a_killed_server_answered(slurm_ledger, tmp_path):
     from lib.slurm.hook import config_from_env
     from lib.slurm.in_process import judge_in_process
-    server = GateServerProcess(ledger, tmp_path / "gate.sock", "--flush-interval-s", "3600")
+    server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock", "--flush-interval-s", "3600")
     try:
         assert server.ask(hook_request("journaled-only")).code == 0
     finally:
         server.stop(signal.SIGKILL)
-    assert _ledger_decisions(ledger) == []  # nothing flushed yet
-    config = {**config_from_env({}), "db": str(ledger)}
+    assert _ledger_decisions(slurm_ledger) == []  # nothing flushed yet
+    config = {**config_from_env({}), "db": str(slurm_ledger)}
     again = judge_in_process(hook_request("journaled-only"), config)  # in-process, as the Python fallback decides
     assert again.code == 0 and again.decision.get("replayed") is True  # the same admit, not a second one
-    assert [r["state"] for r in _ledger_decisions(ledger)] == ["admit"]
+    assert [r["state"] for r in _ledger_decisions(slurm_ledger)] == ["admit"]
 
 
 def _ledger_decisions(db):
@@ -181,14 +176,14 @@ def _ledger_decisions(db):
             "SELECT run_id, state FROM decisions ORDER BY decision_id").fetchall()]
 
 
-def test_the_command_line_goes_through_a_running_server_and_refuses_to_bypass_it(ledger, tmp_path):
+def test_the_command_line_goes_through_a_running_server_and_refuses_to_bypass_it(slurm_ledger, tmp_path):
     import json
     import subprocess
     import sys
 
     from tests.fixtures_slurm import COMMENT_REQUEST, REPO
     sock = tmp_path / "gate.sock"
-    server = GateServerProcess(ledger, sock, "--flush-interval-s", "3600")
+    server = GateServerProcess(slurm_ledger, sock, "--flush-interval-s", "3600")
     req = tmp_path / "req.json"
     req.write_text(json.dumps({**COMMENT_REQUEST, "run_id": "cli-1", "team": "vision", "gpus": 2,
                                "max_runtime_hours": 1, "capacity": "stable"}))
@@ -196,17 +191,17 @@ def test_the_command_line_goes_through_a_running_server_and_refuses_to_bypass_it
     def cli(*argv, socket_env=True):
         env = {**os.environ, "TG_GATE_SOCKET": str(sock)} if socket_env else \
             {k: v for k, v in os.environ.items() if k != "TG_GATE_SOCKET"}
-        return subprocess.run([sys.executable, "-m", "lib", "--db", str(ledger), *argv], cwd=REPO, env=env,
+        return subprocess.run([sys.executable, "-m", "lib", "--db", str(slurm_ledger), *argv], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)
     try:
         r = cli("submit", str(req))
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["state"] == "admit"
-        assert _ledger_decisions(ledger) == []  # decided by the server: in its journal, not yet flushed
+        assert _ledger_decisions(slurm_ledger) == []  # decided by the server: in its journal, not yet flushed
         again = cli("check", str(req))
         assert again.returncode == 0 and json.loads(again.stdout)["replayed"] is True  # the server knows it
         bypass = cli("submit", str(req), socket_env=False)
         assert bypass.returncode == 3 and f"pid {server.proc.pid}" in bypass.stderr
     finally:
         server.stop()
-    assert [r["state"] for r in _ledger_decisions(ledger)] == ["admit"]  # moved in when it stopped
+    assert [r["state"] for r in _ledger_decisions(slurm_ledger)] == ["admit"]  # moved in when it stopped

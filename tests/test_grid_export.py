@@ -9,13 +9,12 @@ import ast
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.dashboard.tables import safe_frame
 from lib.gate.terms import FORMULA_START
 from tests.fixtures_app import PAGES, ROOT, page_script
-from tests.fixtures_hostile import HOSTILE, make_hostile_ledger
+from tests.fixtures_hostile import HOSTILE
 
 TIMEOUT_S = 60
 FORMULAS = ['=HYPERLINK("https://example.invalid","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
@@ -53,15 +52,6 @@ def test_the_grid_shows_formula_like_cells_as_the_csv_download_has_them():
     download = safe_frame(pd.DataFrame({"run_id": FORMULAS + ["plain-run"]}))
     assert list(shown["run_id"]) == list(download["run_id"])
     assert at.get("download_button"), "the app's own download stays beside the grid"
-
-
-@pytest.fixture
-def hostile_ledger(tmp_path, monkeypatch, fresh_caches):
-    path = tmp_path / "gate.duckdb"
-    make_hostile_ledger(path)
-    monkeypatch.setenv("GATE_DB", str(path))
-    monkeypatch.setenv("GATE_DEMO", "0")
-    return path
 
 
 def test_no_grid_on_any_page_holds_a_formula_like_cell(hostile_ledger):

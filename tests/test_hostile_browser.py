@@ -11,7 +11,8 @@ pytestmark = BROWSER_TESTS
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def hostile_app(tmp_path_factory):
+    """`streamlit run` on a 120-run ledger of hostile team names, for the module: its URL."""
     tmp = tmp_path_factory.mktemp("hostile_browser")
     db = tmp / "gate.duckdb"
     make_hostile_ledger(db, n_runs=120)
@@ -19,12 +20,12 @@ def served(tmp_path_factory):
         yield url
 
 
-def test_charts_and_caption_show_hostile_names_as_typed(browser, served):
+def test_charts_and_caption_show_hostile_names_as_typed(browser, hostile_app):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = ctx.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        page.goto(served)
+        page.goto(hostile_app)
         page.wait_for_selector(IDLE)
         page.get_by_role("heading", name="Overview").first.wait_for()
         page.locator(".js-plotly-plot .legendtext").first.wait_for()

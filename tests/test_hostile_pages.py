@@ -11,19 +11,10 @@ from streamlit.testing.v1 import AppTest
 
 import ui
 from tests.fixtures_app import PAGES, ROOT, page_script
-from tests.fixtures_hostile import HOSTILE, make_hostile_ledger
+from tests.fixtures_hostile import HOSTILE
 
 TIMEOUT_S = 60
 pytestmark = pytest.mark.usefixtures("fresh_caches")
-
-
-@pytest.fixture
-def hostile_ledger(tmp_path, monkeypatch, fresh_caches):
-    path = tmp_path / "gate.duckdb"
-    now = make_hostile_ledger(path)
-    monkeypatch.setenv("GATE_DB", str(path))
-    monkeypatch.setenv("GATE_DEMO", "0")
-    return path, now
 
 
 def shown(body: str) -> str:

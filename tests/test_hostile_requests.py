@@ -33,11 +33,6 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.fixture(scope="module")
-def ledger(tmp_path_factory):
-    return make_slurm_ledger(tmp_path_factory.mktemp("hostile") / "gate.duckdb")
-
-
 # ------------------------------------------------------------------------------ the helpers underneath
 
 def test_integers_beyond_any_float_are_too_large_never_an_overflow():
@@ -97,8 +92,8 @@ class _RememberedState(LedgerFacts):
 
 
 @pytest.fixture(scope="module")
-def facts(ledger):
-    with open_ledger(ledger, read_only=True) as con:
+def facts(slurm_template):
+    with open_ledger(slurm_template, read_only=True) as con:
         yield _RememberedState(con)
 
 
@@ -120,14 +115,14 @@ def test_any_hostile_value_anywhere_is_a_reject_naming_its_field(facts, base, pa
 @pytest.mark.parametrize("path, value", [(("run_id",), "\ud800"), (("team",), "t\udfff"), (("gpus",), 10 ** 400),
                                          (("note",), deep_list(DEEP)), (("kind",), "k" * 1_000_000)],
                          ids=["surrogate-run-id", "surrogate-team", "huge-gpus", "deep-note", "megabyte-kind"])
-def test_check_request_rejects_hostile_values_by_field(ledger, path, value):
-    decision = check_request(placed({**PILOT, **VISION}, path, value), db=ledger)
+def test_check_request_rejects_hostile_values_by_field(slurm_template, path, value):
+    decision = check_request(placed({**PILOT, **VISION}, path, value), db=slurm_template)
     assert decision["state"] == "reject" and names_field(decision, field_name(path))
 
 
-def test_the_unchanged_requests_are_judged_not_rejected(ledger):
+def test_the_unchanged_requests_are_judged_not_rejected(slurm_template):
     for base in (STATED, PILOT):
-        assert check_request({**base, **VISION}, db=ledger)["state"] in ("admit", "defer")
+        assert check_request({**base, **VISION}, db=slurm_template)["state"] in ("admit", "defer")
 
 
 @pytest.mark.parametrize("path, value", [

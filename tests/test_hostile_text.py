@@ -25,7 +25,8 @@ TEMPLATE_KEYS = {"hovertemplate", "texttemplate"}  # the builders' own templates
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory):
+def hostile_page_results(tmp_path_factory):
+    """Every page's query results (and the forecast's plan_ahead) on a ledger of hostile team names."""
     path = tmp_path_factory.mktemp("hostile") / "gate.duckdb"
     now = make_hostile_ledger(path)
     f = default_filters(now.date())
@@ -145,8 +146,14 @@ def strings(node, key=""):
             yield from strings(v, key)
 
 
-def test_every_builder_is_driven_with_hostile_text_and_escapes_it(pages):
-    drawn = figures_by_builder(pages)
+@pytest.fixture(scope="module")
+def hostile_figures(hostile_page_results) -> dict[str, list]:
+    """figures_by_builder over the hostile results, drawn once for the module (the tests only read them)."""
+    return figures_by_builder(hostile_page_results)
+
+
+def test_every_builder_is_driven_with_hostile_text_and_escapes_it(hostile_figures):
+    drawn = hostile_figures
     assert set(builders()) == set(drawn), "drive every figure builder with hostile text here"
     for name, fn in builders().items():
         assert getattr(fn, "shows_text_as_typed", False), f"{name} is not wrapped in @shows_text_as_typed"
@@ -161,8 +168,8 @@ def test_every_builder_is_driven_with_hostile_text_and_escapes_it(pages):
                 assert "<" not in text.replace(figure_text.LINE_BREAK, ""), (name, key, text[:200])   # ours only
 
 
-def test_hostile_team_names_reach_the_charts_escaped_not_dropped(pages):
-    drawn = figures_by_builder(pages)
+def test_hostile_team_names_reach_the_charts_escaped_not_dropped(hostile_figures):
+    drawn = hostile_figures
     shown = " ".join(t for figs in drawn.values() for fig in figs for _, t in strings(fig.to_dict()))
     for name in HOSTILE:
         assert html.escape(name.replace("\u202e", "[U+202E]"), quote=False) in shown, name[:40]

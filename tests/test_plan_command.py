@@ -11,16 +11,10 @@ import pytest
 from lib.ledger.deciding import check_request
 from lib.ledger.plan import check_request_at, plan_ledger
 from tests.fixtures_ledger import query, run_cli, write_json
-from tests.fixtures_plan import H, build_queue_ledger, queue_request
+from tests.fixtures_plan import H, queue_request
 
 CAPACITY_CODES = {"capacity", "cluster-capacity", "retraining-protection"}
 DAYS = 3
-
-
-@pytest.fixture(scope="module")
-def queue_ledger(tmp_path_factory):
-    """Read-only for the tests here: (path, now)."""
-    return build_queue_ledger(tmp_path_factory.mktemp("plan-ledger"))
 
 
 @pytest.fixture(scope="module")

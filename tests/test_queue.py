@@ -89,7 +89,7 @@ def test_the_queue_plans_the_gates_fix_time_to_the_minute_on_the_page(safety_led
 
 
 @pytest.fixture
-def queue_ledger(safety_ledger):
+def aged_queue_ledger(safety_ledger):
     """safety_ledger plus deferrals of every age and fate."""
     path, now = safety_ledger
     with open_ledger(path) as con, transaction(con):
@@ -106,8 +106,8 @@ def queue_ledger(safety_ledger):
     return path, now
 
 
-def test_the_queue_is_now_whatever_the_dates_and_orders_by_planned_start_then_serve_order(queue_ledger):
-    path, now = queue_ledger
+def test_the_queue_is_now_whatever_the_dates_and_orders_by_planned_start_then_serve_order(aged_queue_ledger):
+    path, now = aged_queue_ledger
     last_week = Filters(now.date() - dt.timedelta(days=7), now.date())
     out = reservation_queries.reservations(last_week, path, now)
     q = out["waiting"].set_index("run_id")
@@ -127,8 +127,8 @@ def test_the_queue_is_now_whatever_the_dates_and_orders_by_planned_start_then_se
     assert list(reservation_queries.reservations(long_ago, path, now)["waiting"]["run_id"]) == list(q.index)
 
 
-def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
-    path, now = queue_ledger
+def test_team_kind_and_capacity_filters_narrow_the_queue(aged_queue_ledger):
+    path, now = aged_queue_ledger
     day = now.date()
     ids = lambda **kw: list(  # noqa: E731
         reservation_queries.reservations(Filters(day, day, **kw), path, now)["waiting"]["run_id"])
@@ -137,8 +137,8 @@ def test_team_kind_and_capacity_filters_narrow_the_queue(queue_ledger):
     assert ids(capacity="stable") == ["fits-now", "over-budget", "other-team"]
 
 
-def test_the_queue_shows_at_most_row_limit_rows_and_counts_them_all(queue_ledger, monkeypatch):
-    path, now = queue_ledger
+def test_the_queue_shows_at_most_row_limit_rows_and_counts_them_all(aged_queue_ledger, monkeypatch):
+    path, now = aged_queue_ledger
     monkeypatch.setattr(queue_and_calendar, "ROW_LIMIT", 2)
     out = reservation_queries.reservations(Filters(now.date(), now.date()), path, now)
     assert list(out["waiting"]["run_id"]) == ["fits-now", "prod-wait"]

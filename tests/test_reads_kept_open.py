@@ -15,7 +15,8 @@ COUNT = "SELECT count(*) FROM runs"
 
 
 @pytest.fixture
-def ledger(tmp_path):
+def empty_ledger(tmp_path):
+    """A new ledger file: the schema, no rows."""
     p = tmp_path / "gate.duckdb"
     with open_ledger(p):
         pass
@@ -43,35 +44,35 @@ def _in_thread(fn):
         raise failed[0]
 
 
-def test_a_thread_that_ends_lets_go_of_what_it_kept(ledger):
+def test_a_thread_that_ends_lets_go_of_what_it_kept(empty_ledger):
     def render():
         keep_reads_open()
         for _ in range(3):
-            with open_ledger(ledger, read_only=True) as con:
+            with open_ledger(empty_ledger, read_only=True) as con:
                 assert con.execute(COUNT).fetchone() == (0,)
     _in_thread(render)
     t0 = time.monotonic()
-    _write(ledger, timeout_s=0.5)   # would wait, then fail, had the kept open outlived its thread
+    _write(empty_ledger, timeout_s=0.5)   # would wait, then fail, had the kept open outlived its thread
     assert time.monotonic() - t0 < 0.5
 
 
-def test_a_write_in_the_keeping_thread_closes_the_kept_open_first(ledger):
+def test_a_write_in_the_keeping_thread_closes_the_kept_open_first(empty_ledger):
     def render_then_write():
         keep_reads_open()
-        with open_ledger(ledger, read_only=True):
+        with open_ledger(empty_ledger, read_only=True):
             pass
-        _write(ledger, timeout_s=0.5)
-        with open_ledger(ledger, read_only=True) as con:   # and reads after it see the write's ledger
+        _write(empty_ledger, timeout_s=0.5)
+        with open_ledger(empty_ledger, read_only=True) as con:   # and reads after it see the write's ledger
             assert con.execute(COUNT).fetchone() == (0,)
     _in_thread(render_then_write)
 
 
-def test_a_write_in_another_thread_waits_for_the_keeper_and_a_new_unit_of_work_lets_go(ledger):
+def test_a_write_in_another_thread_waits_for_the_keeper_and_a_new_unit_of_work_lets_go(empty_ledger):
     kept, release, wrote = threading.Event(), threading.Event(), []
 
     def render():
         keep_reads_open()
-        with open_ledger(ledger, read_only=True):
+        with open_ledger(empty_ledger, read_only=True):
             pass
         kept.set()
         release.wait(30)
@@ -81,7 +82,7 @@ def test_a_write_in_another_thread_waits_for_the_keeper_and_a_new_unit_of_work_l
     keeper = threading.Thread(target=render)
     keeper.start()
     assert kept.wait(30)
-    writer = threading.Thread(target=lambda: wrote.append(_write(ledger, timeout_s=20) or time.monotonic()))
+    writer = threading.Thread(target=lambda: wrote.append(_write(empty_ledger, timeout_s=20) or time.monotonic()))
     writer.start()
     time.sleep(0.5)
     assert wrote == []             # waiting, not refused
@@ -92,7 +93,7 @@ def test_a_write_in_another_thread_waits_for_the_keeper_and_a_new_unit_of_work_l
     keeper.join(30)
 
 
-def test_another_process_waits_for_a_kept_open_as_for_any_reader(ledger):
+def test_another_process_waits_for_a_kept_open_as_for_any_reader(empty_ledger):
     script = ("import sys; from lib.ledger.connection import open_ledger, LedgerLocked\n"
               "try:\n    open_ledger(sys.argv[1], timeout_s=0.5).__enter__(); print('wrote')\n"
               "except LedgerLocked: print('locked')\n")
@@ -100,7 +101,7 @@ def test_another_process_waits_for_a_kept_open_as_for_any_reader(ledger):
 
     def render():
         keep_reads_open()
-        with open_ledger(ledger, read_only=True):
+        with open_ledger(empty_ledger, read_only=True):
             pass
         kept.set()
         release.wait(60)
@@ -110,7 +111,7 @@ def test_another_process_waits_for_a_kept_open_as_for_any_reader(ledger):
     assert kept.wait(30)
 
     def other_process() -> str:
-        return subprocess.run([sys.executable, "-c", script, str(ledger)], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-c", script, str(empty_ledger)], capture_output=True, text=True,
                               timeout=120).stdout.strip()
     try:
         assert other_process() == "locked"

@@ -32,7 +32,9 @@ def add_run(con, run_id, team, capacity, gpus, actual, interruptions, restarts=N
 
 
 @pytest.fixture(scope="module")
-def ledger(tmp_path_factory):
+def recovery_ledger(tmp_path_factory):
+    """Hand-made runs of speech and vision whose interruption figures the tests work out (the comments).
+    Read only."""
     path = tmp_path_factory.mktemp("recovery") / "recovery.duckdb"
     with open_ledger(path) as con, transaction(con):
         insert_teams(con)
@@ -63,8 +65,8 @@ def lifetimes_of(lt, team, capacity):
     return sorted(lt.loc[(lt["team"] == team) & (lt["capacity"] == capacity), "lifetime_h"].tolist())
 
 
-def test_rates_per_team_and_capacity_are_exact(ledger):
-    out = recovery_inputs(period(), ledger, NOW)
+def test_rates_per_team_and_capacity_are_exact(recovery_ledger):
+    out = recovery_inputs(period(), recovery_ledger, NOW)
     rates, lt = out["rates"], out["lifetimes"]
     assert set(zip(rates["team"], rates["capacity"])) == {
         ("speech", "preemptible"), ("speech", "stable"), ("vision", "preemptible"),
@@ -85,8 +87,8 @@ def test_rates_per_team_and_capacity_are_exact(ledger):
     assert lifetimes_of(lt, "speech", "preemptible") == pytest.approx([2.0, 2.0, 2.0, 2.0, 3.0] + tail)
 
 
-def test_no_interruptions_leave_the_mtbf_empty_and_no_retries_use_the_default_restart(ledger):
-    rates = recovery_inputs(period(), ledger, NOW)["rates"]
+def test_no_interruptions_leave_the_mtbf_empty_and_no_retries_use_the_default_restart(recovery_ledger):
+    rates = recovery_inputs(period(), recovery_ledger, NOW)["rates"]
     st_ = row(rates, "speech", "stable")
     assert st_["interruptions"] == 0 and math.isnan(st_["mtbf_h"])
     assert st_["restart_source"] == "default" and st_["restart_h"] == pytest.approx(5 / 60)
@@ -97,8 +99,8 @@ def test_no_interruptions_leave_the_mtbf_empty_and_no_retries_use_the_default_re
     assert vi["restart_h"] == pytest.approx(10 / 60)   # 16 GPUs: up to 64 -> 10 minutes
 
 
-def test_pooled_rows_cover_every_shown_team(ledger):
-    out = recovery_inputs(period(), ledger, NOW)
+def test_pooled_rows_cover_every_shown_team(recovery_ledger):
+    out = recovery_inputs(period(), recovery_ledger, NOW)
     pool = row(out["rates"], ALL_TEAMS, "preemptible")
     assert (pool["runs"], pool["interruptions"]) == (4, 6)
     assert pool["run_hours"] == pytest.approx(30.0) and pool["mtbf_h"] == pytest.approx(5.0)
@@ -110,21 +112,21 @@ def test_pooled_rows_cover_every_shown_team(ledger):
     assert lifetimes_of(out["lifetimes"], ALL_TEAMS, "preemptible") == pytest.approx([2, 2, 2, 2, 3, 5, 5, 5] + tail)
 
 
-def test_the_sidebar_filters_apply(ledger):
-    speech = recovery_inputs(period(teams=("speech",)), ledger, NOW)["rates"]
+def test_the_sidebar_filters_apply(recovery_ledger):
+    speech = recovery_inputs(period(teams=("speech",)), recovery_ledger, NOW)["rates"]
     assert set(speech["team"]) == {"speech", ALL_TEAMS}
     assert row(speech, ALL_TEAMS, "preemptible")["mtbf_h"] == pytest.approx(4.0)
-    stable = recovery_inputs(period(capacity="stable"), ledger, NOW)["rates"]
+    stable = recovery_inputs(period(capacity="stable"), recovery_ledger, NOW)["rates"]
     assert set(stable["capacity"]) == {"stable"}
-    production = recovery_inputs(period(kinds=("production",)), ledger, NOW)["rates"]
+    production = recovery_inputs(period(kinds=("production",)), recovery_ledger, NOW)["rates"]
     assert row(production, "speech", "preemptible")["mtbf_h"] == pytest.approx(6.0)
-    nobody = recovery_inputs(period(teams=("o'brien; DROP TABLE runs",)), ledger, NOW)
+    nobody = recovery_inputs(period(teams=("o'brien; DROP TABLE runs",)), recovery_ledger, NOW)
     assert nobody["rates"].empty and nobody["lifetimes"].empty
 
 
-def test_lifetimes_are_capped_per_row(ledger, monkeypatch):
+def test_lifetimes_are_capped_per_row(recovery_ledger, monkeypatch):
     monkeypatch.setattr(recovery_view, "MAX_LIFETIME_SAMPLES", 3)
-    out = recovery_inputs(period(), ledger, NOW)
+    out = recovery_inputs(period(), recovery_ledger, NOW)
     assert row(out["rates"], "speech", "preemptible")["lifetime_samples"] == 3
     assert len(lifetimes_of(out["lifetimes"], "speech", "preemptible")) == 3
     assert len(lifetimes_of(out["lifetimes"], ALL_TEAMS, "preemptible")) == 3

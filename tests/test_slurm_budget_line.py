@@ -19,8 +19,7 @@ from lib.slurm.judge import judged_for
 from lib.slurm.live import LiveGate
 from lib.slurm.runouts import RunOuts, budget_text, month_budget
 from lib.slurm.wire import EXIT_ACCEPTED, EXIT_REFUSED
-from tests.fixtures_slurm import (COMMENT_REQUEST, GateServerProcess, cluster_session, comment, hook_request,
-                                  make_slurm_ledger)
+from tests.fixtures_slurm import COMMENT_REQUEST, GateServerProcess, comment, hook_request, make_slurm_ledger
 from tests.fixtures_ledger import query
 
 DAY = dt.date(2026, 12, 21)
@@ -48,10 +47,10 @@ def test_the_budget_line_follows_the_decision_on_its_own_msg_line():
 
 
 @pytest.fixture
-def nearly_spent(tmp_path):
+def nearly_spent(slurm_ledger):
     """A ledger whose team vision (budget set to 10 GPU-h) ended a 9 GPU-h run this month: (path, now).
     `now` is today's noon, so the run held from it ends today whatever the hour the test runs at."""
-    db = make_slurm_ledger(tmp_path / "gate.duckdb")
+    db = slurm_ledger
     now = utcnow().replace(hour=12, minute=0, second=0, microsecond=0)
     with open_ledger(db) as con:
         con.execute("UPDATE teams SET monthly_budget_gpu_hours = 10 WHERE team = 'vision'")
@@ -111,11 +110,6 @@ def test_the_gate_servers_answer_to_an_admit_carries_the_budget_line(tmp_path):
                        "not projected to run out this month (P50 and P90)")
     assert refused.code == EXIT_REFUSED
     assert [ln for ln in refused.lines() if ln.startswith("MSG ")] == [refused.lines()[0]]   # no budget line
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from cluster_session(tmp_path_factory)
 
 
 @pytest.mark.slurm

@@ -1,7 +1,8 @@
 """The gate inside a real Slurm: sbatch admits or refuses through job_submit.lua, and sacct's
 accounting comes back into the ledger. Needs the single-node cluster of lib/slurm/cluster.sh; skips
-with a visible reason when Slurm is not installed. One temp ledger per session (teams and snapshots
-of data/teams.toml); the hook config points at it while the tests run and is restored afterwards."""
+with a visible reason when Slurm is not installed. One temp ledger for the module (teams and snapshots
+of data/teams.toml, conftest's `cluster`); the hook config points at it while the tests run and is
+restored afterwards."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from tests.fixtures_slurm import REPO, cluster_session, comment, decisions, make_slurm_ledger, run_row
+from tests.fixtures_slurm import REPO, comment, decisions, make_slurm_ledger, run_row
 
 pytestmark = pytest.mark.slurm
 
@@ -22,14 +23,9 @@ XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid
 TAG = f"t{int(time.time())}"  # run IDs unique to this session (the accounting DB outlives sessions)
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    yield from cluster_session(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def admitted_job(cluster):
-    """A job within its budget, submitted once for the session: (run_id, jobid, sbatch result)."""
+    """A job within its budget, submitted once for the module: (run_id, jobid, sbatch result)."""
     run_id = f"{TAG}-ok"
     r = cluster.sbatch("--account=vision", "--gres=gpu:2", "--time=5", "--job-name=anything",
                        f"--comment={comment(run_id=run_id, estimated_gpu_hours=0.5)}")

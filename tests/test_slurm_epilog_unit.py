@@ -22,7 +22,7 @@ from lib.slurm.aftermath import reconcile
 from lib.slurm.attempts import ATTEMPT_FIELDS, ended_count, job_events, parse_attempts
 from lib.slurm.epilog import _entry_name
 from tests.fixtures_ledger import query
-from tests.fixtures_slurm import COMMENT_REQUEST, REPO, make_slurm_ledger, run_row
+from tests.fixtures_slurm import COMMENT_REQUEST, REPO, run_row
 from tests.test_import_sacct import line, sacct
 
 H = 3600.0
@@ -70,11 +70,6 @@ def test_an_interrupted_attempt_is_an_event_once_it_was_requeued_and_a_last_time
 
 # --------------------------------------------------------------------------- reconcile, in a real ledger
 
-@pytest.fixture
-def ledger(tmp_path):
-    return make_slurm_ledger(tmp_path / "gate.duckdb")
-
-
 def admit(db, run_id: str, at, **changes) -> dict:
     request = {**COMMENT_REQUEST, "run_id": run_id, "team": "vision", "gpus": 2, "max_runtime_hours": 2,
                "capacity": "preemptible", **changes}
@@ -94,51 +89,51 @@ def interruptions(db, run_id) -> list[tuple]:
                      "source FROM interruptions WHERE run_id = ? ORDER BY occurred_at", [run_id])
 
 
-def test_a_preempted_attempt_is_recorded_once_from_its_start_with_the_work_lost_since_its_checkpoint(ledger):
+def test_a_preempted_attempt_is_recorded_once_from_its_start_with_the_work_lost_since_its_checkpoint(slurm_ledger):
     t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
-    admit(ledger, "pre-1", t0, estimated_gpu_hours=0.5, stop_policy={"spend_limit_gpu_hours": 4})
+    admit(slurm_ledger, "pre-1", t0, estimated_gpu_hours=0.5, stop_policy={"spend_limit_gpu_hours": 4})
     start, end = t0 + timedelta(seconds=5), t0 + timedelta(seconds=305)
-    checkpoint_run("pre-1", "step-100", at=t0 + timedelta(seconds=125), db=ledger)
+    checkpoint_run("pre-1", "step-100", at=t0 + timedelta(seconds=125), db=slurm_ledger)
     attempts = [attempt("pre-1", "PREEMPTED", start, end), attempt("pre-1", "PENDING", None, None)]
-    first = reconcile("42", attempts, requeued_through=1, db=ledger)
-    again = reconcile("42", attempts, requeued_through=1, db=ledger)   # a catch-up after the epilog
+    first = reconcile("42", attempts, requeued_through=1, db=slurm_ledger)
+    again = reconcile("42", attempts, requeued_through=1, db=slurm_ledger)   # a catch-up after the epilog
     (decision,) = first["recorded"]
     assert decision["action"] == "resume" and first["action"] is None   # no job given: nothing done in Slurm
     assert again["recorded"] == first["recorded"]
-    [(event, at, started, billed, lost, action, source)] = interruptions(ledger, "pre-1")
+    [(event, at, started, billed, lost, action, source)] = interruptions(slurm_ledger, "pre-1")
     assert (event, at, started, action, source) == ("preempted", end, start, "resume", "slurm")
     assert billed == pytest.approx(300 * 2 / H)        # from the attempt's Start, not the admission
     assert lost == pytest.approx(180 * 2 / H)          # since the checkpoint, on 2 GPUs
-    run = run_row(ledger, "pre-1")
+    run = run_row(slurm_ledger, "pre-1")
     assert (run["interruptions"], run["restarts"], run["ended_at"]) == (1, 1, None)
 
 
-def test_a_preemption_the_spend_left_cannot_rerun_ends_the_run_and_keeps_it_ended(ledger):
+def test_a_preemption_the_spend_left_cannot_rerun_ends_the_run_and_keeps_it_ended(slurm_ledger):
     t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
-    admit(ledger, "pre-end", t0, estimated_gpu_hours=0.5, stop_policy={"spend_limit_gpu_hours": 0.3})
+    admit(slurm_ledger, "pre-end", t0, estimated_gpu_hours=0.5, stop_policy={"spend_limit_gpu_hours": 0.3})
     start, end = t0 + timedelta(seconds=3), t0 + timedelta(seconds=303)
     result = reconcile("42", [attempt("pre-end", "PREEMPTED", start, end), attempt("pre-end", "PENDING", None, None)],
-                       requeued_through=1, db=ledger)
+                       requeued_through=1, db=slurm_ledger)
     (decision,) = result["recorded"]
     assert decision["action"] == "end" and decision["code"] == "budget-insufficient"
-    run = run_row(ledger, "pre-end")
+    run = run_row(slurm_ledger, "pre-end")
     assert (run["stop_reason"], run["artifact_status"], run["ended_at"]) == ("budget", "incomplete", end)
     assert run["actual_gpu_hours"] == pytest.approx(300 * 2 / H)
 
 
-def test_a_timeout_at_the_spend_limit_is_a_budget_stop_incomplete_and_never_promotable(ledger):
+def test_a_timeout_at_the_spend_limit_is_a_budget_stop_incomplete_and_never_promotable(slurm_ledger):
     t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
-    admit(ledger, "spent-1", t0, estimated_gpu_hours=0.05, stop_policy={"spend_limit_gpu_hours": 0.07})
+    admit(slurm_ledger, "spent-1", t0, estimated_gpu_hours=0.05, stop_policy={"spend_limit_gpu_hours": 0.07})
     start, end = t0 + timedelta(seconds=2), t0 + timedelta(seconds=2 + 75)
-    checkpoint_run("spent-1", "ckpt-1", at=t0 + timedelta(seconds=40), db=ledger)
+    checkpoint_run("spent-1", "ckpt-1", at=t0 + timedelta(seconds=40), db=slurm_ledger)
     # the hook set 1 min from 0.07 GPU-h on 2 GPUs; Slurm stopped it at its 30 s check
-    result = reconcile("42", [attempt("spent-1", "TIMEOUT", start, end, limit=1)], db=ledger)
+    result = reconcile("42", [attempt("spent-1", "TIMEOUT", start, end, limit=1)], db=slurm_ledger)
     (decision,) = result["recorded"]
     assert (decision["action"], decision["code"]) == ("end", "budget-breach")
-    [(event, at, _, _, lost, action, source)] = interruptions(ledger, "spent-1")
+    [(event, at, _, _, lost, action, source)] = interruptions(slurm_ledger, "spent-1")
     assert (event, at, action, source) == ("budget", end, "end", "slurm")
     assert lost == pytest.approx(37 * 2 / H)   # since the checkpoint
-    run = run_row(ledger, "spent-1")
+    run = run_row(slurm_ledger, "spent-1")
     assert (run["stop_reason"], run["artifact_status"], run["last_valid_checkpoint"]) == \
         ("budget", "incomplete", "ckpt-1")
     assert run["actual_gpu_hours"] == pytest.approx(75 * 2 / H) and run["actual_gpu_hours"] <= 0.07
@@ -146,41 +141,42 @@ def test_a_timeout_at_the_spend_limit_is_a_budget_stop_incomplete_and_never_prom
     assert not status["promotable"] and any("stopped for budget" in m for m in status["missing"])
 
 
-def test_sacct_imported_after_the_gate_ended_a_run_keeps_the_gates_end(ledger):
+def test_sacct_imported_after_the_gate_ended_a_run_keeps_the_gates_end(slurm_ledger):
     t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
-    admit(ledger, "spent-2", t0, estimated_gpu_hours=0.05, stop_policy={"spend_limit_gpu_hours": 0.07})
+    admit(slurm_ledger, "spent-2", t0, estimated_gpu_hours=0.05, stop_policy={"spend_limit_gpu_hours": 0.07})
     start, end = t0 + timedelta(seconds=2), t0 + timedelta(seconds=77)
-    reconcile("42", [attempt("spent-2", "TIMEOUT", start, end, limit=1)], db=ledger)
+    reconcile("42", [attempt("spent-2", "TIMEOUT", start, end, limit=1)], db=slurm_ledger)
     fmt = "%Y-%m-%dT%H:%M:%S"
     timed_out = sacct(line(jobid="42", partition="gpu", jobname="spent-2", submit=t0.strftime(fmt),
                            eligible=t0.strftime(fmt), start=start.strftime(fmt), end=end.strftime(fmt),
                            elapsed="00:01:15", state="TIMEOUT", timelimit="00:01:00"))
-    report = import_runs(timed_out, fmt="sacct", db=ledger)
+    report = import_runs(timed_out, fmt="sacct", db=slurm_ledger)
     assert report.errors == []
-    run = run_row(ledger, "spent-2")
+    run = run_row(slurm_ledger, "spent-2")
     assert (run["stop_reason"], run["ended_at"], run["artifact_status"]) == ("budget", end, "incomplete")
     # a run the gate did not end takes sacct's stop reason as before
-    admit(ledger, "own-2", t0, stop_policy={"spend_limit_gpu_hours": 1.0})
+    admit(slurm_ledger, "own-2", t0, stop_policy={"spend_limit_gpu_hours": 1.0})
     report = import_runs(sacct(line(jobid="43", partition="gpu", jobname="own-2", submit=t0.strftime(fmt),
                                     eligible=t0.strftime(fmt), start=start.strftime(fmt), end=end.strftime(fmt),
                                     elapsed="00:01:15", state="TIMEOUT", timelimit="00:01:00")),
-                         fmt="sacct", db=ledger)
-    assert report.errors == [] and run_row(ledger, "own-2")["stop_reason"] == "wall-clock"
+                         fmt="sacct", db=slurm_ledger)
+    assert report.errors == [] and run_row(slurm_ledger, "own-2")["stop_reason"] == "wall-clock"
 
 
-def test_a_timeout_at_the_jobs_own_lower_limit_is_no_budget_stop(ledger):
+def test_a_timeout_at_the_jobs_own_lower_limit_is_no_budget_stop(slurm_ledger):
     t0 = utcnow().replace(microsecond=0) - timedelta(hours=1)
-    admit(ledger, "own-1", t0, stop_policy={"spend_limit_gpu_hours": 1.0})   # would allow 29 min on 2 GPUs
+    admit(slurm_ledger, "own-1", t0, stop_policy={"spend_limit_gpu_hours": 1.0})   # would allow 29 min on 2 GPUs
     start = t0 + timedelta(seconds=2)
-    result = reconcile("42", [attempt("own-1", "TIMEOUT", start, start + timedelta(seconds=80), limit=1)], db=ledger)
-    assert result["recorded"] == [] and interruptions(ledger, "own-1") == []
-    assert run_row(ledger, "own-1")["ended_at"] is None   # the sacct import records the wall-clock stop
+    result = reconcile("42", [attempt("own-1", "TIMEOUT", start, start + timedelta(seconds=80), limit=1)],
+                       db=slurm_ledger)
+    assert result["recorded"] == [] and interruptions(slurm_ledger, "own-1") == []
+    assert run_row(slurm_ledger, "own-1")["ended_at"] is None   # the sacct import records the wall-clock stop
 
 
-def test_a_job_of_no_admitted_run_is_left_alone(ledger):
+def test_a_job_of_no_admitted_run_is_left_alone(slurm_ledger):
     now = utcnow()
     result = reconcile("42", [attempt("never-admitted", "PREEMPTED", now, now), attempt("x", "PENDING", None, None)],
-                       db=ledger)
+                       db=slurm_ledger)
     assert result["recorded"] == [] and "no run the gate admitted" in result["skipped"][0]
 
 
@@ -205,8 +201,8 @@ def run_epilog(script, **env):
     return p, time.monotonic() - t
 
 
-def test_the_epilog_spools_a_commented_job_hands_it_to_a_detached_worker_and_returns_at_once(tmp_path, ledger):
-    script, spool, log = epilog_script(tmp_path, ledger)
+def test_the_epilog_spools_a_commented_job_hands_it_to_a_detached_worker_and_returns_at_once(tmp_path, slurm_ledger):
+    script, spool, log = epilog_script(tmp_path, slurm_ledger)
     p, took = run_epilog(script, SLURM_JOB_ID="77", SLURM_JOB_NAME="not-a-gated-run", SLURM_JOB_COMMENT="{}",
                          SLURM_JOB_RESTART_COUNT="1")
     assert p.returncode == 0 and took < 2
@@ -222,8 +218,9 @@ def test_the_epilog_spools_a_commented_job_hands_it_to_a_detached_worker_and_ret
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
                     max_size=200))
-def test_the_job_name_reaches_the_worker_exactly_whatever_it_holds(tmp_path, ledger, name):
-    script, spool, _ = epilog_script(tmp_path, ledger, python="/nonexistent/python")   # no worker: the entry stays
+def test_the_job_name_reaches_the_worker_exactly_whatever_it_holds(tmp_path, slurm_ledger, name):
+    # no worker: the entry stays
+    script, spool, _ = epilog_script(tmp_path, slurm_ledger, python="/nonexistent/python")
     p, _ = run_epilog(script, SLURM_JOB_ID="91", SLURM_JOB_NAME=name, SLURM_JOB_COMMENT="{}")
     assert p.returncode == 0
     assert _entry_name(spool / "91.0") == name

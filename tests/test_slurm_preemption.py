@@ -22,18 +22,13 @@ from lib.gate.promotion import promotion_status
 from lib.ledger.connection import open_ledger
 from lib.ledger.imports import XDMOD_FIELDS
 from lib.slurm.attempts import ATTEMPT_FIELDS, parse_attempts
-from tests.fixtures_slurm import REPO, cluster_session, comment, flush_gate_server, run_row
+from tests.fixtures_slurm import REPO, comment, flush_gate_server, run_row
 
 pytestmark = pytest.mark.slurm
 
 TAG = f"p{int(time.time())}"   # run IDs unique to this session (the accounting DB outlives sessions)
 PY = sys.executable
 ONE_GPU_MINUTE = 1 / 60        # GPU-hours: "within a minute of GPU time"
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    yield from cluster_session(tmp_path_factory)
 
 
 def wait_for(what: str, probe, timeout_s: float = 90, every_s: float = 0.5):

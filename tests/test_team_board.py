@@ -12,14 +12,13 @@ from lib.dashboard import overview_queries, team_board
 from lib.dashboard.filters import Filters, default_filters
 from tests.fixtures_app import open_app
 from tests.fixtures_ledger import query
-from tests.fixtures_plan import build_queue_ledger
 
 
 @pytest.fixture(scope="module")
-def queue_board(tmp_path_factory):
+def queue_board(queue_ledger):
     """The board of the queue ledger (tests/fixtures_plan.build_queue_ledger) at its NOW: (board rows by
     team, the result, the ledger, now)."""
-    db, now = build_queue_ledger(tmp_path_factory.mktemp("board"))
+    db, now = queue_ledger
     f = Filters(date_from=(now - dt.timedelta(days=28)).date(), date_to=now.date())
     got = team_board.team_board(f, db, now)
     return got["board"].set_index("team"), got, db, now
