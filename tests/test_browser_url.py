@@ -150,7 +150,7 @@ def opens_filtered(browser, served: str) -> None:
 
 
 def test_a_bad_parameter_in_a_url_is_named_in_a_warning_and_dropped(browser, url_app):
-    ctx, pg = open_page(browser, f"{served}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
+    ctx, pg = open_page(browser, f"{url_app}/?teams=vision,%3Cb%3Enobody%3C/b%3E&capacity=javascript:alert(1)",
                        "Overview")
     try:
         warning = pg.locator('[data-testid="stAlert"]', has_text="could not be used")
