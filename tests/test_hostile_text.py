@@ -145,8 +145,14 @@ def strings(node, key=""):
             yield from strings(v, key)
 
 
-def test_every_builder_is_driven_with_hostile_text_and_escapes_it(hostile_page_results):
-    drawn = figures_by_builder(hostile_page_results)
+@pytest.fixture(scope="module")
+def hostile_figures(hostile_page_results) -> dict[str, list]:
+    """figures_by_builder over the hostile results, drawn once for the module (the tests only read them)."""
+    return figures_by_builder(hostile_page_results)
+
+
+def test_every_builder_is_driven_with_hostile_text_and_escapes_it(hostile_figures):
+    drawn = hostile_figures
     assert set(builders()) == set(drawn), "drive every figure builder with hostile text here"
     for name, fn in builders().items():
         assert getattr(fn, "shows_text_as_typed", False), f"{name} is not wrapped in @shows_text_as_typed"
@@ -161,8 +167,8 @@ def test_every_builder_is_driven_with_hostile_text_and_escapes_it(hostile_page_r
                 assert "<" not in text.replace(figure_text.LINE_BREAK, ""), (name, key, text[:200])   # ours only
 
 
-def test_hostile_team_names_reach_the_charts_escaped_not_dropped(hostile_page_results):
-    drawn = figures_by_builder(hostile_page_results)
+def test_hostile_team_names_reach_the_charts_escaped_not_dropped(hostile_figures):
+    drawn = hostile_figures
     shown = " ".join(t for figs in drawn.values() for fig in figs for _, t in strings(fig.to_dict()))
     for name in HOSTILE:
         assert html.escape(name.replace("\u202e", "[U+202E]"), quote=False) in shown, name[:40]
