@@ -101,9 +101,7 @@ class Policy(TypedDict):
 
 class Reservation(TypedDict):
     """An admitted, unfinished reservation holding `gpus` of its team's quota until reserved_until
-    (None: no known end). A started run past its planned end holds until its expected end
-    (lib.ledger.state.overrun_end): `overrun` True, `planned_until` the planned end it had,
-    `past_limit` True once it is a grace past its time limit with no end recorded."""
+    (None: no known end)."""
     kind: Kind
     gpus: int
     reserved_gpu_hours: float
@@ -112,9 +110,6 @@ class Reservation(TypedDict):
     team: NotRequired[str]
     reserved_from: NotRequired[datetime | None]
     capacity: NotRequired[Capacity]   # the pool it holds accelerators in (lib.gate.capacity, pools)
-    overrun: NotRequired[bool]
-    planned_until: NotRequired[datetime | None]
-    past_limit: NotRequired[bool]
 
 
 class PoolState(TypedDict):
