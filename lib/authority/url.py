@@ -4,7 +4,7 @@ URL (`postgresql://ROLE[:PASSWORD]@HOST[:PORT]/DB?sslmode=...`) or key=value pai
 and checked before any connection is tried.
 
 It is shown only as libpq read it, rendered again as key=value pairs with its password (and
-sslpassword) as *** (`shown`): never the text as written, so nothing of a secret survives a partial
+sslpassword) as *** (`shown_authority`): never the text as written, so nothing of a secret survives a partial
 match. A string libpq cannot read (a typo such as `passwd=`, which libpq does not know) is refused
 without being shown. Every other text that could carry the string (an error of the driver, a log
 line, a message on the command line) goes through `redact`. A password is better kept out of the
@@ -79,7 +79,7 @@ def _written(secret: str) -> set[str]:
 
 
 def redact(text: str, conninfo: str | None) -> str:
-    """`text` with `conninfo` (as written) shown as `shown` does, and each of its secrets (as libpq read
+    """`text` with `conninfo` (as written) shown as `shown_authority` does, and each of its secrets (as libpq read
     them, and as a URL or key=value spells them) replaced by ***; when libpq cannot read `conninfo`,
     none of `text` (its secrets are not known)."""
     if not conninfo:
@@ -106,7 +106,7 @@ def _port_problem(port: str) -> str | None:
 def check_url(url) -> str:
     """`url` (stripped) when it is a libpq connection string this program can use (a URL or key=value
     pairs naming a host and a database); AuthorityURLError saying what is wrong otherwise, showing
-    the string only as `shown` does and never echoing one libpq cannot read."""
+    the string only as `shown_authority` does and never echoing one libpq cannot read."""
     if type(url) is not str or not url.strip():
         raise AuthorityURLError("the authority URL is empty: set GATE_AUTHORITY=postgresql://ROLE@HOST/DATABASE")
     url = url.strip()

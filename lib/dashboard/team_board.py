@@ -85,7 +85,7 @@ def risk_order(board: pd.DataFrame) -> pd.DataFrame:
 
 def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
     """The board (`board`, BOARD_COLUMNS, riskiest first), the drift `alarms` it flags (as
-    estimate_queries.calibration gives them, for the team and kind filters), the burn-down's
+    estimate_queries.calibration_shown gives them, for the team and kind filters), the burn-down's
     rows (`burn`, as forecasts.budget_outlook gives them: for the run-out warning), the money's `currency` and
     `pricing_note`, and where budget left comes from (`source`: "authority" or "ledger";
     `authority_error`: why a named authority could not be read). Team filter applies; the period applies to the idle cost only (the budget is this
