@@ -31,6 +31,14 @@ from lib.gate.terms import next_month_start
 
 WAIT_CURES = {"capacity", "cluster-capacity", "retraining-protection"}
 MONTH_CURES = {"period-budget"}
+LINE_CURES = {"queue"}   # the gate's own line: the request's turn comes
+
+
+def cured_by_waiting(codes) -> bool:
+    """Whether a deferral with these reason codes needs only time (its turn in the gate's line, room
+    freed, the month's reset): such a request waits in the queue; any other code needs it changed."""
+    codes = set(codes)
+    return bool(codes) and not codes - WAIT_CURES - MONTH_CURES - LINE_CURES
 
 
 def holdings_timeline(now: dt.datetime, holders: Iterable[Reservation]) -> list[TimelineStep]:

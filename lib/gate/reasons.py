@@ -26,6 +26,8 @@ CODES: dict[str, str] = {
     "cluster-capacity": "every team's reservations in the request's pool (less the scheduler's own reservations) "
                         "plus this request exceed the pool's physical accelerators, even within the team's quota",
     "retraining-protection": "the request would take accelerators set aside for scheduled retraining",
+    "queue": "the request fits now, but starting it would move a request waiting ahead of it in the gate's "
+             "line to a later planned start: it waits its turn (conservative backfill)",
     # the queue's own rejections (lib.ledger.queue), never a check of decide(): a waiting request leaves the line
     "queue-expired": "the request waited in the queue longer than its team's queue_max_age_days",
     "cancelled": "the request was taken out of the queue (`python -m lib cancel`)",
