@@ -77,7 +77,7 @@ class LiveGate:
                  windows_interval_s: float | None = None, authority: Authority | None = None):
         self.db = ledger_path(db).resolve()
         # the shared authority, when the cluster names one (lib.authority.serving: one round trip a decision)
-        self.shared = ServedAuthority(authority.fresh()) if authority is not None else None
+        self.shared = ServedAuthority(authority.fresh(), _log) if authority is not None else None
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
