@@ -383,6 +383,21 @@ class LiveGate:
             time.sleep(0.002)
         return self.flush()
 
+    def drain(self, wait_s: float = 10.0) -> tuple[int, int]:
+        """`flush_answered`, then batch after batch until every decision journaled when it was called
+        is in the ledger (later ones are left to the flusher, so a busy server's drain ends):
+        (decisions moved into the ledger, of those journaled by then the entries left: decisions
+        whose answer is still on its way, or that a failing ledger kept). Raises what a failing batch
+        raised."""
+        target = self.journal.last_seq()
+        moved = self.flush_answered(wait_s)
+        while self.applied < target:
+            before = self.applied
+            moved += self.flush()
+            if self.applied == before:
+                break
+        return moved, self.journal.count(through=target)
+
     def _write_marks(self) -> None:
         """Write the marks a full disk kept in memory (see settle); log when they are all written."""
         for seq, status in sorted(self._marks.items()):
@@ -453,7 +468,8 @@ class LiveGate:
             self.ledger_windows = self._windows_written = windows
         return changed
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Stop: the journal drained into the ledger (`drain`); how many entries stay in it."""
         self._stop.set()
         if self.window_watch is not None:
             self.window_watch.stop()  # a scontrol under way ends now
@@ -462,11 +478,17 @@ class LiveGate:
         with self._ledger_mu:  # a windows write under way ends first; none starts after (_stop)
             pass
         try:
-            self.flush_answered()  # answers on their way get their note first
+            moved, left = self.drain()  # answers on their way get their note first
         except Exception as exc:
-            _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
+            left = self.journal.count()
+            _log(f"on stop: {type(exc).__name__}: {exc}: {left} decision(s) stay in the journal "
+                 f"{self.journal.path} for the next start")
+        else:
+            _log(f"on stop: moved {moved} decision(s) into {self.db}"
+                 + (f"; {left} stay in the journal for the next start" if left else ""))
         self.journal.close()
         if self.shared is not None:
             self.shared.authority.close()
         self._lock.release()
+        return left
 
