@@ -3,7 +3,9 @@ moved into the ledger in batches.
 
 `LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
 IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
-reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
+reads (month spend, snapshots, calibration, interruption rate), which a thread also reads for every
+team in the background from the start, so a site of hundreds of teams answers within a second or two
+of its start. It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give; `decide_job` makes it the Slurm judge's decider
 (lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
@@ -48,7 +50,7 @@ from datetime import datetime
 from lib.authority.facts import Authority
 from lib.authority.serving import ServedAuthority
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
-from lib.gate.terms import KINDS, utcnow
+from lib.gate.terms import utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.cluster_windows import read_windows, replace_windows
@@ -59,6 +61,7 @@ from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+from lib.slurm.warm import warm_facts
 from lib.slurm.judge import Caller, Decided, Prepare
 from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
 
@@ -123,13 +126,14 @@ class LiveGate:
         except Exception as exc:  # a full disk: the decisions wait in the journal and count in memory
             self._trouble("batch", exc)
         with self._mu:
-            self._reload(all_facts=True)
+            self._reload()   # per-team facts: on first need, and warmed by a thread (lib.slurm.warm)
         if self.shared is not None:  # once the journal is in the ledger
             self.shared.sync_on_start(self.db, timeout_s=self.timeout_s, log=_log)
         self._thread = None
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
             self._thread.start()
+        threading.Thread(target=warm_facts, args=(self,), name="gate-warm", daemon=True).start()
         self._windows_thread = None
         self._windows_written: list[CapacityWindow] | None = None  # the set this gate last wrote
         if self.window_watch is not None:
@@ -138,12 +142,11 @@ class LiveGate:
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
-    def _reload(self, all_facts: bool = False) -> None:
+    def _reload(self) -> None:
         """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
         Holds the ledger lock throughout, so no batch lands between the two reads. Per-team facts:
-        every team's and kind's with `all_facts` (the first load: a ledger held later by an import
-        does not stop the gate), else each on its first use (a reload after another writer's
-        change then costs tens of ms, not one team_state per team and kind)."""
+        each on its first use (a reload after another writer's change then costs tens of ms, not one
+        team_state per team and kind), and at start read ahead by lib.slurm.warm."""
         with self._ledger_mu:
             self._lock.follow()
             with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
@@ -157,9 +160,6 @@ class LiveGate:
                 booked = load_booked(con)
                 windows = read_windows(con, utcnow())
                 applied = applied_through(con, self.journal.journal_id)
-                now = utcnow()
-                facts = ({(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
-                         if all_facts else {})
             pending = [e for e in self.journal.pending(applied) if self._marks.get(e["seq"]) != UNANSWERED]
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
@@ -172,7 +172,7 @@ class LiveGate:
         self.booked_in_ledger = booked       # the run IDs the ledger has booked, hashed (see `booked`)
         self.booked_ids: set[str] = set()     # booked by this server since
         self.admits: dict[str, tuple[str, Decision, datetime]] = {}  # run_id -> admit not yet read from the ledger
-        self._team_facts: dict = facts
+        self._team_facts: dict = {}
         for e in pending:
             self._remember(e["request"], e["decision"], e["decided_at"], e["seq"])
         self.loaded_at = time.monotonic()
