@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 from datetime import datetime
+from typing import Callable
 
 from lib.authority.facts import Authority
 from lib.authority.serving import ServedAuthority
@@ -264,19 +265,28 @@ class LiveGate:
 
     def decide(self, request: Request, *, now: datetime, origin: str, write: bool,
                caller: tuple[int | None, int | None] = (None, None),
-               actor: str | None = None) -> tuple[Decision, int | None]:
+               actor: str | None = None, admit_only: bool = False, extra: dict | None = None,
+               guard: Callable[[], bool] | None = None) -> tuple[Decision | None, int | None]:
         """(decision, journal seq) for the request. write=False is the what-if (nothing journaled).
         `caller`: the socket peer's (uid, pid); `actor`: who asked, when the peer relays someone else
         (a Slurm job's user), else the peer's user is recorded.
         A written decision is durable before this returns (JournalError otherwise: not decided);
-        the caller must `settle(seq, answered)` once it knows whether the answer went out."""
+        the caller must `settle(seq, answered)` once it knows whether the answer went out.
+        The queue's admit (lib.slurm.queue_keeper) asks, as lib.ledger.deciding.submit_request does:
+        `guard()` first, on the refreshed state under the decisions' turn (False: (None, None),
+        nothing decided), `admit_only` (a deferral is answered, not journaled) and `extra` (keys added
+        to the decision before it is journaled)."""
         with self._mu:
             self._refresh(now)
+            if guard is not None and not guard():
+                return None, None
             if self.shared is None:
                 decision, _ = decide_with(request, now, self)
             else:  # the authority's hold is written first (see lib.authority.serving)
                 decision = self.shared.decide(request, now, self, write=write)
-            if not write or decision.get("replayed") is True:
+            if extra and not decision.get("replayed"):
+                decision = {**decision, **extra}
+            if not write or decision.get("replayed") is True or (admit_only and decision["state"] != "admit"):
                 return decision, None
             try:
                 seq = self.journal.append(
