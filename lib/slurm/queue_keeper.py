@@ -97,13 +97,15 @@ class QueueKeeper:
         """Make the hold of every job this gate held at submission (JobHeldUser) an admin hold now;
         the job IDs."""
         pending = pending_jobs(json.loads(self.run(["squeue", "--json"], SLURM_TIMEOUT_S)), self.tag)
-        done = []
         self.seen.update(j.run_id for j in pending)
-        for job in pending:
-            if job.reason == "JobHeldUser":
-                self.run(["scontrol", "hold", job.job_id], SLURM_TIMEOUT_S)
-                done.append(job.job_id)
-        return done
+        return self._admin_hold([j for j in pending if j.reason == "JobHeldUser"])
+
+    def _admin_hold(self, jobs: list[PendingJob]) -> list[str]:
+        """`scontrol hold` (as root or SlurmUser: an admin hold) on the jobs, 200 a call; their IDs."""
+        ids = [j.job_id for j in jobs]
+        for k in range(0, len(ids), 200):
+            self.run(["scontrol", "hold", ",".join(ids[k:k + 200])], SLURM_TIMEOUT_S)
+        return ids
 
     def _loop(self) -> None:
         last = time.monotonic() - self.interval_s   # the first pass at once: a restart reconciles
@@ -208,8 +210,7 @@ class QueueKeeper:
 
     def _apply(self, acts: Actions, now: datetime, out: dict) -> None:
         live = self.live
-        for job in acts.admin_hold:
-            self.run(["scontrol", "hold", job.job_id], SLURM_TIMEOUT_S)
+        self._admin_hold(acts.admin_hold)
         admits = self._admits([j.run_id for j in acts.release]) if acts.release else {}
         for job in acts.release:
             request, decision = admits.get(job.run_id, ({}, {}))
