@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import pytest
 
 from lib.slurm.holds import parse_hold_comment
-from tests.fixtures_slurm import REPO, GateServerProcess, comment, decisions
+from tests.fixtures_slurm import REPO, GateServerProcess, comment
 
 pytestmark = pytest.mark.slurm
 
@@ -135,6 +135,8 @@ def test_a_job_that_must_wait_is_accepted_held_with_its_place_and_planned_start(
                           env=scene.cluster.env, capture_output=True, text=True, timeout=30)
     assert mine.returncode != 0, mine.stdout + mine.stderr
     assert scene.job(held)["state_reason"] == "JobHeldAdmin"
+    twice, r = scene.sbatch("second", minutes=2)   # one held job a run: a second would be released too
+    assert r.returncode != 0 and "not held: it already waits in Slurm's queue" in r.stderr, r.stderr
     assert parse_hold_comment(j["admin_comment"])[0] == held
     assert scene.latest(held)["state"] == "defer" and held in scene.line()
     # the keeper's pass: the plan's place and planned start, in the admin comment and as the begin time

@@ -132,3 +132,21 @@ def test_a_held_job_gone_from_slurms_queue_takes_its_request_out_of_the_line():
     # seen pending before: cancelled at once; never seen: after the grace; admitted: only forgotten
     assert sorted(acts.cancel_waiting) == ["old", "seen"]
     assert sorted(acts.forget) == ["old", "ran", "seen"]
+
+
+def test_a_job_held_at_submission_is_found_by_its_run_and_made_an_admin_hold_in_one_call():
+    from types import SimpleNamespace
+
+    from lib.slurm.queue_keeper import QueueKeeper
+    calls = []
+
+    def run(argv, timeout_s):   # Slurm's answers as plain text: squeue's listing, scontrol's silence
+        calls.append(argv)
+        return "11|JobHeldUser|r1\n12|JobHeldUser|other\n13|JobHeldAdmin|r2\n14|JobHeldUser|r2\n" \
+            if argv[0] == "squeue" else ""
+    keeper = QueueKeeper(SimpleNamespace(db="/srv/gate/gate.duckdb"), interval_s=0, run=run)
+    keeper.held("r1", NOW)
+    keeper.held("r2", NOW)
+    assert keeper.adopt() == ["11", "14"]
+    assert calls[-1] == ["scontrol", "hold", "11,14"] and len(calls) == 2
+    assert keeper.adopt() == [] and len(calls) == 2   # adopted once: nothing left, Slurm not asked

@@ -208,6 +208,7 @@ def reconcile_holds(pending: list[PendingJob], *, watched: dict[str, datetime], 
         if run_id in line:
             acts.cancel_waiting.append(run_id)
         acts.forget.append(run_id)
+    acts.update.sort(key=lambda u: (u[2] is None, u[2] or now))   # the soonest first: a pass may do only some
     return acts
 
 

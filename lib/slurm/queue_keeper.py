@@ -7,7 +7,8 @@ after another process wrote the ledger (an epilog, `finish`, an import), one pas
 1. the journal moved into the ledger (every answered decision is in the line);
 2. with TG_ON_DEFER=hold (the server's environment; default): the expiry of every request that
    waited past its team's queue age recorded (lib.ledger.queue.expire_waiting), then every request
-   whose turn has come (lib.ledger.queue.due_turns) decided again by the LiveGate itself - on its
+   whose turn has come (lib.ledger.queue.due_turns) - but a Slurm job's whose sbatch was refused
+   (no held job: it waits for its expiry) - decided again by the LiveGate itself - on its
    live facts, journaled, then moved into the ledger, so its holdings stay exact - with actor
    `gate-queue` and the request's `waiting_since`, only an admit journaled, and only while the
    request still waits (the guard, under the decisions' turn);
@@ -35,16 +36,18 @@ from datetime import datetime, timedelta
 
 from lib.gate.terms import naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.queue import QUEUE_ACTOR, cancel_waiting, due_turns, expire_waiting, left_line, queue_line, still_waiting
+from lib.ledger.queue import QUEUE_ACTOR, cancel_all_waiting, due_turns, expire_waiting, left_line, queue_line, still_waiting
 from lib.slurm.holds import Actions, PendingJob, gate_tag, pending_jobs, reconcile_holds
 from lib.slurm.limits import admitted_time_limit
 from lib.slurm.reservations import run_slurm
 
 QUEUE_INTERVAL_S = 30.0
 PLAN_DAYS = 14          # how far the line's planned starts are looked for
-ADOPT_DELAY_S = 0.2    # after a held answer, before the keeper looks for the job in Slurm's queue
+ADOPT_DELAY_S = 0.5    # after a held answer, before the keeper looks for the job in Slurm's queue
 WAKE_CHECK_S = 1.0      # how often the keeper looks whether another process wrote the ledger
 SLURM_TIMEOUT_S = 20.0
+MAX_UPDATES = 50        # held jobs' admin comments and begin times updated a pass: each is one `scontrol
+                        # update` under slurmctld's job write lock, which sbatch needs too
 
 
 def _log(text: str) -> None:
@@ -70,6 +73,7 @@ class QueueKeeper:
         self._mu = threading.Lock()               # one pass at a time
         self._wake = threading.Event()
         self._adopt = threading.Event()           # a job was held at submission: adopt it soon
+        self._to_adopt: set[str] = set()          # ... these runs' jobs
         self._stop = threading.Event()
         self._failing: str | None = None
         self._thread = None
@@ -90,15 +94,26 @@ class QueueKeeper:
         hold soon (`adopt`)."""
         with self._mu:
             self.watched.setdefault(run_id, now)
+            self._to_adopt.add(run_id)
         self._adopt.set()
         self._wake.set()
 
     def adopt(self) -> list[str]:
-        """Make the hold of every job this gate held at submission (JobHeldUser) an admin hold now;
-        the job IDs."""
-        pending = pending_jobs(json.loads(self.run(["squeue", "--json"], SLURM_TIMEOUT_S)), self.tag)
-        self.seen.update(j.run_id for j in pending)
-        return self._admin_hold([j for j in pending if j.reason == "JobHeldUser"])
+        """Make the hold of every job held at submission since the last adopt (JobHeldUser, named
+        after its run by the hook) an admin hold now; the job IDs. One light squeue (job ID, reason,
+        name: no JSON of every job), as it runs beside a burst of sbatch."""
+        with self._mu:
+            runs, self._to_adopt = self._to_adopt, set()
+        if not runs:
+            return []
+        out = self.run(["squeue", "-h", "-t", "PD", "-o", "%i|%r|%j"], SLURM_TIMEOUT_S)
+        jobs = []
+        for line in out.splitlines():
+            job_id, reason, name = (line.split("|", 2) + ["", ""])[:3]
+            if reason == "JobHeldUser" and name in runs:
+                jobs.append(PendingJob(job_id.strip(), name, reason, "", None, None, ""))
+        self.seen.update(j.run_id for j in jobs)
+        return self._admin_hold(jobs)
 
     def _admin_hold(self, jobs: list[PendingJob]) -> list[str]:
         """`scontrol hold` (as root or SlurmUser: an admin hold) on the jobs, 200 a call; their IDs."""
@@ -114,7 +129,8 @@ class QueueKeeper:
             self._wake.clear()
             if self._adopt.is_set():
                 self._adopt.clear()
-                time.sleep(ADOPT_DELAY_S)   # the job exists once slurmctld has finished its submission
+                # the job exists once slurmctld has finished its submission; a burst's held jobs together
+                time.sleep(ADOPT_DELAY_S)
                 try:
                     self.adopt()
                 except Exception as exc:   # the next pass does it
@@ -152,28 +168,32 @@ class QueueKeeper:
 
     def run_pass(self, now: datetime | None = None) -> dict:
         """One pass (see the module docstring); what it did: {admitted, released, updated,
-        cancelled_jobs, cancelled_waiting, expired}."""
+        cancelled_jobs, cancelled_waiting, expired, skipped}."""
         with self._mu:
             now = naive_utc(now) or utcnow().replace(microsecond=0)
             live = self.live
             live.flush_answered()
             out = {"admitted": [], "released": [], "updated": [], "cancelled_jobs": [], "cancelled_waiting": [],
-                   "expired": []}
+                   "expired": [], "skipped": []}
+            pending = pending_jobs(json.loads(self.run(["squeue", "--json"], SLURM_TIMEOUT_S)), self.tag)
+            for job in pending:   # a restarted server watches what Slurm still holds for it
+                self.watched.setdefault(job.run_id, now - timedelta(days=1))
             if self.on_defer == "hold":
                 with live._ledger_mu:
                     out["expired"] = [e["run_id"] for e in expire_waiting(live.db, now, live.timeout_s)]
                     due = due_turns(live.db, now, live.timeout_s)
+                    jobless = self._jobless([q["run_id"] for q, _ in due])
                 for q, text in due:
+                    if q["run_id"] in jobless:
+                        out["skipped"].append(q["run_id"])
+                        continue
                     decision = self._admit(q, text, now)
                     if decision is not None and decision["state"] == "admit":
                         out["admitted"].append(q["run_id"])
                 live.flush_answered()
-            pending = pending_jobs(json.loads(self.run(["squeue", "--json"], SLURM_TIMEOUT_S)), self.tag)
-            for job in pending:   # a restarted server watches what Slurm still holds for it
-                self.watched.setdefault(job.run_id, now - timedelta(days=1))
             acts = self._actions(pending, now)
             self._apply(acts, now, out)
-            if any(out.values()):
+            if any(v for k, v in out.items() if k != "skipped"):   # a skipped request would repeat each pass
                 _log(json.dumps(out, sort_keys=True))
             return out
 
@@ -224,7 +244,7 @@ class QueueKeeper:
             self.run(["scontrol", "release", job.job_id], SLURM_TIMEOUT_S)
             self.released.append(job.job_id)
             out["released"].append(job.job_id)
-        for job, comment, start in acts.update:
+        for job, comment, start in acts.update[:MAX_UPDATES]:   # the rest at the next passes
             args = [f"JobId={job.job_id}", f"AdminComment={comment}"]
             if start is not None:
                 args.append(f"StartTime={start:%Y-%m-%dT%H:%M:%S}")
@@ -235,18 +255,25 @@ class QueueKeeper:
                       f"AdminComment=training-gate: left the queue: {' '.join(why.split())}"[:900]], SLURM_TIMEOUT_S)
             self.run(["scancel", job.job_id], SLURM_TIMEOUT_S)
             out["cancelled_jobs"].append(job.job_id)
-        for run_id in acts.cancel_waiting:
+        if acts.cancel_waiting:   # one write for all: a user may scancel hundreds at once
             who = {"actor": "slurm:scancel", "origin": "cli", "file_name": None}
-            try:
-                with live._ledger_mu:
-                    cancel_waiting(run_id, who, db=live.db, now=now, timeout_s=live.timeout_s)
-            except Exception as exc:   # it left the line meanwhile (admitted, expired): nothing to take out
-                _log(f"{run_id}: not cancelled in the line: {type(exc).__name__}: {exc}")
-            else:
-                out["cancelled_waiting"].append(run_id)
+            with live._ledger_mu:
+                done = cancel_all_waiting(acts.cancel_waiting, who, db=live.db, now=now, timeout_s=live.timeout_s)
+            out["cancelled_waiting"] += [d["run_id"] for d in done]
         for run_id in acts.forget:
             self.watched.pop(run_id, None)
             self.seen.discard(run_id)
+
+    def _jobless(self, run_ids: list[str]) -> set[str]:
+        """Those of `run_ids` whose latest deferral came from Slurm and that hold no job of this gate
+        in Slurm's queue (their sbatch was refused: TG_ON_DEFER=refuse, no server): an admit would
+        hold GPUs no job uses, so they wait for their expiry. The caller holds the ledger lock."""
+        if not run_ids:
+            return set()
+        with open_ledger(self.live.db, read_only=True, timeout_s=self.live.timeout_s) as con:
+            rows = con.execute("SELECT run_id, max_by(origin, (decided_at, decision_id)) FROM decisions "
+                               "WHERE list_contains(?, run_id) GROUP BY run_id", [run_ids]).fetchall()
+        return {r for r, origin in rows if origin == "slurm" and r not in self.watched}
 
     def _admits(self, run_ids: list[str]) -> dict[str, tuple[dict, dict]]:
         """run ID -> (request, decision) of its latest admit in the ledger."""

@@ -227,6 +227,9 @@ class GateServer:
             print(f"lib.slurm.server: no hold: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             return judged
         hold, why = hold_choice(decision, on_defer, fit)
+        if hold and request["run_id"] in keeper.watched:   # one held job a run: a second would be released too
+            hold, why = False, ("already waits in Slurm's queue as a held job of the same run ID (to replace "
+                                "it, scancel it and submit again after the gate's next pass)")
         if not hold:
             return replace(judged, msg=f"{judged.msg} (not held: it {why})") if why else judged
         codes = [r.get("code") for r in decision.get("reasons") or []]
