@@ -5,8 +5,9 @@ keeper every 2 s) on a ledger where team vision has 2 GPUs: one scenario in step
 file order and share the module's jobs): a job that must wait is accepted held (JobHeldAdmin, its
 admin comment and begin time from the gate's plan, the user told where it stands); it starts by
 itself once the job ahead of it has ended, in the gate's order; a user's scancel takes a held job
-out of the gate's line; after a kill -9 the restarted server forgets no held job and releases none
-twice; a job that never fits, or any deferral with TG_ON_DEFER=refuse, is refused as before.
+out of the gate's line, and `python -m lib cancel` cancels its held job; after a kill -9 the
+restarted server forgets no held job and releases none twice; a job that never fits, or any
+deferral with TG_ON_DEFER=refuse, is refused as before.
 """
 from __future__ import annotations
 
@@ -182,6 +183,14 @@ def test_a_users_scancel_of_a_held_job_empties_its_place_in_the_gates_line(scene
         time.sleep(0.5)
     got = scene.latest(gone)
     assert (got["state"], got["codes"]) == ("reject", ["cancelled"])
+    # and the other way: `python -m lib cancel` takes a request out of the line, the keeper its held job
+    dropped, r = scene.sbatch("dropped")
+    assert r.returncode == 0 and "queued" in r.stderr, r.stderr
+    scene.server.flush()
+    out = subprocess.run([sys.executable, "-m", "lib", "--db", str(scene.db), "cancel", dropped], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert scene.cluster.wait_state(scene.jobs[dropped], ("CANCELLED",), timeout_s=60) == "CANCELLED"
 
 
 def test_a_killed_server_restarted_forgets_no_held_job_and_releases_none_twice(scene):
