@@ -13,8 +13,7 @@ answered decisions into the ledger every `flush_interval_s` seconds (lib.ledger.
 per journal entry), holding the ledger only for the batch.
 
 Other writers (imports, finish, teams, a demo rebuild) change the ledger file. Before every decision
-the gate takes the ledger's change stamp (lib.ledger.connection.change_stamp: the file's identity,
-size, mtime and DuckDB's checkpoint iteration, and its WAL's) and compares it with the one it last
+the gate compares the ledger's change stamp (lib.ledger.connection.change_stamp) with the one it last
 saw; when they differ it reloads before deciding, never after. While its own batch is being
 written the stamp moves because of that batch: a decision then waits until the batch, holding
 DuckDB's write lock (so no other process can write), has compared the stamp with the one last seen;
@@ -31,10 +30,9 @@ its first answer), and a set that changed is written into the ledger as a batch 
 Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock, an
 flock on the file itself) for its lifetime; a second one raises ServerBusy naming the holder.
 
-Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller
-is refused). A mark that cannot be written (answered / unanswered) is kept in memory and written
-again by the flusher, and a batch that cannot be written waits in the journal: each such failure
-is logged once, and so is the recovery, when the disk has room again.
+Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller is
+refused). A mark that cannot be written is kept in memory and written again by the flusher, and a
+batch that cannot be written waits in the journal: each failure and its recovery is logged once.
 """
 from __future__ import annotations
 
