@@ -89,7 +89,10 @@ if budget["current_month"]:
 st.subheader("Current reservations")
 ui.table(data["current"], "current_reservations", "dl_res_current",
          empty="No reservation is running now for these teams and kinds.",
-         caption="estimate_source 'requested, not measured' = time limit × GPUs, not a measured estimate.")
+         caption="estimate_source 'requested, not measured' = time limit × GPUs, not a measured estimate. "
+                 "A run holds its accelerators until its end is recorded: 'overrunning' = past its reserved end, "
+                 "expected to end at Expected end (empty: no known end); 'no end recorded past its time limit' = "
+                 "check the job (Slurm should have ended it).")
 st.subheader("Upcoming reservations")
 ui.table(data["upcoming"], "upcoming_reservations", "dl_res_upcoming",
          empty="No reservation starts later for these teams and kinds.")

@@ -115,7 +115,10 @@ def build_submitted_ledger(folder: Path, n: int = REPLAY_REQUESTS, seed: int = 3
             if rng.random() < 0.5:
                 retry.append(req)
             continue
-        if decision["state"] != "admit" or rng.random() < 0.1:   # admitted, never ran
+        if decision["state"] != "admit":
+            continue
+        if rng.random() < 0.1:   # admitted, never ran: cancelled, and the ledger learns its end (it holds until then)
+            running.append((now + timedelta(minutes=rng.randrange(1, 90)), req["run_id"], 0.0, "cancelled", None, None))
             continue
         wall = decision["estimate"]["wall_hours"]
         started = now + timedelta(minutes=rng.randrange(1, 90))

@@ -51,8 +51,9 @@ def test_same_seed_same_ledger_other_seed_other_ledger(tmp_path):
 
 def test_counts_and_progress(big_demo):
     path, c, seen = big_demo
-    assert c["runs"] == 3000 and counts(path)["runs"] == 3000
-    assert counts(path)["decisions"] == c["decisions"] == 3000 + c["deferred"]
+    # a run deferred MAX_ATTEMPTS times is given up (no run row): a few of 3000 may be
+    assert 2970 <= c["runs"] <= 3000 and counts(path)["runs"] == c["runs"]
+    assert counts(path)["decisions"] == c["decisions"] == c["runs"] + c["deferred"]
     assert counts(path)["teams"] == 8
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0

@@ -10,7 +10,7 @@ from lib.gate.terms import utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.deciding import check_request, submit_request
 from lib.ledger.finishing import finish_run
-from lib.ledger.state import team_state
+from lib.ledger.state import held_reservations, team_state
 from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.live import LiveGate
 from tests.fixtures_slurm import COMMENT_REQUEST, decisions, make_slurm_ledger
@@ -145,12 +145,23 @@ def test_a_demo_rebuild_replacing_the_file_is_picked_up(live, tmp_path):
     assert not live.booked("before")
 
 
-def test_expired_reservations_stop_counting(live):
+def test_a_reservation_past_its_planned_end_counts_until_its_run_is_finished(live):
+    """As the ledger's readers count it (lib.ledger.state.held_reservations), before and after the
+    server moved the decision into the ledger: the planned end does not release it, its end does."""
     now = utcnow().replace(microsecond=0)
     _submit(live, _req("short", max_runtime_hours=0.5), now)
     later = now + timedelta(hours=2)
     assert [r["run_id"] for r in live.state("vision", now, "exploratory")["reservations"]] == ["short"]
-    assert live.state("vision", later, "exploratory")["reservations"] == []
+    (held,) = live.state("vision", later, "exploratory")["reservations"]
+    assert held["overrun"] is True and held["reserved_until"] is None   # past its time limit: no known end
+    live.flush()
+    with open_ledger(live.db, read_only=True) as con:
+        assert held_reservations(con, later, "vision") == [held]
+    _agrees_with_ledger(live, later)
+    finish_run("short", actual_gpu_hours=1.0, stop_reason="completed", ended_at=now + timedelta(hours=1),
+               db=live.db)
+    _submit(live, _req("next"), later)   # a decision reads the ledger's change
+    assert [r["run_id"] for r in live.state("vision", later, "exploratory")["reservations"]] == ["next"]
 
 
 def test_a_second_live_gate_on_one_ledger_is_refused_naming_the_holder(live):

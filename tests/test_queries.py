@@ -50,8 +50,10 @@ def exact(tmp_path):
                 est_compute_gpu_hours=14.0, est_checkpoint_gpu_hours=1.0, est_eval_gpu_hours=2.0,
                 est_data_loading_gpu_hours=0.5, est_restart_gpu_hours=0.5, act_checkpoint_gpu_hours=2.0,
                 act_retry_gpu_hours=1.0, act_eval_gpu_hours=3.0, act_lost_work_gpu_hours=1.0)
-        # 4 GPUs x 5 h window never used and passed -> 20 idle GPU-h
-        add_run(con, "never", gpus=4, reserved_from=t0, reserved_until=t0 + 5 * H, reserved_gpu_hours=20.0)
+        # 4 GPUs x 5 h window never used and passed -> 20 idle GPU-h; its end is recorded (cancelled at
+        # the window's end): a run without one would still hold its accelerators (docs/rules.md)
+        add_run(con, "never", gpus=4, reserved_from=t0, reserved_until=t0 + 5 * H, reserved_gpu_hours=20.0,
+                ended_at=t0 + 5 * H, stop_reason="cancelled")
         # requested-only estimate: left out of error statistics
         add_run(con, "requested", reserved_from=t0, reserved_until=t0 + 4 * H, reserved_gpu_hours=8.0,
                 started_at=t0, ended_at=t0 + 4 * H, actual_gpu_hours=8.0, estimated_gpu_hours=80.0,

@@ -72,10 +72,21 @@ class TeamView:
 
     def reservations(self, now: datetime, *, cluster: str, run_id=None) -> list[dict]:
         """The holds that count at `now`, every cluster's, ordered by run ID then cluster; a hold of
-        this very run on this cluster is left out (a retry after a lost answer must not count itself)."""
-        return sorted((h for h in self.holds if (h["reserved_until"] is None or h["reserved_until"] > now)
-                       and not (h["cluster"] == cluster and h["run_id"] == run_id)),
-                      key=lambda h: (h["run_id"], h["cluster"]))
+        this very run on this cluster is left out (a retry after a lost answer must not count itself).
+        A hold counts until it is released (its run's end, from `finish`, the epilog or a sync) if its
+        window has begun by `now` (a started run holds until it ends, as in a ledger:
+        lib.ledger.state.held_condition), else until its window passes. One past its planned end is
+        shown with no known end (reserved_until None): the authority does not know its estimate."""
+        held = []
+        for h in self.holds:
+            if h["cluster"] == cluster and h["run_id"] == run_id:
+                continue
+            until, start = h["reserved_until"], h["reserved_from"]
+            if until is None or until > now:
+                held.append(h)
+            elif start is not None and start <= now:
+                held.append({**h, "reserved_until": None})
+        return sorted(held, key=lambda h: (h["run_id"], h["cluster"]))
 
     def spent(self, now: datetime) -> float:
         return self.spend.get((now.year, now.month), 0.0)

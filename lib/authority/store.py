@@ -132,8 +132,8 @@ def status(url: str, now, *, policies: bool = False) -> dict:
                                       "FROM training_gate.teams ORDER BY team").fetchall()}
         for team, cluster, n, gpus, hours in con.execute(
                 "SELECT team, cluster, count(*), sum(gpus), sum(reserved_gpu_hours) FROM training_gate.holds "
-                "WHERE released_at IS NULL AND (reserved_until IS NULL OR reserved_until > %s) "
-                "GROUP BY team, cluster ORDER BY team, cluster", [now]).fetchall():
+                "WHERE released_at IS NULL AND (reserved_until IS NULL OR reserved_until > %s OR reserved_from <= %s) "
+                "GROUP BY team, cluster ORDER BY team, cluster", [now, now]).fetchall():
             t = teams.setdefault(team, {"policy_version": None, "version": None, "held_gpus": 0,
                                         "held_gpu_hours": 0.0, "clusters": {}, "month_spent_gpu_hours": 0.0})
             t["held_gpus"] += int(gpus)

@@ -61,8 +61,8 @@ def attach(ledgers: dict[str, Path], timeout_s: float | None = None) -> duckdb.D
             f"SELECT '{n}' AS cluster, decided_at, run_id, team, kind, state, reason_codes, reserved_gpu_hours, "
             f"origin FROM \"{n}\".decisions" for n in ledgers))
         con.execute("CREATE TEMP VIEW runs_all AS " + " UNION ALL ".join(
-            f"SELECT '{n}' AS cluster, run_id, team, kind, capacity, gpus, reserved_gpu_hours, reserved_until, "
-            f"ended_at, actual_gpu_hours FROM \"{n}\".runs" for n in ledgers))
+            f"SELECT '{n}' AS cluster, run_id, team, kind, capacity, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
+            f"started_at, ended_at, actual_gpu_hours FROM \"{n}\".runs" for n in ledgers))
     except BaseException:
         con.close()
         raise

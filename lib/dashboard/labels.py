@@ -144,6 +144,8 @@ COLUMN_SPECS: dict[str, ColumnSpec] = {
     "restart_h": _spec("Restart time (h)", "number", 3), "lifetime_h": _spec("Lifetime (h)", "number", 2),
     "median_gpus": _spec("Median GPUs", "number", 0), "reserved_gpus": _spec("Reserved GPUs (daily average)", "number"),
     "waited_hours": _spec("Waited (h)", "number"),
+    "unended_past_limit": _spec("Runs with no end past their limit", "integer",
+                                help="Still holding accelerators a grace past their time limit: check the job."),
     # shares and ratios
     "idle_share": _spec("Idle share", "share"), "error_share_of_estimate": _spec("Error share of estimate", "share"),
     "backtest_coverage": _spec("Backtest coverage", "share", 0), "level": _spec("Target coverage", "share", 0),
@@ -153,6 +155,7 @@ COLUMN_SPECS: dict[str, ColumnSpec] = {
     # times (UTC)
     "day": _spec("Day (UTC)", "date"), "week": _spec("Week of (UTC)", "date"),
     "reserved_from": _spec("Reserved from (UTC)", "datetime"), "reserved_until": _spec("Reserved until (UTC)", "datetime"),
+    "expected_end": _spec("Expected end (UTC)", "datetime"), "hold_status": _spec("Holding"),
     "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
     "adapted_since": _spec("Bound adapted since (UTC)", "datetime", help=GLOSSARY["adapted bound"]),

@@ -1,10 +1,13 @@
 """The Reservations page's read model: reservations against quota over the period, this month's
-budget and its burn-down, current and upcoming reservations, overruns, and the forward plan (the
+budget and its burn-down, current reservations (a run past its planned end with no end recorded is
+still held and marked: `with_hold_status`) and upcoming ones, overruns, and the forward plan (the
 queue, the capacity calendar, the pools: lib.dashboard.queue_and_calendar).
 """
 from __future__ import annotations
 
 import datetime as dt
+
+import pandas as pd
 
 from lib.dashboard.budget_queries import budget_of_month, shared_budget
 from lib.dashboard.filters import Filters
@@ -13,7 +16,27 @@ from lib.dashboard.forecasts import budget_outlook
 from lib.dashboard.queue_and_calendar import forward_view
 from lib.dashboard.reading import read_frame, period_params, reader
 from lib.dashboard.run_sql import ROW_LIMIT
+from lib.gate.contracts import Reservation
 from lib.gate.terms import utcnow
+from lib.ledger.state import held_condition, held_reservations
+
+
+OVERRUNNING = "overrunning"
+PAST_LIMIT = "no end recorded past its time limit: check the job"
+
+
+def with_hold_status(current: pd.DataFrame, held: list[Reservation]) -> pd.DataFrame:
+    """The `current` reservations (run_id, reserved_until: the planned end) with `hold_status`:
+    OVERRUNNING for a started run past its planned end with no end recorded, PAST_LIMIT once it is
+    lib.ledger.state.OVERDUE_GRACE_HOURS past its time limit, else empty; and `expected_end`: when
+    the gate expects it to end (its planned end, or an overrun's lib.ledger.state.overrun_end; empty:
+    no known end). `held`: lib.ledger.state.held_reservations at the same time."""
+    by_run = {h["run_id"]: h for h in held}
+    rows = [by_run.get(r) for r in current["run_id"]]
+    status = ["" if h is None or not h.get("overrun") else PAST_LIMIT if h.get("past_limit") else OVERRUNNING
+              for h in rows]
+    expected = [None if h is None else h["reserved_until"] for h in rows]
+    return current.assign(hold_status=status, expected_end=pd.to_datetime(pd.Series(expected, dtype="object", index=current.index)))
 
 
 def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
@@ -50,10 +73,11 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                 "r.reserved_gpu_hours, r.started_at, r.estimated_gpu_hours, "
                 f"CASE WHEN r.estimate_source = 'requested' THEN '{REQUESTED_LABEL}' ELSE r.estimate_source END "
                 "AS estimate_source")
-        current = read_frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
-                 AND r.ended_at IS NULL AND r.reserved_from <= $now
-                 AND (r.reserved_until IS NULL OR r.reserved_until > $now)
+        # held and started (lib.ledger.state.held_condition): a run past its planned end is still held
+        current = read_frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND {held_condition('r', '$now')}
+                 AND coalesce(r.started_at, r.reserved_from) <= $now
                  ORDER BY r.reserved_until NULLS LAST, r.run_id LIMIT {ROW_LIMIT}""", p)
+        current = with_hold_status(current, held_reservations(con, now))
         upcoming = read_frame(con, f"""SELECT {cols} FROM runs r WHERE {where} AND r.reserved_gpu_hours IS NOT NULL
                  AND r.ended_at IS NULL AND r.reserved_from > $now
                  ORDER BY r.reserved_from, r.run_id LIMIT {ROW_LIMIT}""", p)

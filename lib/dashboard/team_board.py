@@ -12,6 +12,8 @@ Per team (GPU-hours unless said):
   over its capacity types; fewest_free_7d_gpus: the least of that over the next 7 days (each at 00:00
   UTC), the capacity calendar Reservations shows (lib.dashboard.queue_and_calendar.forward_view);
 - queued_requests, oldest_wait_hours: the plan's queue (every waiting request of the team);
+- unended_past_limit: the team's runs with no end recorded a grace past their time limit, still holding
+  their accelerators (lib.ledger.state.unended_past_limit): the operator should check those jobs;
 - drift: the kinds whose calibration has a drift alarm (`with_drift`: the alarms Estimate accuracy shows,
   lib.dashboard.estimate_queries.calibration_from, from the calibration rows the plan read too);
 - idle_gpu_hours, idle_cost: idle reserved GPU-hours of the period's closed windows and their money at
@@ -23,6 +25,7 @@ every team with one), then the smallest share of the budget left at month end at
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 import pandas as pd
 
@@ -36,12 +39,13 @@ from lib.dashboard.reading import read_frame, reader
 from lib.dashboard.run_sql import IDLE_GPU_HOURS
 from lib.gate.terms import KINDS, utcnow
 from lib.ledger.calibration_scopes import ScopeRows
+from lib.ledger.state import unended_past_limit
 
 AHEAD_DAYS = 7     # the days after today whose fewest free accelerators a row shows
 BOARD_COLUMNS = ["team", "runs_out_p90", "runs_out_p50", "budget_gpu_hours", "budget_left_gpu_hours",
                  "left_p50_month_end_gpu_hours", "left_p90_month_end_gpu_hours", "free_gpus_now",
-                 "fewest_free_7d_gpus", "queued_requests", "oldest_wait_hours", "drift", "idle_gpu_hours",
-                 "idle_cost"]
+                 "fewest_free_7d_gpus", "queued_requests", "oldest_wait_hours", "unended_past_limit", "drift",
+                 "idle_gpu_hours", "idle_cost"]
 
 
 def _free(calendar: pd.DataFrame, today: dt.date) -> dict[str, tuple[int, int | None]]:
@@ -104,6 +108,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
           SELECT team, capacity, sum(late_start_gpu_hours + early_end_gpu_hours + never_used_gpu_hours)
                  AS idle_gpu_hours
           FROM idle GROUP BY ALL ORDER BY team, capacity""", p)
+        unended = Counter(h["team"] for h in unended_past_limit(con, now))
     alarms = calibration_from(scopes, list(f.teams) or scopes.teams, f.kinds or KINDS)["alarms"]
     burn = budget_outlook(f, db, now, view["holdings"])["burn"]
     price = costs.pricing(f, db)
@@ -129,7 +134,7 @@ def team_board(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
             "free_gpus_now": now_free, "fewest_free_7d_gpus": fewest,
             "queued_requests": queue["requests"] if queue else 0,
             "oldest_wait_hours": (now - queue["waiting_since"]).total_seconds() / 3600.0 if queue else None,
-            "drift": None,
+            "unended_past_limit": unended.get(team, 0), "drift": None,
             "idle_gpu_hours": float(idle_hours.get(team, 0.0)),
             "idle_cost": float(idle_cost.get(team, 0.0)) if price["per_gpu_hour"] else None})
     board = pd.DataFrame(rows, columns=BOARD_COLUMNS)

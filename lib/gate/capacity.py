@@ -1,9 +1,10 @@
 """When would a deferred request fit? Pure rules over the reservations that hold a team's quota, and
 over the cluster's pools of physical accelerators.
 
-The reservations that count against a team's quota are its admitted, unfinished ones whose window
-has not passed (lib.ledger.state.held_condition selects them, for the gate and the dashboard
-alike): each holds its `gpus` accelerators from now until its `reserved_until` (None: no known end),
+The reservations that count against a team's quota are its admitted ones with no end recorded that
+have started or whose window has not passed (lib.ledger.state.held_condition selects them, for the
+gate and the dashboard alike): each holds its `gpus` accelerators from now until its `reserved_until`
+(its expected end: for a run past its planned end, lib.ledger.state.overrun_end; None: no known end),
 including one whose window starts later, as the admission check counts it. Waiting cures only the
 time-dependent reasons (capacity, cluster-capacity, retraining-protection); the month rolling over
 cures `period-budget`; anything else needs the request changed.

@@ -101,7 +101,9 @@ class Policy(TypedDict):
 
 class Reservation(TypedDict):
     """An admitted, unfinished reservation holding `gpus` of its team's quota until reserved_until
-    (None: no known end)."""
+    (None: no known end). A started run past its planned end holds until its expected end
+    (lib.ledger.state.overrun_end): `overrun` True, `planned_until` the planned end it had,
+    `past_limit` True once it is a grace past its time limit with no end recorded."""
     kind: Kind
     gpus: int
     reserved_gpu_hours: float
@@ -110,6 +112,9 @@ class Reservation(TypedDict):
     team: NotRequired[str]
     reserved_from: NotRequired[datetime | None]
     capacity: NotRequired[Capacity]   # the pool it holds accelerators in (lib.gate.capacity, pools)
+    overrun: NotRequired[bool]
+    planned_until: NotRequired[datetime | None]
+    past_limit: NotRequired[bool]
 
 
 class PoolState(TypedDict):
@@ -211,6 +216,9 @@ class State(TypedDict, total=False):
     calibration_history: list[CalibrationRow]
     interruption_rate: InterruptionRate | None
     pools: dict[str, PoolState]   # capacity type -> its pool; absent or without the type: no pool check
+    # when the request would start in the gate's line (lib.planning.plan.line; None: not within the
+    # plan): the time its capacity reasons' fixes name, instead of the time the holdings alone give
+    planned_start: datetime | None
 
 
 class Alternative(TypedDict):

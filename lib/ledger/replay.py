@@ -167,12 +167,14 @@ def _read_world(con, start: datetime, end: datetime, p: dict, max_runs: int, win
                          "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
                          "capacity": r[8]}}
         for r in run(
-            f"{_CONTROLLED} SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
-            "least(ended_at, reserved_until) AS release, capacity FROM runs "
+            f"{_CONTROLLED} SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, "
+            "CASE WHEN reserved_until IS NULL OR ended_at > reserved_until THEN coalesce(ended_at, reserved_until) "
+            "ELSE reserved_until END, ended_at AS release, capacity FROM runs "
             "WHERE reserved_gpu_hours IS NOT NULL AND run_id NOT IN (SELECT run_id FROM controlled) "
-            # released after start (least(ended_at, reserved_until) unset or later), one column at a
-            # time so DuckDB skips the row groups that ended before
-            "AND (ended_at IS NULL OR ended_at > $start) AND (reserved_until IS NULL OR reserved_until > $start) "
+            # held at start (lib.ledger.state.held_condition: a started run until it ends), one column at
+            # a time so DuckDB skips the row groups that ended before
+            "AND (ended_at IS NULL OR ended_at > $start) "
+            "AND (reserved_until IS NULL OR reserved_until > $start OR coalesce(started_at, reserved_from) <= $start) "
             "AND (reserved_from IS NULL OR reserved_from < $end) "
             "ORDER BY reserved_from NULLS FIRST, run_id", p).fetchall()]
     snapshots: dict = {}
@@ -256,13 +258,13 @@ def ledger_teams_file(db=None, *, timeout_s: float = 10.0) -> tuple[dict[str, di
 def held_p90(db=None, *, start: datetime, end: datetime, timeout_s: float = 10.0) -> dict[str, int]:
     """Per team of the ledger: the 90th percentile (nearest rank) of the accelerators its reservations
     held over [start, end), sampled at every hour's start (a reservation holds from reserved_from until
-    its run ended or its window passed, whichever first; a team holding nothing in an hour counts 0)."""
+    its run ended, as the gate holds it: lib.ledger.state.held_condition; a team holding nothing in an
+    hour counts 0)."""
     sql = """
     WITH hours AS (SELECT unnest(generate_series($start, $end - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR)) AS t),
-    spans AS (SELECT team, gpus, reserved_from AS s, coalesce(least(ended_at, reserved_until), ended_at,
-                     reserved_until, $end) AS e
+    spans AS (SELECT team, gpus, reserved_from AS s, coalesce(ended_at, $end) AS e
               FROM runs WHERE reserved_gpu_hours IS NOT NULL AND reserved_from < $end
-              AND (ended_at IS NULL OR ended_at > $start) AND (reserved_until IS NULL OR reserved_until > $start)),
+              AND (ended_at IS NULL OR ended_at > $start)),
     held AS (SELECT h.t, sp.team, sum(sp.gpus) AS gpus FROM hours h JOIN spans sp ON sp.s <= h.t AND sp.e > h.t
              GROUP BY ALL)
     SELECT tm.team, quantile_disc(coalesce(held.gpus, 0), 0.9)

@@ -5,12 +5,16 @@ against a quota (the dashboard's capacity views read the same ones).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Callable
 
 from lib.gate.contracts import CapacityWindow, InterruptionRate, Policy, PoolState, Reservation, State
 from lib.gate.terms import INTERRUPTING_EVENTS, month_start, naive_utc, next_month_start, utcnow
 from lib.ledger.calibration_rows import CALIBRATION_WINDOW_DAYS, calibration
 from lib.ledger.cluster_windows import read_windows
 from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
+
+
+BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
 
 
 def team_policy(con, team) -> Policy | None:
@@ -29,25 +33,102 @@ def team_policy(con, team) -> Policy | None:
     return policy
 
 
-def held_condition(alias: str = "r", now: str = "?") -> str:
-    """The SQL condition selecting the reservations that count against their team's quota at the
-    time bound to `now` (a placeholder such as ? or $now): admitted (reserved_gpu_hours set), not
-    ended, and a window that has not passed (reserved_until unset or after now), whether or not it
-    has started. The gate's state and the dashboard's earliest fit and committed budget use it."""
+# Hours after a run's time limit (start + max_runtime_hours) with no end recorded before it is listed
+# for the operator (`unended_past_limit`). Slurm kills a job at its limit; the epilog or the next sacct
+# import records the end within minutes to a few hours (an import usually runs every few hours), so
+# 6 hours past the limit with no end means the ledger missed it (an epilog that failed, a job that
+# ran elsewhere): a person should check the job. The run still holds its accelerators: never freed silently.
+OVERDUE_GRACE_HOURS = 6.0
+
+# The columns of a reservation as `held_reservation` reads them (held_reservations, and the gate
+# server's in-memory copy, lib.slurm.live); `start` is when it started holding as started.
+HELD_COLUMNS = ("r.run_id, r.team, r.kind, r.gpus, r.reserved_gpu_hours, r.reserved_from, r.reserved_until, "
+                "r.capacity, coalesce(r.started_at, r.reserved_from) AS start, r.estimated_gpu_hours, "
+                "r.max_runtime_hours")
+
+
+def held_condition(alias: str = "r", now: str = "$now") -> str:
+    """The SQL condition selecting the reservations that count against their team's quota and pool at
+    the time bound to `now` (a named placeholder such as $now: it appears twice): admitted
+    (reserved_gpu_hours set), not ended (ended_at unset), and either started (coalesce(started_at,
+    reserved_from) at or before now: held until the ledger knows its end, whatever its planned end)
+    or with a window that has not passed (reserved_until unset or after now: one starting later
+    counts too). The gate's state, the dashboard's earliest fit and committed budget and the forward
+    plan use it (the gate server, lib.slurm.live, applies `held_reservation` to its own copy)."""
     p = f"{alias}." if alias else ""
     return (f"{p}reserved_gpu_hours IS NOT NULL AND {p}ended_at IS NULL "
-            f"AND ({p}reserved_until IS NULL OR {p}reserved_until > {now})")
+            f"AND ({p}reserved_until IS NULL OR {p}reserved_until > {now} "
+            f"OR coalesce({p}started_at, {p}reserved_from) <= {now})")
+
+
+def overrun_end(start: datetime, gpus: int, estimated_gpu_hours: float | None, upper_factor: float | None,
+                max_runtime_hours: float | None, now: datetime) -> datetime | None:
+    """When a run that outlived its reservation (started at `start`, not ended, its planned end at or
+    before `now`) is expected to end: at `start` + its estimate (GPU-hours) x its team x kind
+    calibration's `upper_factor` / `gpus` hours, the calibrated upper bound of its time; if that is
+    unknown or not after `now`, at `start` + `max_runtime_hours` (its time limit); if that is unknown
+    or not after `now` either, None: no known end (lib.gate.capacity holds it indefinitely)."""
+    bound = (estimated_gpu_hours * upper_factor / gpus
+             if estimated_gpu_hours is not None and upper_factor is not None and gpus > 0 else None)
+    for hours in (bound, max_runtime_hours):
+        if hours is not None and start + timedelta(hours=hours) > now:
+            return start + timedelta(hours=hours)
+    return None
+
+
+def held_reservation(row: tuple, now: datetime,
+                     upper_factor: Callable[[str, str], float | None]) -> Reservation | None:
+    """The Reservation a HELD_COLUMNS `row` of an admitted, unended run holds at `now`; None when it
+    holds nothing (its window passed before it started). A started run past its planned end is held
+    until `overrun_end` (`upper_factor(team, kind)`: its calibration's upper factor, asked only
+    then), with `overrun` True and its `planned_until`; `past_limit` True once `now` is
+    OVERDUE_GRACE_HOURS past its time limit (without one, past its reservation's planned end) (see `unended_past_limit`)."""
+    run_id, team, kind, gpus, hours, reserved_from, until, capacity, start, estimate, limit = row
+    held: Reservation = {"run_id": run_id, "team": team, "kind": kind, "gpus": int(gpus),
+                         "reserved_gpu_hours": float(hours), "reserved_from": reserved_from,
+                         "reserved_until": until, "capacity": capacity}
+    if until is None or until > now:
+        return held
+    if start is None or start > now:
+        return None
+    # a run with no time limit is due at its reservation's planned end: never held unflagged for ever
+    due = start + timedelta(hours=limit) if limit is not None else until
+    return {**held, "reserved_until": overrun_end(start, int(gpus), estimate, upper_factor(team, kind), limit, now),
+            "overrun": True, "planned_until": until,
+            "past_limit": due + timedelta(hours=OVERDUE_GRACE_HOURS) <= now}
+
+
+def held_row(booked: Reservation, start: datetime | None, estimated_gpu_hours: float | None,
+             max_runtime_hours: float | None) -> tuple:
+    """A HELD_COLUMNS row of a `booked` reservation (lib.ledger.recording.booked_reservation) not
+    yet read back from the ledger, for `held_reservation`."""
+    return (booked["run_id"], booked["team"], booked["kind"], booked["gpus"], booked["reserved_gpu_hours"],
+            booked["reserved_from"], booked["reserved_until"], booked.get("capacity"), start,
+            estimated_gpu_hours, max_runtime_hours)
 
 
 def held_reservations(con, now: datetime, team: str | None = None) -> list[Reservation]:
-    """The reservations that count against quotas at `now` (see `held_condition`), of `team` or of
-    every team, ordered by run ID, each with its capacity type (the pool it holds in)."""
-    sql = ("SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, capacity FROM runs r "
-           f"WHERE {held_condition('r', '?')}" + (" AND r.team = ?" if team is not None else "")
-           + " ORDER BY r.run_id")
-    rows = con.execute(sql, [now] if team is None else [now, team]).fetchall()
-    return [{"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]), "reserved_gpu_hours": float(r[4]),
-             "reserved_from": r[5], "reserved_until": r[6], "capacity": r[7]} for r in rows]
+    """The reservations that count against quotas and pools at `now` (see `held_condition`,
+    `held_reservation`), of `team` or of every team, ordered by run ID, each with its capacity type
+    (the pool it holds in). An overrunning run's expected end reads its team x kind calibration
+    (lib.ledger.calibration_rows.calibration at `now`, once per team and kind)."""
+    sql = (f"SELECT {HELD_COLUMNS} FROM runs r WHERE {held_condition('r', '$now')}"
+           + (" AND r.team = $team" if team is not None else "") + " ORDER BY r.run_id")
+    rows = con.execute(sql, {"now": now} if team is None else {"now": now, "team": team}).fetchall()
+    factors: dict[tuple[str, str], float | None] = {}
+
+    def upper(t: str, k: str) -> float | None:
+        if (t, k) not in factors:
+            factors[(t, k)] = calibration(con, t, k, now)["upper_factor"]
+        return factors[(t, k)]
+    return [h for h in (held_reservation(r, now, upper) for r in rows) if h is not None]
+
+
+def unended_past_limit(con, now: datetime, team: str | None = None) -> list[Reservation]:
+    """The held runs (of `team`, or every team's) with no end recorded OVERDUE_GRACE_HOURS after their
+    time limit at `now`: the operator should check the job (it still holds its accelerators). Each as
+    `held_reservations` gives it (`past_limit` True), by run ID."""
+    return [h for h in held_reservations(con, now, team) if h.get("past_limit")]
 
 
 def pool_sizes(con) -> dict[str, int]:

@@ -21,6 +21,14 @@ from datetime import datetime
 from lib.gate.contracts import Reservation
 
 
+def expected_end(reserved_until: datetime | None, ended_at: datetime | None) -> datetime | None:
+    """The end a holder shows (its `reserved_until`) in an engine that knows when its run ended: the
+    reservation's planned end, or the run's end when it outlived that (a run holds until it ends)."""
+    if ended_at is not None and (reserved_until is None or ended_at > reserved_until):
+        return ended_at
+    return reserved_until
+
+
 def _run_id(reservation: Reservation) -> str:
     return reservation.get("run_id") or ""
 

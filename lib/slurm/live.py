@@ -48,7 +48,7 @@ from datetime import datetime
 from lib.authority.facts import Authority
 from lib.authority.serving import ServedAuthority
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
-from lib.gate.terms import KINDS, utcnow
+from lib.gate.terms import KINDS, finite_number, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.cluster_windows import read_windows, replace_windows
@@ -56,7 +56,7 @@ from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_l
 from lib.ledger.decider_lock import ServerLock
 from lib.ledger.deciding import LedgerFacts, decide_with, policy_for
 from lib.ledger.recording import booked_reservation, canonical_json
-from lib.ledger.state import pool_states, team_policy, team_state
+from lib.ledger.state import HELD_COLUMNS, held_reservation, held_row, pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
 from lib.slurm.judge import Caller, Decided, Prepare
@@ -151,9 +151,8 @@ class LiveGate:
                 teams = [r[0] for r in con.execute("SELECT team FROM teams ORDER BY team").fetchall()]
                 policies = {t: team_policy(con, t) for t in teams}
                 rows = con.execute(
-                    "SELECT run_id, team, kind, gpus, reserved_gpu_hours, reserved_from, reserved_until, "
-                    "started_at IS NOT NULL, capacity FROM runs "
-                    "WHERE reserved_gpu_hours IS NOT NULL AND ended_at IS NULL").fetchall()
+                    f"SELECT {HELD_COLUMNS}, r.started_at IS NOT NULL FROM runs r "
+                    "WHERE r.reserved_gpu_hours IS NOT NULL AND r.ended_at IS NULL").fetchall()
                 booked = load_booked(con)
                 windows = read_windows(con, utcnow())
                 applied = applied_through(con, self.journal.journal_id)
@@ -163,11 +162,10 @@ class LiveGate:
             pending = [e for e in self.journal.pending(applied) if self._marks.get(e["seq"]) != UNANSWERED]
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
-        self.held = {r[0]: {"run_id": r[0], "team": r[1], "kind": r[2], "gpus": int(r[3]),
-                            "reserved_gpu_hours": float(r[4]), "reserved_from": r[5], "reserved_until": r[6],
-                            "capacity": r[8]}
-                     for r in rows}
-        self.started = {r[0] for r in rows if r[7]}
+        # every admitted run without an end, as HELD_COLUMNS rows: what holds at a time is
+        # lib.ledger.state.held_reservation's to say, as for the ledger's readers
+        self.held: dict[str, tuple] = {r[0]: r[:-1] for r in rows}
+        self.started = {r[0] for r in rows if r[-1]}
         self.ledger_windows: list[CapacityWindow] = windows
         self.booked_in_ledger = booked       # the run IDs the ledger has booked, hashed (see `booked`)
         self.booked_ids: set[str] = set()     # booked by this server since
@@ -216,7 +214,7 @@ class LiveGate:
     def recorded_admit(self, request, now: datetime) -> dict | None:
         run_id = request.get("run_id")
         r = self.held.get(run_id)
-        if r is None or run_id in self.started or (r["reserved_until"] is not None and r["reserved_until"] <= now):
+        if r is None or run_id in self.started or (r[6] is not None and r[6] <= now):   # r[6]: reserved_until
             return None
         if run_id in self.admits:
             canon, decision, at = self.admits[run_id]
@@ -229,8 +227,10 @@ class LiveGate:
     def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
         facts = self._facts(team, kind, now)
         pools = facts.get("pools")
-        held = sorted((dict(r) for r in self.held.values() if (pools or r["team"] == team)
-                       and (r["reserved_until"] is None or r["reserved_until"] > now)), key=lambda r: r["run_id"])
+        def upper(t: str, k: str) -> float | None:   # an overrunning run's calibration, as team_state reads it
+            return (self._facts(t, k, now).get("calibration") or {}).get("upper_factor")
+        held = sorted((h for h in (held_reservation(r, now, upper) for r in self.held.values() if pools or r[1] == team)
+                       if h is not None), key=lambda r: r["run_id"])
         state = {**facts, "now": now, "reservations": [r for r in held if r["team"] == team] if pools else held}
         if pools:   # the pools' sizes as read with the facts; every team's reservations as held now, and
             # the cluster's windows as Slurm last gave them
@@ -310,7 +310,8 @@ class LiveGate:
         if decision.get("state") != "admit":
             return
         r = booked_reservation(request, decision, decided_at)
-        self.held[r["run_id"]] = r
+        self.held[r["run_id"]] = held_row(r, r["reserved_from"], finite_number((decision["estimate"] or {}).get(
+            "raw_gpu_hours")), finite_number(request["max_runtime_hours"]))   # as record_decision books it
         self.booked_ids.add(r["run_id"])
         self.admits[r["run_id"]] = (canonical_json(request), decision, decided_at)
         self._inflight[seq] = r["run_id"]

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
 from lib.gate.contracts import Decision, Policy, PoolState, Reservation, State
 from lib.gate.terms import KINDS, month_start
-from lib.planning.holdings import Holdings
+from lib.planning.holdings import Holdings, expected_end
 from lib.planning.replay.data import RecordedWorld, Refresh, RunRecord
 from lib.planning.replay.history import CalibrationScopes, Calibrations, InterruptionRates
 
@@ -184,21 +184,21 @@ class ReplayWorld:
         self.seq += 1
 
     def admit(self, request: dict, run: RunRecord | None, decision: Decision, now: datetime) -> float | None:
-        """Book a request admitted at `now`: it holds its accelerators from `now` until its run's end
-        shifted to this admission (`run`'s actual duration since its admitted_at), or its reserved
-        window's end (now + the decision's wall hours) when that comes first or the run never ended;
-        the run spends its actual at that shifted end. Returns the run's actual GPU-hours (None: it
-        never ran, or has not ended)."""
+        """Book a request admitted at `now`: a run holds its accelerators from `now` until it ends (as
+        the gate holds one: lib.ledger.state.held_condition), its recorded end shifted to this
+        admission (`run`'s actual duration since its admitted_at), and spends its actual then; a run
+        with no recorded end holds for good. A request with no run in the world holds its reserved
+        window (now + the decision's wall hours). Returns the run's actual GPU-hours (None: it never
+        ran, or has not ended)."""
         team, run_id = request["team"], request.get("run_id")
         until = now + timedelta(hours=decision["estimate"]["wall_hours"])
-        release = until
+        release = until if run is None else None
         if run is not None and run["ended_at"] is not None:
-            end = now + (run["ended_at"] - (run["admitted_at"] or now))
-            self._push_end(end, team, run)
-            release = min(end, until)
+            release = now + (run["ended_at"] - (run["admitted_at"] or now))
+            self._push_end(release, team, run)
         holder: Reservation = {"run_id": run_id, "team": team, "kind": request["kind"], "gpus": int(request["gpus"]),
                                "reserved_gpu_hours": float(decision["reserved_gpu_hours"]),
-                               "reserved_from": now.replace(microsecond=0), "reserved_until": until,
+                               "reserved_from": now.replace(microsecond=0), "reserved_until": expected_end(until, release),
                                "capacity": request.get("capacity", "stable")}
         self._hold(team, release, holder)
         if isinstance(run_id, str):
@@ -214,10 +214,10 @@ class ReplayWorld:
         holder: Reservation = {"run_id": run["run_id"], "team": run["team"], "kind": run["kind"],
                                "gpus": int(run["gpus"]), "reserved_gpu_hours": float(run["reserved_gpu_hours"] or 0.0),
                                "reserved_from": decided_at.replace(microsecond=0),
-                               "reserved_until": run["reserved_until"], "capacity": run.get("capacity", "stable")}
-        end, until = run["ended_at"], run["reserved_until"]
+                               "reserved_until": expected_end(run["reserved_until"], run["ended_at"]),
+                               "capacity": run.get("capacity", "stable")}
+        end = run["ended_at"]
         if end is not None:
             self._push_end(end, run["team"], run)
-        release = min(end, until) if end is not None and until is not None else (end or until)
-        self._hold(run["team"], release, holder)
+        self._hold(run["team"], end, holder)
         self.booked.setdefault(run["run_id"], decided_at)
