@@ -100,9 +100,9 @@ def build_queue_ledger(folder) -> tuple:
     assert submit(queue_request("alpha-nov", "alpha", 8, 300), nov) == "admit"
     finish_run("alpha-nov", actual_gpu_hours=380, stop_reason="completed", ended_at=nov + 40 * H,
                started_at=nov, db=db)
-    for i in range(3):   # 380 + 40 > 400: deferred for the month's budget, in November (1 accelerator each:
+    for i in range(3):   # 380 + 25 > 400: deferred for the month's budget, in November (1 accelerator each:
         # still waiting in the line in December, they leave room for alpha-run beside them)
-        assert submit(queue_request(f"alpha-late-nov-{i}", "alpha", 1, 40), nov + (100 + i) * H) == "defer"
+        assert submit(queue_request(f"alpha-late-nov-{i}", "alpha", 1, 25), nov + (100 + i) * H) == "defer"
     assert submit(queue_request("beta-old", "beta", 9, 20), NOW - timedelta(days=20)) == "defer"   # gpu-cap
     # beta: 390 of its 400 GPU-h spent this month; a request of 20 waits for January
     assert submit(queue_request("beta-spent", "beta", 8, 250), datetime(2026, 12, 2)) == "admit"

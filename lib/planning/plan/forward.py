@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from lib.gate.admission import decide
-from lib.gate.capacity import MONTH_CURES, WAIT_CURES, pool_room
+from lib.gate.capacity import MONTH_CURES, WAIT_CURES, pool_room, span_end
 from lib.gate.contracts import Decision
 from lib.gate.terms import CAPACITIES, next_month_start
 from lib.planning.plan.data import (SERVE_ORDER, DayRow, Plan, PlanHolding, PlanInputs, PoolDay, QueueRow,
@@ -78,9 +78,10 @@ def _never(line: Line, q: Placed) -> str:
     return "only fits after a reservation with no end time releases"
 
 
-def place(line: Line, q: Placed, start: datetime, end: datetime) -> Placed:
+def place(line: Line, q: Placed, start: datetime, end: datetime, *, hold: bool = True) -> Placed:
     """Place q in the line at the earliest time >= `start` (before `end`, the horizon) it fits and
-    `decide` admits it (see the module docstring); set its start, end, codes and note."""
+    `decide` admits it (see the module docstring); set its start, end, codes and note. With `hold`
+    False the line is left as it was (a request only asked about: where it would go)."""
     w, req, policy = q.w, q.w["request"], q.policy
     team, kind = w["team"], w["kind"]
     as_of = line.as_of
@@ -114,8 +115,9 @@ def place(line: Line, q: Placed, start: datetime, end: datetime) -> Placed:
         decision = decide(req, policy, line.state(team, kind, t), explain=False)
         q.decisions += 1
         if decision["state"] == "admit":
-            held = line.place(w, decision, t, q.wall)
-            q.start, q.end, q.codes, q.note = t, held["end"], [], why
+            q.start, q.end, q.codes, q.note = t, span_end(t, q.wall), [], why
+            if hold:
+                line.place(w, decision, t, q.wall)
             break
         q.codes = _codes(decision)
         if set(q.codes) - WAIT_CURES - MONTH_CURES:

@@ -50,11 +50,12 @@ def ahead_of(inputs: PlanInputs, w: WaitingRequest) -> list[WaitingRequest]:
 def turn(inputs: PlanInputs, w: WaitingRequest, policy: Policy, at: datetime,
          days: int = TURN_DAYS) -> tuple[Placed, Line]:
     """`w` placed in the line of the requests served before it, from `at` (>= as_of) on, within
-    `days` days: its planned start (`start`, None: not within them) and why (`note`), and the line."""
+    `days` days: its planned start (`start`, None: not within them) and why (`note`), and the line
+    (without it)."""
     end = max(at, inputs["as_of"]) + timedelta(days=days)
     others = {**inputs, "waiting": [x for x in inputs["waiting"] if x["run_id"] != w["run_id"]]}
     line, _ = lay_out(others, end, before=serve_key(w))
-    return place(line, Placed(w, policy), at, end), line
+    return place(line, Placed(w, policy), at, end, hold=False), line
 
 
 def queue_reason(q: Placed, ahead: int) -> Reason:
