@@ -165,8 +165,8 @@ def planned_iso(t: datetime | None) -> str | None:
 def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:
     """The decision once the gate's line is heard (lib.planning.plan.turn): an admit whose turn has not
     come (a request served before it would start later) becomes a deferral with the reason `queue`;
-    a deferral that waiting cures names its planned start in the line (`planned_start`, and its
-    fixes). Anything else, and every decision while nobody waits ahead of it, is returned as it is;
+    a deferral that waiting cures names its planned start in the line (`planned_start`, ISO seconds
+    rounded up, and its fixes) and its `queue_place` among its team's waiting requests. Anything else, and every decision while nobody waits ahead of it, is returned as it is;
     with nobody deferred within the queue's window this costs one read."""
     codes = {r["code"] for r in decision["reasons"]}
     waits = decision["state"] == "defer" and cured_by_waiting(codes)
@@ -180,13 +180,14 @@ def in_line(con, request: Request, decision: Decision, policy: Policy | None, no
     if not ahead_of(inputs, w):
         return decision
     q, _ = turn(inputs, w, policy, now)
+    line = {"planned_start": planned_iso(q.start), "queue_place": len(ahead) + 1}
     if decision["state"] == "admit":
         if q.start == now:
             return decision
         return {**decision, "state": "defer", "reasons": [queue_reason(q, len(ahead))], "reserved_gpu_hours": None,
-                "planned_start": planned_iso(q.start)}
+                **line}
     redecided, _ = decide_with(request, now, LineFacts(con, q.start))
-    return {**redecided, "planned_start": planned_iso(q.start)}
+    return {**redecided, **line}
 
 
 def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0,

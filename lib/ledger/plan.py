@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import Decision, Request, State
 from lib.gate.terms import KINDS, InputError, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
@@ -83,11 +84,12 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
         w = as_waiting(inputs, request, policy, at)
         q, line = turn(inputs, w, policy, at)
         decision, _ = decide_with(request, at, PlannedFacts(con, line, q.start))
+    ahead = sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"])
+    line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
     if decision["state"] == "admit" and q.start != at:
-        ahead = sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"])
-        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None,
-                "planned_start": planned_iso(q.start)}
-    return {**decision, "planned_start": planned_iso(q.start)} if decision["state"] == "defer" else decision
+        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None, **line}
+    waits = decision["state"] == "defer" and cured_by_waiting({r["code"] for r in decision["reasons"]})
+    return {**decision, **line} if waits else decision
 
 
 def planned_holdings(con, as_of: datetime, until: datetime) -> list[PlanHolding]:
