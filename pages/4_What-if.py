@@ -109,13 +109,16 @@ if not result or result["request"] != request or result.get("start") != start:
     st.info("Fill in the request and press **Check this request**.")
     st.stop()
 if start is not None:
-    st.caption(f"Decided as if submitted at {start:%Y-%m-%d %H:%M} UTC, on the state the forward plan reaches by "
-               "then: what has ended by then, and what the plan starts from the queue before it "
+    st.caption(f"Decided as if submitted at {start:%Y-%m-%d %H:%M} UTC, in the gate's line as the forward plan "
+               "lays it out: what holds then, the waiting requests the plan starts included "
                "(`python -m lib check --as-of`).")
 
 decision = result["decision"]
 state = decision["state"]
 {"admit": st.success, "defer": st.warning}.get(state, st.error)(f"Decision: {str(state).upper()}")
+in_line = whatif.line_text(decision)
+if in_line:
+    st.info(ui.as_text(in_line))
 st.text(f"run {decision.get('run_id')} · team {decision.get('team')} · kind {decision.get('kind')} · "
         f"policy {decision.get('policy_version')}")
 if decision.get("reserved_gpu_hours") is not None:

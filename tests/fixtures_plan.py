@@ -75,8 +75,9 @@ def queue_request(run_id: str, team: str, gpus: int, est: float, kind: str = "ex
 def build_queue_ledger(folder) -> tuple:
     """(ledger path, now): a history made by the gate's own submit and finish, whose queue at `now`
     (NOW) holds stale deferrals and live ones:
-    - alpha spent 380 of its 400 GPU-h in November; its requests of late November were deferred for
-      period-budget, and December's budget has reset since (stale: `check` admits them now);
+    - alpha spent 380 of its 400 GPU-h in November; its requests of late November (1 accelerator each)
+      were deferred for period-budget, and December's budget has reset since (stale: `check` admits
+      them now, and they are first in the line);
     - alpha holds 8 + 4 (retraining) accelerators now; its requests of this morning for 5, 6 and 7
       were deferred for capacity and the retraining set-aside, and still are;
     - beta was deferred for capacity on the 14th by a run that has finished since (stale), and for
@@ -99,8 +100,9 @@ def build_queue_ledger(folder) -> tuple:
     assert submit(queue_request("alpha-nov", "alpha", 8, 300), nov) == "admit"
     finish_run("alpha-nov", actual_gpu_hours=380, stop_reason="completed", ended_at=nov + 40 * H,
                started_at=nov, db=db)
-    for i in range(3):   # 380 + 40 > 400: deferred for the month's budget, in November
-        assert submit(queue_request(f"alpha-late-nov-{i}", "alpha", 2 + i, 40), nov + (100 + i) * H) == "defer"
+    for i in range(3):   # 380 + 25 > 400: deferred for the month's budget, in November (1 accelerator each:
+        # still waiting in the line in December, they leave room for alpha-run beside them)
+        assert submit(queue_request(f"alpha-late-nov-{i}", "alpha", 1, 25), nov + (100 + i) * H) == "defer"
     assert submit(queue_request("beta-old", "beta", 9, 20), NOW - timedelta(days=20)) == "defer"   # gpu-cap
     # beta: 390 of its 400 GPU-h spent this month; a request of 20 waits for January
     assert submit(queue_request("beta-spent", "beta", 8, 250), datetime(2026, 12, 2)) == "admit"

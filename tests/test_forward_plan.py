@@ -50,7 +50,8 @@ def test_requests_for_the_same_free_accelerators_are_planned_one_after_another()
     assert order == [f"wait-{i}" for i in range(5)]
     assert rows(plan)["wait-0"]["ahead"] == [] and rows(plan)["wait-0"]["reasons"] == []
     assert "wait-0" in rows(plan)["wait-1"]["ahead"]                   # it took wait-1's room at NOW
-    assert rows(plan)["wait-1"]["reasons"] == []                       # yet `check` alone admits it now
+    # the ledger alone would admit it now, but wait-0, ahead of it in the line, takes the room: `queue`
+    assert rows(plan)["wait-1"]["reasons"] == ["queue"]
 
 
 def test_scheduled_retraining_is_served_first():
@@ -86,7 +87,7 @@ def test_committed_hours_of_planned_runs_count_against_the_month():
                                       budget_gpu_hours=50, expires_in_days=30) for i in range(2)], spent=4920.0)
     plan = forward_plan(inputs, days=30)
     assert rows(plan)["b-0"]["planned_start"] == NOW
-    assert rows(plan)["b-1"]["reasons"] == []                          # alone, it would fit now
+    assert rows(plan)["b-1"]["reasons"] == ["queue"]                   # alone it would fit now: b-0 is ahead
     assert rows(plan)["b-1"]["ahead"] == ["b-0"]
     assert rows(plan)["b-1"]["planned_start"] == datetime(2027, 1, 1)
 
@@ -146,8 +147,11 @@ def test_each_days_free_count_is_what_decide_admits_then_and_one_more_is_refused
                 checked += 1
     assert checked >= 10
     today = [r for r in plan["calendar"] if r["team"] == "vision" and r["date"] == NOW.date()][0]
-    # today's free count is the ledger's own (what check sees now): 12 for experiments less 6 held
-    assert today["free_gpus"] == min(12 - 6, 16 - 8, *([20 - 18] if pools else []))
+    # today's count is the line's now: the ledger's holdings (6 + 2) and the waiting requests it starts now
+    starting = sum(r["gpus"] for r in plan["queue"] if r["team"] == "vision" and r["planned_start"] == NOW)
+    assert starting > 0 and today["committed_gpus"] == 6 + 2 + starting
+    assert today["free_gpus"] == max(0, min(12 - 6 - starting, 16 - 8 - starting,
+                                            *([20 - 18 - starting] if pools else [])))
 
 
 def test_the_plan_holds_a_request_until_its_estimated_end_and_check_at_a_later_time_sees_it():

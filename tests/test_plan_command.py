@@ -49,7 +49,7 @@ def test_every_row_agrees_with_check_now(queue_ledger, plan):
     for run_id in ("alpha-late-nov-0", "alpha-late-nov-1", "alpha-late-nov-2", "beta-cap"):
         assert query(path, "SELECT reason_codes FROM decisions WHERE run_id = ?", [run_id])[0][0]
         assert queue[run_id]["reasons"] == [], run_id
-    assert queue["alpha-late-nov-1"]["ahead"] == ["alpha-late-nov-0"]
+    assert all(queue[f"alpha-late-nov-{i}"]["planned_start"] == now for i in range(3))   # first in the line
     assert queue["beta-budget"]["reasons"] == ["period-budget"] and queue["beta-budget"]["planned_start"] is None
     assert plan["expired"]["count"] == 1 and plan["expired"]["rows"][0]["run_id"] == "beta-old"
 
@@ -73,13 +73,15 @@ def test_each_days_free_count_is_what_check_admits_and_one_more_is_refused(queue
                 decision = (check_request(req, db=path, now=now) if offset == 0
                             else check_request_at(req, at=at, db=path, now=now))
                 codes = {r["code"] for r in decision["reasons"]}
-                assert bool(codes & CAPACITY_CODES) is refused, (row, gpus, codes)
+                # one more is refused for capacity, or for the line (`queue`: requests ahead take it)
+                assert bool(codes & (CAPACITY_CODES | {"queue"})) is refused, (row, gpus, codes)
                 checked += 1
     assert checked >= 6
     alpha_today = [r for r in plan["calendar"] if r["team"] == "alpha" and r["date"] == now.date()][0]
-    # 16 reserved, 4 set aside for retraining, 8 experiments + 4 retraining held: 4 left to experiments
+    # 16 reserved, 4 set aside for retraining, 8 experiments + 4 retraining held, and the line starts
+    # November's three waiting requests (1 each) now: 1 left to experiments
     assert (alpha_today["quota_gpus"], alpha_today["committed_gpus"], alpha_today["free_gpus"],
-            alpha_today["retraining_free_gpus"]) == (16, 12, 4, 12)
+            alpha_today["retraining_free_gpus"]) == (16, 15, 1, 12)
 
 
 def test_the_command_prints_the_plan_as_one_json_object(queue_ledger, plan):
@@ -101,16 +103,22 @@ def test_the_command_prints_the_plan_as_one_json_object(queue_ledger, plan):
 def test_check_as_of_a_later_time_decides_on_the_plans_state(queue_ledger, plan, tmp_path):
     path, now = queue_ledger
     req = probe("alpha", 4, 9)
-    assert check_request(req, db=path, now=now)["state"] == "admit"             # 4 are free now
-    # at 14:00 the plan has started three November requests (2 + 3 + 4 more for experiments): none free
+    # 4 are free on the ledger alone, but November's three requests, first in the line, take 3 of them
+    assert check_request(probe("alpha", 1, 9), db=path, now=now)["state"] == "admit"
+    now_d = check_request(req, db=path, now=now)
+    assert now_d["state"] == "defer" and [r["code"] for r in now_d["reasons"]] == ["queue"]
+    # at 14:00 alpha-run still holds its 8 beside them: still no room for 4
     d = check_request_at(req, at=now + 2 * H, db=path, now=now)
-    assert d["state"] == "defer" and {r["code"] for r in d["reasons"]} & CAPACITY_CODES
+    assert d["state"] == "defer" and {r["code"] for r in d["reasons"]} & (CAPACITY_CODES | {"queue"})
+    # one fit time: at the planned start the deferral names, the same request is admitted
+    start = datetime.fromisoformat(d["planned_start"])
+    assert start > now + 2 * H and check_request_at(req, at=start, db=path, now=now)["state"] == "admit"
     # the command line: the same answer, exit 1
     p = run_cli("check", write_json(tmp_path / "r.json", req), "--now", now.isoformat(),
                 "--as-of", (now + 2 * H).isoformat(), db=path)
     assert p.returncode == 1, p.stderr
     assert json.loads(p.stdout)["reasons"] == d["reasons"]
-    # a waiting request asked about itself is left out of the queue it is in
+    # a waiting request asked about itself keeps its place in the line (first: it fits now)
     own = recorded_request(path, "alpha-late-nov-0")
     assert check_request_at(own, at=now, db=path, now=now)["state"] == "admit"
 

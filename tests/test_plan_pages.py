@@ -66,9 +66,10 @@ def test_reservations_shows_the_plan_the_calendar_net_of_the_set_aside_and_the_p
     calendar = frame_with(at, "retraining_free_gpus")
     assert "(all teams)" not in set(calendar["team"])
     vision_today = calendar[(calendar["team"] == "vision") & (calendar["capacity"] == "stable")].iloc[0]
-    # today is what check sees now: 96 less the 8 set aside less the 40 held for experiments; retraining
-    # would preempt experiments, so its 96 are free to it
-    assert vision_today["free_gpus"] == 96 - 8 - 40 and vision_today["retraining_free_gpus"] == 96
+    # today is the line's now: 96 less the 8 set aside less the 40 held for experiments less the 8 of
+    # vision-fits, which the line starts now; retraining would preempt experiments, so its 96 are free to it
+    assert queue.loc["vision-fits", "planned_start"].to_pydatetime() <= utcnow()
+    assert vision_today["free_gpus"] == 96 - 8 - 40 - 8 and vision_today["retraining_free_gpus"] == 96
     pools = frame_with(at, "overcommit_ratio")
     assert pools.iloc[0]["pool"] == "stable" and pools.iloc[0]["overcommit_ratio"] == pytest.approx(272 / 200)
     assert any("1 deferral(s) were for the pool alone" in c.value for c in at.caption)

@@ -12,7 +12,7 @@ import pytest
 
 from lib.dashboard import queue_and_calendar, reservation_queries
 from lib.dashboard.filters import Filters
-from lib.gate.terms import utcnow
+from lib.gate.terms import minute_up, utcnow
 from lib.ledger.connection import open_ledger, transaction
 from lib.ledger.deciding import submit_request
 from lib.ledger.recording import canonical_json
@@ -60,7 +60,8 @@ def fits_from(decision) -> str:
 
 
 def minute(t) -> str:
-    return pd.Timestamp(t).strftime("%Y-%m-%dT%H:%M")
+    """`t` to the minute, rounded up, as every planned start is shown (never before it fits)."""
+    return minute_up(pd.Timestamp(t).to_pydatetime())
 
 
 def test_the_queue_plans_the_gates_fix_time_to_the_minute_on_the_page(safety_ledger, monkeypatch, fresh_caches):

@@ -47,9 +47,10 @@ def test_the_team_that_runs_out_today_comes_first_and_is_named_with_its_days(que
 
 def test_free_accelerators_and_the_queue_come_from_the_forward_plan(queue_board):
     rows, _, _, now = queue_board
-    # alpha: quota 16, 8 held by an experiment, the 4 set aside for retraining held by retraining
-    assert rows.loc["alpha", "free_gpus_now"] == 16 - 8 - 4
-    assert rows.loc["beta", "free_gpus_now"] == 8   # its quota, nothing held
+    # alpha: quota 16, 8 held by an experiment, the 4 set aside for retraining held by retraining, and
+    # November's three waiting requests (1 each), first in the line, start now
+    assert rows.loc["alpha", "free_gpus_now"] == 16 - 8 - 4 - 3
+    assert rows.loc["beta", "free_gpus_now"] == 8 - 4   # its quota less beta-cap (4), which the line starts now
     assert rows.loc["alpha", "fewest_free_7d_gpus"] <= rows.loc["alpha", "free_gpus_now"] + 8
     # alpha waits with three requests of late November (queue age 60 days) and three of this morning;
     # the oldest was deferred on Nov 24 at 13:00

@@ -20,7 +20,7 @@ from lib.cli.output import EXIT_INVALID, EXIT_OK, dump_json, say
 from lib.cli.plan import plan_days
 from lib.gate.access import access_path, command_line_access, may, resolve
 from lib.gate.request import run_id_problem
-from lib.gate.terms import InputError, checked_submit_time, naive_utc
+from lib.gate.terms import InputError, ceil_to, checked_submit_time, naive_utc
 from lib.ledger.audit import command_line, os_user, unix_groups
 from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.journal import drain_left_over_journal
@@ -31,7 +31,7 @@ MINUTE = timedelta(minutes=1)
 def cmd_queue(args) -> int:
     if args.action == "admit":
         return cmd_queue_admit(args)
-    from lib.ledger.queue import ceil_to, queue_line  # here: the plan brings numpy (calibration)
+    from lib.ledger.queue import queue_line  # here: the plan brings numpy (calibration)
     out = queue_line(args.db, now=args.now, days=args.days, team=args.team, timeout_s=args.timeout)
     print(dump_json(out))
     rows = out["queue"]

@@ -14,7 +14,7 @@ from lib.dashboard.filters import Filters
 from lib.dashboard.run_sql import ROW_LIMIT
 from lib.gate.terms import next_month_start
 from lib.ledger.calibration_scopes import ScopeRows
-from lib.ledger.plan import QUEUE_DAYS, read_plan_inputs
+from lib.ledger.plan_inputs import QUEUE_DAYS, read_plan_inputs
 from lib.planning.plan.forward import forward_plan
 
 CALENDAR_DAYS = 14            # days the capacity calendar looks ahead, today included

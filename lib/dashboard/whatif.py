@@ -14,6 +14,7 @@ import math
 
 from lib.dashboard.labels import estimate_item
 from lib.gate.reasons import WARNING_NOTES, notes_of
+from lib.gate.terms import minute_up
 from lib.gate.request import (BOOLEAN_FIELDS, EARLY_STOP_FIELDS, EARLY_STOP_MODES, NUMBER_FIELDS, PILOT_FIELDS,
                               REQUIRED_FIELDS, STOP_FIELDS, WHOLE_NUMBER_FIELDS)
 
@@ -91,6 +92,28 @@ def reasons_rows(decision: dict) -> list[dict]:
     return [{"code": r.get("code"), "message": r.get("message"), "fix": r.get("fix"),
              "requested": r.get("requested"), "limit": r.get("limit"), "in_use": r.get("in_use"),
              "unit": r.get("unit"), "field": r.get("field")} for r in decision.get("reasons") or []]
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def line_text(decision: dict) -> str | None:
+    """Where a deferral that waits stands in the gate's line ("you would be 3rd in line for team vision,
+    starting about ..."), from its `queue_place` and `planned_start` (lib.ledger.deciding.in_line);
+    None for a decision that does not wait in it."""
+    if decision.get("state") != "defer" or "planned_start" not in decision:
+        return None
+    place = decision.get("queue_place")
+    where = f"{ordinal(place)} in line for team {decision.get('team')}" if place else "in the gate's line"
+    start = decision["planned_start"]
+    if start is None:
+        return f"You would be {where}, with no planned start within the plan's horizon."
+    when = minute_up(dt.datetime.fromisoformat(start))
+    return (f"You would be {where}, starting about {when} UTC: the gate admits it by itself at its turn "
+            "(no need to resubmit).")
 
 
 def note_rows(decision: dict) -> list[dict]:

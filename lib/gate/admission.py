@@ -21,7 +21,7 @@ from lib.gate.estimate import estimate_request, throughput_ratio
 from lib.gate.reasons import in_order, note, reason
 from lib.gate.request import echoed, validate
 from lib.gate.stopping import fingerprint
-from lib.gate.terms import checked_number, next_month_start, team_name_problem, utcnow
+from lib.gate.terms import checked_number, minute_up, next_month_start, team_name_problem, utcnow
 
 
 def admit_training(estimated_gpu_hours, budget_gpu_hours, checkpoint_supported, expected_interruptions):
@@ -293,8 +293,9 @@ def _decide(request, policy: Policy | None, state: State, *, validated: Request 
     def fits_at():  # when every capacity check passes (the same rule the dashboard shows), reckoned once
         if not explain:
             return None
-        if not fit:
-            fit.append(capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus, pool, req["team"], wall_h))
+        if not fit:   # the gate's line gives it (state["planned_start"]: lib.planning.plan.line) when one waits
+            fit.append(state["planned_start"] if "planned_start" in state else
+                       capacity_fit(now, kind, reserved_gpus, set_aside, reservations, gpus, pool, req["team"], wall_h))
         return fit[0]
     if kind == "retraining":
         # experiments' holdings never defer scheduled retraining: they are preempted instead
@@ -394,7 +395,7 @@ def _capacity_reason(code, gpus, limit, in_use, what, fits_at: datetime | None, 
     every capacity check (lib.gate.capacity.capacity_fit; None: never by waiting)."""
     free = max(0, limit - in_use)
     alt = None
-    wait = (f"from {fits_at.isoformat(timespec='minutes')} when running reservations end"
+    wait = (f"from {minute_up(fits_at)} when running reservations end"
             if fits_at is not None else None)
     if gpus > limit:
         fix = f"{what} ({limit}) can never hold {gpus}: ask the planners for a larger quota or use ≤ {limit}"

@@ -216,6 +216,9 @@ class State(TypedDict, total=False):
     calibration_history: list[CalibrationRow]
     interruption_rate: InterruptionRate | None
     pools: dict[str, PoolState]   # capacity type -> its pool; absent or without the type: no pool check
+    # when the request would start in the gate's line (lib.planning.plan.line; None: not within the
+    # plan): the time its capacity reasons' fixes name, instead of the time the holdings alone give
+    planned_start: datetime | None
 
 
 class Alternative(TypedDict):

@@ -66,6 +66,20 @@ def team_name_problem(value) -> str | None:
 
 # ------------------------------------------------------------------------------------------ time
 
+def ceil_to(t: datetime | None, step: timedelta) -> datetime | None:
+    """`t` rounded up to a whole `step` (a second, a minute): a planned start is never shown earlier
+    than the moment the request fits."""
+    if t is None:
+        return None
+    base = datetime(t.year, t.month, t.day)
+    return base + step * math.ceil((t - base) / step)
+
+
+def minute_up(t: datetime) -> str:
+    """`t` as ISO text to the minute, rounded up (a time shown to a person: never before the moment)."""
+    return ceil_to(t, timedelta(minutes=1)).isoformat(timespec="minutes")
+
+
 def utcnow() -> datetime:
     """Now as a naive UTC datetime."""
     return datetime.now(timezone.utc).replace(tzinfo=None)

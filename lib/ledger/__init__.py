@@ -15,7 +15,8 @@ the demo history).
 - `calibration_rows`: the finished runs calibration reads.
 - `calibration_scopes`: every team's calibration at once.
 - `cluster_windows`: the cluster's capacity windows (Slurm reservations holding GPUs back).
-- `plan`: the forward plan over the ledger: its inputs read, `plan_ledger`, `check_request_at`.
+- `plan_inputs`: the forward plan's reads: the queue of waiting requests and everything else the plan reads.
+- `plan`: the forward plan over the ledger: `plan_ledger`, `check_request_at`, `planned_holdings`.
 - `queue`: the gate's line of waiting requests: listed, admitted at their turn, expired, cancelled.
 - `replay`: policy replay over the ledger: a window read once, replayed.
 - `forecast`: the demand forecast and the month's budget burn-down over the ledger (weekly usage, budgets,

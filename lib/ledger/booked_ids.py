@@ -1,7 +1,7 @@
 """The run IDs a ledger has booked, as 64-bit hashes: what the warm gate server keeps in memory to
 refuse a run ID a second time without opening the ledger for every request.
 
-A run ID is booked when its run holds a reservation or has run (service.BOOKED): a resubmission
+A run ID is booked when its run holds a reservation or has run (lib.ledger.state.BOOKED): a resubmission
 under it would double-book. The ledger's scan hashes every booked run ID with DuckDB's own string
 `hash()`, far cheaper than an MD5 of each (the server reloads after every import; docs/benchmarks.md:
 `bench_gate_reload`); `string_hash` computes the same number in Python for the one run
@@ -26,7 +26,7 @@ from typing import Callable
 import duckdb
 import numpy as np
 
-from lib.ledger.deciding import BOOKED
+from lib.ledger.state import BOOKED
 
 _M = 0xd6e8feb86659fd93
 _MASK = (1 << 64) - 1

@@ -19,21 +19,23 @@ nothing (a retry after a lost answer); see `recorded_admit`.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
 from lib.gate.admission import decide, reject, unknown_team
+from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import Decision, DecisionFacts, Policy, Request, State
 from lib.gate.reasons import notes_of, reason
 from lib.gate.request import run_id_problem
-from lib.gate.terms import KINDS, naive_utc, team_name_problem, utcnow
+from lib.gate.terms import KINDS, ceil_to, naive_utc, team_name_problem, utcnow
 from lib.ledger.connection import ledger_path, open_ledger, transaction
 from lib.ledger.decider_lock import deciding_in_process
+from lib.ledger.plan_inputs import anyone_waiting, read_plan_inputs
 from lib.ledger.recording import canonical_json, record_decision
-from lib.ledger.state import team_policy, team_state
+from lib.ledger.state import BOOKED, team_policy, team_state
 from lib.ledger.writer import write_ledger
+from lib.planning.plan.turn import ahead_of, as_waiting, queue_reason, turn
 
-BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
 
 
 def booked(con, run_id) -> bool:
@@ -143,6 +145,51 @@ def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Po
     return decide_with(request, now, LedgerFacts(con))
 
 
+class LineFacts(LedgerFacts):
+    """LedgerFacts whose state names the request's planned start in the gate's line (so a deferral's
+    fixes give the time the line gives)."""
+
+    def __init__(self, con, planned_start: datetime | None):
+        super().__init__(con)
+        self.planned_start = planned_start
+
+    def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
+        return {**super().state(team, now, kind, capacity), "planned_start": self.planned_start}
+
+
+def planned_iso(t: datetime | None) -> str | None:
+    """A planned start as the decision JSON gives it: ISO to the second, rounded up."""
+    return None if t is None else ceil_to(t, timedelta(seconds=1)).isoformat(timespec="seconds")
+
+
+def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:
+    """The decision once the gate's line is heard (lib.planning.plan.turn): an admit whose turn has not
+    come (a request served before it would start later) becomes a deferral with the reason `queue`;
+    a deferral that waiting cures names its planned start in the line (`planned_start`, ISO seconds
+    rounded up, and its fixes) and its `queue_place` among its team's waiting requests. Anything else, and every decision while nobody waits ahead of it, is returned as it is;
+    with nobody deferred within the queue's window this costs one read."""
+    codes = {r["code"] for r in decision["reasons"]}
+    waits = decision["state"] == "defer" and cured_by_waiting(codes)
+    if policy is None or decision.get("replayed") or not (decision["state"] == "admit" or waits):
+        return decision
+    if not anyone_waiting(con, now):
+        return decision
+    inputs, _ = read_plan_inputs(con, now, also=(request["team"], request["kind"]))
+    w = as_waiting(inputs, request, policy, now)
+    ahead = [x for x in ahead_of(inputs, w) if x["team"] == w["team"]]
+    if not ahead_of(inputs, w):
+        return decision
+    q, _ = turn(inputs, w, policy, now)
+    line = {"planned_start": planned_iso(q.start), "queue_place": len(ahead) + 1}
+    if decision["state"] == "admit":
+        if q.start == now:
+            return decision
+        return {**decision, "state": "defer", "reasons": [queue_reason(q, len(ahead))], "reserved_gpu_hours": None,
+                **line}
+    redecided, _ = decide_with(request, now, LineFacts(con, q.start))
+    return {**redecided, **line}
+
+
 def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0,
                   authority: SharedAuthority | None = None) -> Decision:
     """The what-if: the decision submit would give now, from a read-only open. Writes nothing.
@@ -154,8 +201,8 @@ def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.
     with open_ledger(db, read_only=True, timeout_s=timeout_s) as con:
         if authority is not None:
             return authority.decide(request, now, LedgerFacts(con), write=False)[1]
-        decision, _ = decide_in_ledger(con, request, now)
-    return decision
+        decision, policy = decide_in_ledger(con, request, now)
+        return in_line(con, request, decision, policy, now)
 
 
 def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, timeout_s: float = 10.0,
@@ -203,7 +250,8 @@ def submit_request(request: Request, *, db=None, origin: str = "cli", now=None, 
             else:
                 if prepare is not None:
                     request = prepare(request, policy_for(request, facts))
-                decision, _ = decide_with(request, now, facts)
+                decision, policy = decide_with(request, now, facts)
+                decision = in_line(con, request, decision, policy, now)
             if extra and not decision.get("replayed"):
                 decision = {**decision, **extra}
             if decision["state"] == "admit" or not admit_only:

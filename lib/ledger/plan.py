@@ -1,165 +1,39 @@
 """The forward plan over the ledger: `plan_ledger` (what `python -m lib plan` prints and the Reservations
 page shows), `check_request_at` (the what-if with a start time: `python -m lib check --as-of T`) and
 `planned_holdings` (the budget burn-down's committed spend). Each opens the ledger read-only once (or
-reads through the caller's), reads the plan's inputs (`read_plan_inputs`) and runs the pure plan
-(lib.planning.plan.forward). Reads only.
-
-The inputs are the queue of waiting requests, the reservations held, each team's spend, policy,
-calibration and interruption rate, the snapshots, the pools and the scheduler's windows, all as the
-gate would read them at `as_of`. The queue: every run ID whose latest decision of the last QUEUE_DAYS
-days is a deferral and that has not been booked since (reserved, started or ended). Such a request
-waits since its first deferral in those days (after the queue's own rejection that ended an earlier
-wait of the same run ID: cancelled, or expired), and expires `queue_max_age_days` (its team's policy)
-after it: an expired request is counted and listed apart, never planned, whether or not `python -m lib
-queue admit` has recorded its expiry yet (lib.ledger.queue). A request deferred longer
-ago and never decided again has left the queue, so the queue costs the last QUEUE_DAYS of decisions,
-not the whole history.
+reads through the caller's), reads the plan's inputs (lib.ledger.plan_inputs: the queue of waiting
+requests, the reservations held, each team's spend, policy, calibration and interruption rate, the
+snapshots, the pools and the scheduler's windows, all as the gate would read them at `as_of`) and
+runs the pure plan (lib.planning.plan.forward, the gate's line). Reads only.
 """
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 
+from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import Decision, Request, State
-from lib.gate.reasons import QUEUE_LEFT_CODES
-from lib.gate.terms import KINDS, InputError, month_start, naive_utc, utcnow
-from lib.ledger.calibration_scopes import ScopeRows, calibrations
-from lib.ledger.cluster_windows import read_windows
+from lib.gate.terms import KINDS, InputError, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.deciding import BOOKED, LedgerFacts, decide_with
-from lib.ledger.replay import ledger_policies
-from lib.ledger.state import held_reservations, interruption_rates, pool_sizes
-from lib.ledger.teams_file import LATER_KEYS
-from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Plan, PlanHolding, PlanInputs, WaitingRequest
-from lib.planning.plan.forward import forward_plan, plan_holdings, world_at
-from lib.planning.plan.world import PlanWorld
-
-QUEUE_DAYS = 90          # a deferred request not decided again for this many days has left the queue
-EXPIRED_SHOWN = 500      # expired requests listed (all are counted)
-
-# Into the temp table `plan_queue`: the waiting requests at $as_of, expired ones included (see the
-# module docstring). An admit books its run, so the latest decision that matters is among the others;
-# a run booked after a deferral was written after it, so after the horizon. A wait ends with the
-# queue's own rejection (QUEUE_LEFT_CODES: cancelled, or its expiry recorded): a later deferral of the
-# same run ID waits anew. A recorded expiry still counts as expired (since it waited in the line
-# since its decision's `waiting_since`), never as waiting.
-_LEFT = "[" + ", ".join(f"'{c}'" for c in QUEUE_LEFT_CODES) + "]"
-_QUEUE_SQL = f"""CREATE OR REPLACE TEMP TABLE plan_queue AS
-  WITH recent AS (
-    SELECT x.decision_id, x.run_id, x.decided_at, x.state,
-           x.state = 'reject' AND list_has_any(x.reason_codes, {_LEFT}) AS left_line
-    FROM decisions x
-    WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
-  lefts AS (SELECT run_id, max(decided_at) AS left_at FROM recent WHERE left_line GROUP BY run_id),
-  waiting AS (
-    SELECT x.run_id,
-           min(x.decided_at) FILTER (WHERE x.state = 'defer' AND (l.left_at IS NULL OR x.decided_at > l.left_at))
-             AS waiting_since,
-           max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
-    FROM recent x LEFT JOIN lefts l ON l.run_id = x.run_id
-    WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = x.run_id AND {BOOKED} AND r.updated_at >= $horizon)
-    GROUP BY x.run_id),
-  queued AS (
-    SELECT d.*, coalesce(w.waiting_since, TRY_CAST(d.decision_json->>'waiting_since' AS TIMESTAMP)) AS since,
-           coalesce(t.queue_max_age_days, $max_age) AS max_age
-    FROM waiting w JOIN decisions d ON d.decision_id = w.decision_id LEFT JOIN teams t ON t.team = d.team
-    WHERE d.decided_at >= $horizon
-      AND (d.state = 'defer' OR (d.state = 'reject' AND list_contains(d.reason_codes, 'queue-expired'))))
-  SELECT run_id, team, kind, coalesce(request_json->>'capacity', 'stable') AS capacity,
-         TRY_CAST(request_json->>'gpus' AS INTEGER) AS gpus, since AS waiting_since,
-         CASE WHEN state = 'defer' THEN since + to_days(max_age)
-              ELSE least(since + to_days(max_age), decided_at) END AS expires_at,
-         request_json, state = 'reject' AS expiry_recorded
-  FROM queued WHERE since IS NOT NULL"""
-
-
-def _parse(text: str | None) -> dict | None:
-    try:
-        obj = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def first_run_at(con) -> datetime | None:
-    """The earliest time any run of the ledger was reserved, started or ended (None: no runs)."""
-    # each column's own minimum: DuckDB reads it from its statistics, no scan
-    return con.execute("SELECT least(min(reserved_from), min(started_at), min(ended_at)) FROM runs").fetchone()[0]
-
-
-def read_queue(con, as_of: datetime, exclude: str | None = None, *,
-               unrecorded: bool = False) -> tuple[list[WaitingRequest], dict]:
-    """(the requests waiting at as_of and not expired, {count, rows, counts}: those expired, newest
-    expiry first, at most EXPIRED_SHOWN rows, and counted per team, kind and capacity type).
-    `exclude`: a run ID left out (the request being checked). `unrecorded`: the expired dict also
-    has "unrecorded", every expired request whose expiry the ledger has not recorded yet (WaitingRequest
-    rows, run-ID order; lib.ledger.queue records them)."""
-    p = {"horizon": as_of - timedelta(days=QUEUE_DAYS), "max_age": LATER_KEYS["queue_max_age_days"]}
-    con.execute(_QUEUE_SQL, p)
-    try:
-        cols = "run_id, team, kind, capacity, gpus, waiting_since, expires_at"
-        live = con.execute(f"SELECT {cols}, request_json FROM plan_queue WHERE expires_at > $as_of "
-                           "AND run_id IS DISTINCT FROM $exclude ORDER BY run_id", {"as_of": as_of, "exclude": exclude}).fetchall()
-        counts = con.execute("SELECT team, kind, capacity, count(*) FROM plan_queue WHERE expires_at <= $as_of "
-                             "AND run_id IS DISTINCT FROM $exclude GROUP BY ALL ORDER BY ALL",
-                             {"as_of": as_of, "exclude": exclude}).fetchall()
-        expired = con.execute(f"SELECT {cols} FROM plan_queue WHERE expires_at <= $as_of AND run_id IS DISTINCT FROM "
-                              "$exclude ORDER BY expires_at DESC, run_id LIMIT $n",
-                              {"as_of": as_of, "exclude": exclude, "n": EXPIRED_SHOWN}).fetchall()
-        pending = con.execute(f"SELECT {cols}, request_json FROM plan_queue WHERE expires_at <= $as_of "
-                              "AND NOT expiry_recorded ORDER BY run_id", {"as_of": as_of}).fetchall() if unrecorded else []
-    finally:
-        con.execute("DROP TABLE IF EXISTS plan_queue")
-    names = cols.split(", ")
-    waiting: list[WaitingRequest] = [{**dict(zip(names, r[:7])), "request": _parse(r[7])} for r in live]
-    out = {"count": sum(n for *_, n in counts), "rows": [dict(zip(names, r)) for r in expired],
-           "counts": [{"team": t, "kind": k, "capacity": c, "requests": n} for t, k, c, n in counts]}
-    if unrecorded:
-        out["unrecorded"] = [{**dict(zip(names, r[:7])), "request": _parse(r[7])} for r in pending]
-    return waiting, out
-
-
-def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None, also: tuple[str, str] | None = None,
-                     scopes: ScopeRows | None = None) -> tuple[PlanInputs, dict]:
-    """(the plan's inputs at as_of, the expired requests: see `read_queue`). `exclude`: a run ID left
-    out of the queue; `also`: a (team, kind) whose calibration is read besides the queue's (a request
-    checked against the plan); `scopes`: the calibration rows at as_of, when the caller read them
-    already."""
-    waiting, expired = read_queue(con, as_of, exclude)
-    policies = ledger_policies(con)
-    pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in policies and w["kind"] in KINDS}
-    if also is not None and also[0] in policies and also[1] in KINDS:
-        pairs.add(also)
-    spent = {(team, month): float(hours or 0.0) for team, month, hours in con.execute(
-        "SELECT team, date_trunc('month', ended_at)::TIMESTAMP, sum(actual_gpu_hours) FROM runs "
-        "WHERE ended_at >= ? GROUP BY ALL", [month_start(as_of)]).fetchall()}
-    snapshots: dict = {}
-    for snap, team in con.execute("SELECT snapshot, team FROM snapshots").fetchall():
-        snapshots.setdefault(team, set()).add(snap)
-    # the interruption rate prices only preemptible requests' estimates
-    teams = sorted({t for t, _ in pairs} if any(w["capacity"] == "preemptible" for w in waiting)
-                   or also is not None else set())
-    inputs: PlanInputs = {
-        "as_of": as_of, "policies": policies, "held": held_reservations(con, as_of), "waiting": waiting,
-        "spent": spent, "snapshots": snapshots,
-        "calibrations": calibrations(con, pairs, as_of, scopes=scopes),
-        "interruption_rates": interruption_rates(con, teams, as_of) if teams else {},
-        "pools": pool_sizes(con), "windows": read_windows(con, as_of)}
-    return inputs, expired
-
+from lib.ledger.deciding import LedgerFacts, decide_with, planned_iso
+from lib.ledger.plan_inputs import first_run_at, read_plan_inputs
+from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Plan, PlanHolding
+from lib.planning.plan.forward import forward_plan, plan_holdings
+from lib.planning.plan.line import Line
+from lib.planning.plan.turn import ahead_of, as_waiting, queue_reason, turn
 
 # ------------------------------------------------------------------------------ the plan over the ledger
 
 class PlannedFacts(LedgerFacts):
-    """The `DecisionFacts` of the plan's world at a time: the ledger's policies and booked run IDs, and
-    each team's state as the plan has reached it (lib.planning.plan.world.PlanWorld.state)."""
+    """The `DecisionFacts` of the gate's line at a time: the ledger's policies and booked run IDs, and
+    each team's state as the line holds it then (lib.planning.plan.line.Line.state), naming the
+    request's `planned_start` in the line."""
 
-    def __init__(self, con, world: PlanWorld):
+    def __init__(self, con, line: Line, planned_start: datetime | None = None):
         super().__init__(con)
-        self.world = world
+        self.line, self.planned_start = line, planned_start
 
     def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
-        return self.world.state(team, kind, now)
+        return {**self.line.state(team, kind, now), "planned_start": self.planned_start}
 
 
 def _checked_as_of(con, as_of: datetime, what: str = "--as-of") -> None:
@@ -185,10 +59,12 @@ def plan_ledger(db=None, *, as_of=None, days: int = 14, timeout_s: float = 10.0)
 
 
 def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: float = 10.0) -> Decision:
-    """The what-if with a start time: the decision for `request` submitted at `at`, on the state the plan
-    (from `now`, default the present) reaches by then — what has ended by `at`, and what the plan starts
-    before it. The request's own run ID is left out of the queue. Writes nothing. InputError for an
-    `at` before `now` or more than MAX_DAYS after it."""
+    """The what-if with a start time: the decision for `request` submitted at `at`, on the gate's line
+    as the plan lays it out from `now` (default the present): what holds at `at`, the plan's placed
+    requests included. It is admitted only when the line places it at `at` (its turn: lib.planning.
+    plan.turn), else deferred with `queue` or its own reasons, naming its `planned_start`; a run ID
+    waiting in the line keeps its place. Writes nothing. InputError for an `at` before `now` or more
+    than MAX_DAYS after it."""
     now = naive_utc(now) or utcnow()
     at = naive_utc(at)
     if at < now:
@@ -197,15 +73,23 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
     if at > now + timedelta(days=MAX_DAYS):
         raise InputError(f"--as-of {at.isoformat(timespec='minutes')} is more than {MAX_DAYS} days ahead")
     own = request if isinstance(request, dict) else {}
-    run_id = own.get("run_id") if isinstance(own.get("run_id"), str) else None
     team, kind = own.get("team"), own.get("kind")
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
         _checked_as_of(con, now, "--now")
-        inputs, _ = read_plan_inputs(con, now, exclude=run_id,
-                                     also=(team, kind) if isinstance(team, str) and kind in KINDS else None)
-        world = world_at(inputs, at)
-        decision, _ = decide_with(request, at, PlannedFacts(con, world))
-    return decision
+        inputs, _ = read_plan_inputs(con, now, also=(team, kind) if isinstance(team, str) and kind in KINDS else None)
+        policy = inputs["policies"].get(team) if isinstance(team, str) else None
+        first, _ = decide_with(request, at, PlannedFacts(con, Line(inputs)))   # is it a request the line can hold?
+        if policy is None or first["state"] not in ("admit", "defer"):
+            return first
+        w = as_waiting(inputs, request, policy, at)
+        q, line = turn(inputs, w, policy, at)
+        decision, _ = decide_with(request, at, PlannedFacts(con, line, q.start))
+    ahead = sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"])
+    line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
+    if decision["state"] == "admit" and q.start != at:
+        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None, **line}
+    waits = decision["state"] == "defer" and cured_by_waiting({r["code"] for r in decision["reasons"]})
+    return {**decision, **line} if waits else decision
 
 
 def planned_holdings(con, as_of: datetime, until: datetime) -> list[PlanHolding]:

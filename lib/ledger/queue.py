@@ -23,19 +23,20 @@ naive UTC.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from datetime import datetime, timedelta
 
 from lib.gate.admission import reject
 from lib.gate.contracts import Decision
 from lib.gate.reasons import reason
-from lib.gate.terms import InputError, naive_utc, utcnow
+from lib.gate.terms import InputError, ceil_to, naive_utc, utcnow
 from lib.ledger.audit import Who, record
 from lib.ledger.connection import open_ledger, transaction
-from lib.ledger.deciding import BOOKED, SharedAuthority, submit_request
+from lib.ledger.deciding import SharedAuthority, submit_request
+from lib.ledger.state import BOOKED
 from lib.ledger.finishing import UnknownRun
-from lib.ledger.plan import plan_ledger, read_queue
+from lib.ledger.plan import plan_ledger
+from lib.ledger.plan_inputs import read_queue
 from lib.ledger.recording import canonical_json, record_decision
 from lib.ledger.writer import write_ledger
 from lib.planning.plan.data import WaitingRequest
@@ -43,15 +44,6 @@ from lib.planning.plan.forward import serve_key
 
 QUEUE_ACTOR = "gate-queue"    # the actor of the queue's own decisions (admits and expiries)
 ORIGIN = "cli"
-
-
-def ceil_to(t: datetime | None, step: timedelta) -> datetime | None:
-    """`t` rounded up to a whole `step` (a second, a minute): a planned start is never shown earlier
-    than the moment the request fits."""
-    if t is None:
-        return None
-    base = datetime(t.year, t.month, t.day)
-    return base + step * math.ceil((t - base) / step)
 
 
 def _iso(t: datetime | None, step: timedelta = timedelta(seconds=1)) -> str | None:

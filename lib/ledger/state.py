@@ -14,6 +14,9 @@ from lib.ledger.cluster_windows import read_windows
 from lib.ledger.teams_file import LATER_KEYS, POLICY_FIELDS
 
 
+BOOKED = "(reserved_gpu_hours IS NOT NULL OR started_at IS NOT NULL OR ended_at IS NOT NULL)"  # a runs row's run ID is taken
+
+
 def team_policy(con, team) -> Policy | None:
     """The team's policy row as a dict (team, the teams_file.POLICY_FIELDS, policy_version), or None for an unknown team."""
     if type(team) is not str:

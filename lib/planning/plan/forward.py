@@ -1,51 +1,41 @@
 """The forward plan: the waiting requests decided again from now on, in the order the gate serves them,
-by the same `lib.gate.admission.decide`, each with the state it would see then — the policy replay's
-engine (lib.planning.holdings) run forward instead of over the past. Pure over plain data
-(lib.ledger.plan reads it from the ledger).
-
-The world it moves through (lib.planning.plan.world.PlanWorld):
-- **held**: every reservation the ledger holds at as_of holds its team's quota (and its pool) until
-  its reserved end, as the gate counts it; a request the plan starts at t holds its `gpus` from t for
-  its estimated wall clock (t + the decision's wall hours, as lib.ledger.recording books an admit).
-- **spend**: a reservation is taken to spend what it reserved, at its end (so a release moves its
-  GPU-hours from committed to spent within the month); a month's spend starts from what the ledger
-  had ended in it. The month rolling over resets budgets.
-- **calibration, interruption rate, snapshots**: the gate's at as_of (no run is known to finish
-  before the plan says so).
-- **pools and the scheduler's windows**: as lib.gate.capacity counts them.
+by the same `lib.gate.admission.decide`, each placed in the gate's line (lib.planning.plan.line.Line:
+conservative backfill) at the earliest time it fits beside everything placed before it. Pure over
+plain data (lib.ledger.plan reads it from the ledger).
 
 The rules:
-1. Every waiting request is decided at as_of, in serve order (`SERVE_ORDER`: retraining first, then
-   the longest wait, then run ID); each sees what the plan started before it. A request waiting
-   past its team's `queue_max_age_days` has expired and is not planned.
-2. A deferred request is tried again at the earliest time its reasons could be cured
-   (lib.gate.capacity.fit_for_reasons: when reservations end, when its pool has room for the whole
-   run, when the month resets the budget); what the plan starts meanwhile only delays it, so no
-   earlier try could succeed. Requests tried at the same moment go in serve order. A reason that
-   waiting cannot cure (budget, caps, snapshot, ...) blocks it for good, and so does a reject.
-3. A request still waiting at its expiry leaves the queue then; one not started within the horizon
-   is "not within N days", with the codes of its last try.
+1. Every waiting request is placed in serve order (`SERVE_ORDER`: retraining first, then the longest
+   wait, then run ID). A request waiting past its team's `queue_max_age_days` has expired and is not
+   planned. A request placed later never moves one placed earlier, so what a request is promised
+   holds whatever arrives after it (a request that fits in a gap ending before a later planned start
+   still starts at once: backfill).
+2. A request's start is the earliest time t >= as_of at which it fits for its whole estimated wall
+   clock beside the line (its team's quota, the retraining set-aside, its pool and the scheduler's
+   windows: `Line.fit`) and `decide`, on the state the line gives at t, admits it. A period budget
+   defers it to the month's reset; a reason that waiting cannot cure (budget, caps, snapshot, ...)
+   blocks it for good, and so does a reject.
+3. A request that would start only after its expiry leaves the queue then; one not started within the
+   horizon is "not within N days", with the codes of its last try.
 
-`reasons` are the codes `python -m lib check` gives each request at as_of (the ledger's state, without
-what the plan starts before it). The calendar is read at as_of for today and at each later day's
-start, on the state the plan has reached by then (what it started before that moment), which is the
-state `python -m lib check --as-of T` decides on (`world_at`).
+`reasons` are the codes `python -m lib check` gives each request at as_of: the ledger's state alone,
+and `queue` when that admits it but the line does not start it then (requests ahead of it take the
+room). The calendar is read at as_of for today and at each later day's start, on the line (what holds
+then, the plan's placed requests included), which is the state `python -m lib check --as-of T`
+decides on.
 """
 from __future__ import annotations
 
-import heapq
 from datetime import datetime, timedelta
 
 from lib.gate.admission import decide
-from lib.gate.capacity import WAIT_CURES, fit_for_reasons, pool_room
-from lib.gate.contracts import Decision, State
+from lib.gate.capacity import MONTH_CURES, WAIT_CURES, pool_room, span_end
+from lib.gate.contracts import Decision
 from lib.gate.terms import CAPACITIES, next_month_start
 from lib.planning.plan.data import (SERVE_ORDER, DayRow, Plan, PlanHolding, PlanInputs, PoolDay, QueueRow,
                                     WaitingRequest)
-from lib.planning.plan.world import PlanWorld
+from lib.planning.plan.line import Line
 
 AHEAD_SHOWN = 20        # run IDs listed in a queue row's `ahead` (all are counted)
-TEAM_HELD = {"capacity", "retraining-protection", "period-budget"}   # cured by the team's own releases
 
 
 def serve_key(w: WaitingRequest) -> tuple:
@@ -53,19 +43,21 @@ def serve_key(w: WaitingRequest) -> tuple:
     return (0 if w["kind"] == "retraining" else 1, w["waiting_since"], w["run_id"])
 
 
-class _Waiting:
-    """One request's course through the plan: the codes of its last decision, its estimated wall hours
-    and the month start its budget waits for, once decided."""
-    __slots__ = ("w", "rank", "policy", "reasons", "codes", "note", "ahead", "start", "end", "wall", "month")
+class Placed:
+    """One request's course through the line: the codes `check` gives it at as_of (`reasons`), those
+    of its last decision (`codes`), its planned start and end (None: none), why (`note`), the run IDs
+    placed before it that hold what it waited for (`ahead`), and its estimated wall hours."""
+    __slots__ = ("w", "policy", "reasons", "codes", "note", "ahead", "start", "end", "wall", "decisions")
 
-    def __init__(self, w: WaitingRequest, rank: int, policy):
-        self.w, self.rank, self.policy = w, rank, policy
-        self.reasons: list[str] | None = None
+    def __init__(self, w: WaitingRequest, policy):
+        self.w, self.policy = w, policy
+        self.reasons: list[str] = []
         self.codes: list[str] = []
         self.note = ""
-        self.ahead: set[str] = set()
-        self.start = self.end = self.month = None
+        self.ahead: list[str] = []
+        self.start = self.end = None
         self.wall = 0.0
+        self.decisions = 0
 
 
 def _codes(decision: Decision) -> list[str]:
@@ -73,104 +65,105 @@ def _codes(decision: Decision) -> list[str]:
     return list(dict.fromkeys(r["code"] for r in decision["reasons"]))
 
 
-def _step(world: PlanWorld, q: _Waiting, t: datetime, tries: list) -> int:
-    """Try `q` at t: start it, or schedule its next try, or settle it. Returns the decisions it took.
-
-    A retry first asks whether its last deferral's reasons can be cured at t (fit_for_reasons on the
-    world now, its month's budget reset when t has reached that month): when not, what the plan
-    started since took the room again, and it waits for the next time without a decision."""
-    w, req = q.w, q.w["request"]
-    team, kind = w["team"], w["kind"]
-    st = world.state(team, kind, t)
-    if q.reasons is not None:
-        codes = set(q.codes) - ({"period-budget"} if q.month is not None and t >= q.month else set())
-        if codes & WAIT_CURES and not _wait(world, q, t, codes, st, tries, retry=True):
-            return 0
-    decision = decide(req, q.policy, st, explain=False)   # codes and the estimate only
-    codes = _codes(decision)
-    decided = 1
-    if q.reasons is None:   # the first try, at as_of: what check gives it, without what the plan started
-        capacity = req.get("capacity") if isinstance(req, dict) else None
-        if world.started_in.get(team) or world.started_in.get(("pool", capacity)):
-            alone = world.state(team, kind, t, ledger_only=True)
-            q.reasons = _codes(decide(req, q.policy, alone, explain=False))
-            decided += 1
-        else:
-            q.reasons = codes
-    q.codes = codes
-    if decision["state"] == "admit":
-        held = world.start(w, decision, t)
-        q.start, q.end, q.codes = t, held["end"], []
-        q.note = q.note or "fits now"
-        return decided
-    if decision["state"] == "reject" or q.policy is None:
-        q.note = "not a request the gate can admit: " + "; ".join(
-            f"{r.get('field', '?')}: {r['message']}" for r in decision["reasons"])[:300]
-        return decided
-    q.wall = decision["estimate"]["wall_hours"]
-    q.month = next_month_start(t) if "period-budget" in codes else None
-    _wait(world, q, t, set(codes), st, tries)
-    return decided
+def _never(line: Line, q: Placed) -> str:
+    """Why a request can never fit the line by waiting."""
+    w, policy = q.w, q.policy
+    gpus, kind = int(w["gpus"]), w["kind"]
+    quota = policy["reserved_gpus"] - (0 if kind == "retraining" else policy["retraining_reserved_gpus"])
+    if gpus > quota:
+        return f"needs {gpus} GPUs, above the {max(0, quota)} the team's quota leaves it"
+    size = line.pool_sizes.get(w["capacity"])
+    if size is not None and gpus > size:
+        return f"needs {gpus} GPUs, above the {size} of the {w['capacity']} pool"
+    return "only fits after a reservation with no end time releases"
 
 
-def _wait(world: PlanWorld, q: _Waiting, t: datetime, codes: set, st: State, tries: list, *,
-          retry: bool = False) -> bool:
-    """Schedule q's next try for when `codes` can be cured; for a `retry`, True instead when that is
-    now (then decide it)."""
+def place(line: Line, q: Placed, start: datetime, end: datetime, *, hold: bool = True) -> Placed:
+    """Place q in the line at the earliest time >= `start` (before `end`, the horizon) it fits and
+    `decide` admits it (see the module docstring); set its start, end, codes and note. With `hold`
+    False the line is left as it was (a request only asked about: where it would go)."""
     w, req, policy = q.w, q.w["request"], q.policy
-    at, why = fit_for_reasons(t, codes, w["kind"], policy["reserved_gpus"], policy["retraining_reserved_gpus"],
-                              st["reservations"], int(req["gpus"]), st["pools"].get(req["capacity"]), w["team"],
-                              q.wall)
-    if retry and at is not None and at <= t:
-        return True
-    # it waits: what the plan started and still holds in its team (quota, budget) or pool is ahead of it
-    if codes & TEAM_HELD:
-        q.ahead.update(world.started_held(w["team"], t))
-    if "cluster-capacity" in codes:
-        q.ahead.update(world.started_held(("pool", req["capacity"]), t))
-    if at is None or at <= t:
-        q.note = why if at is None else "no later time cures its reasons"
-    elif at >= w["expires_at"]:
-        q.note = f"expires {w['expires_at'].isoformat(timespec='minutes')} before it could start ({why})"
-    else:
-        q.note = why
-        heapq.heappush(tries, (at, q.rank, q))
-    return False
+    team, kind = w["team"], w["kind"]
+    as_of = line.as_of
+    first = decide(req, policy, line.state(team, kind, start, ledger_only=start == as_of), explain=False)
+    q.decisions += 1
+    q.reasons = q.codes = _codes(first)
+    if first["state"] == "reject" or policy is None:
+        q.note = "not a request the gate can admit: " + "; ".join(
+            f"{r.get('field', '?')}: {r['message']}" for r in first["reasons"])[:300]
+        return q
+    blocking = sorted(set(q.codes) - WAIT_CURES - MONTH_CURES)
+    if blocking:
+        q.note = "waiting will not help: change the request (" + ", ".join(blocking) + ")"
+        return q
+    wall = (first["estimate"] or {}).get("wall_hours")
+    q.wall = wall if wall is not None else float(req.get("max_runtime_hours") or 0.0)
+    t, why = start, "fits now"
+    while True:
+        at = line.fit(team, kind, w["capacity"], int(w["gpus"]), t, q.wall, policy)
+        if at is None:
+            q.note = _never(line, q)
+            break
+        if at > t:
+            t, why = at, "when reservations end"
+        if t >= w["expires_at"]:
+            q.note = f"expires {w['expires_at'].isoformat(timespec='minutes')} before it could start ({why})"
+            break
+        if t >= end:
+            q.note = f"not within the plan's horizon: next try {t.isoformat(timespec='minutes')} ({why})"
+            break
+        decision = decide(req, policy, line.state(team, kind, t), explain=False)
+        q.decisions += 1
+        if decision["state"] == "admit":
+            q.start, q.end, q.codes, q.note = t, span_end(t, q.wall), [], why
+            if hold:
+                line.place(w, decision, t, q.wall)
+            break
+        q.codes = _codes(decision)
+        if set(q.codes) - WAIT_CURES - MONTH_CURES:
+            q.note = "waiting will not help: change the request (" + ", ".join(
+                sorted(set(q.codes) - WAIT_CURES - MONTH_CURES)) + ")"
+            break
+        if "period-budget" in q.codes:
+            t, why = next_month_start(t), "monthly budget resets"
+        else:   # the line and the decision disagree on the room at t: try where the holdings next change
+            nxt = line.change_after(team, w["capacity"], t)
+            if nxt is None:
+                q.note = _never(line, q)
+                break
+            t = nxt
+    if q.start is None or q.start > as_of:   # what was placed before it in its team and pool
+        until = q.start if q.start is not None else end
+        q.ahead = sorted(set(line.planned_in(team, as_of, until))
+                         | set(line.planned_in(("pool", w["capacity"]), as_of, until)) - {w["run_id"]},
+                         key=lambda rid: (line.placed[rid]["start"], rid))
+    if q.reasons == [] and (q.start is None or q.start > start):
+        q.reasons = ["queue"]   # check admits it on the ledger alone, but requests ahead take the room
+    return q
 
 
-def _run(inputs: PlanInputs, end: datetime, marks: list[datetime], on_mark) -> tuple[PlanWorld, list[_Waiting], int]:
-    """Move the plan from as_of to `end` (tries at times < end); at each of `marks` (sorted, < end),
-    before the tries of that moment, call on_mark(world, mark). Returns (world at end, requests, decisions)."""
-    world = PlanWorld(inputs)
-    as_of = inputs["as_of"]
-    waiting = sorted((w for w in inputs["waiting"] if w["expires_at"] > as_of), key=serve_key)
-    queue = [_Waiting(w, i, inputs["policies"].get(w["team"]) if w["team"] is not None else None)
-             for i, w in enumerate(waiting)]
-    tries = [(as_of, q.rank, q) for q in queue]   # already in heap order
-    marks = list(marks)
-    decisions = 0
-    while tries and tries[0][0] < end:
-        t = tries[0][0]
-        while marks and marks[0] <= t:
-            world.advance(marks[0])
-            on_mark(world, marks.pop(0))
-        world.advance(t)
-        while tries and tries[0][0] == t:
-            _, _, q = heapq.heappop(tries)
-            decisions += _step(world, q, t, tries)
-    for mark in marks:
-        world.advance(mark)
-        on_mark(world, mark)
-    for t, _, q in tries:   # still waiting past the horizon
-        q.note = f"not within the plan's horizon: next try {t.isoformat(timespec='minutes')} ({q.note})"
-    world.advance(end)
-    return world, queue, decisions
+def waiting_in_order(inputs: PlanInputs) -> list[WaitingRequest]:
+    """The requests waiting at as_of and not expired, in serve order."""
+    return sorted((w for w in inputs["waiting"] if w["expires_at"] > inputs["as_of"]), key=serve_key)
 
 
-def world_at(inputs: PlanInputs, at: datetime) -> PlanWorld:
-    """The world the plan has reached at `at` (>= as_of): what ended by then, and what the plan
-    started before then. `python -m lib check --as-of` decides on its state."""
-    return _run(inputs, at, [], lambda world, mark: None)[0]
+def lay_out(inputs: PlanInputs, end: datetime, before: tuple | None = None) -> tuple[Line, list[Placed]]:
+    """The line with every waiting request placed, in serve order, up to the horizon `end`; with
+    `before` (a serve key), only those served before it."""
+    line = Line(inputs)
+    placed = []
+    for w in waiting_in_order(inputs):
+        if before is not None and serve_key(w) >= before:
+            break
+        policy = inputs["policies"].get(w["team"]) if w["team"] is not None else None
+        placed.append(place(line, Placed(w, policy), inputs["as_of"], end))
+    return line, placed
+
+
+def world_at(inputs: PlanInputs, at: datetime) -> Line:
+    """The line as it stands at `at` (>= as_of): the ledger's holdings and the requests placed to start
+    by then; its `state(team, kind, at)` is what a decision at `at` sees."""
+    return lay_out(inputs, at + timedelta(microseconds=1))[0]
 
 
 def forward_plan(inputs: PlanInputs, days: int = 14) -> Plan:
@@ -179,33 +172,32 @@ def forward_plan(inputs: PlanInputs, days: int = 14) -> Plan:
     day, and every holding (the ledger's and the plan's) for the budget burn-down."""
     as_of = inputs["as_of"]
     end = as_of + timedelta(days=days)
+    line, placed = lay_out(inputs, end)
     day0 = datetime.combine(as_of.date(), datetime.min.time())
     marks = [as_of] + [day0 + timedelta(days=i) for i in range(1, days)]
     calendar: list[DayRow] = []
     pool_days: list[PoolDay] = []
-
-    def on_mark(world: PlanWorld, t: datetime) -> None:
-        calendar.extend(day_rows(world, t))
-        pool_days.extend(pool_rows(world, t))
-    world, queue, decisions = _run(inputs, end, marks, on_mark)
+    for t in marks:
+        calendar.extend(day_rows(line, t))
+        pool_days.extend(pool_rows(line, t))
     rows: list[QueueRow] = []
-    for q in sorted(queue, key=lambda q: (q.start is None, q.start or end, q.rank)):
+    for q in sorted(placed, key=lambda q: (q.start is None, q.start or end, serve_key(q.w))):
         w = q.w
-        ahead = sorted(q.ahead - {w["run_id"]}, key=lambda rid: (world.started[rid]["start"], rid))
         rows.append({"run_id": w["run_id"], "team": w["team"], "kind": w["kind"], "gpus": w["gpus"],
                      "capacity": w["capacity"], "waiting_since": w["waiting_since"], "expires_at": w["expires_at"],
-                     "planned_start": q.start, "planned_end": q.end, "ahead": ahead[:AHEAD_SHOWN],
-                     "ahead_count": len(ahead), "reasons": q.reasons or [], "blocking": q.codes, "note": q.note})
+                     "planned_start": q.start, "planned_end": q.end, "ahead": q.ahead[:AHEAD_SHOWN],
+                     "ahead_count": len(q.ahead), "reasons": q.reasons, "blocking": q.codes, "note": q.note})
     return {"as_of": as_of, "days": days, "horizon_end": end, "serve_order": SERVE_ORDER, "queue": rows,
-            "calendar": calendar, "pools": pool_days, "holdings": _holdings(inputs, world), "decisions": decisions}
+            "calendar": calendar, "pools": pool_days, "holdings": _holdings(line),
+            "decisions": sum(q.decisions for q in placed)}
 
 
-def free_gpus(world: PlanWorld, team: str, kind: str, capacity: str | None, t: datetime) -> int:
+def free_gpus(line: Line, team: str, kind: str, capacity: str | None, t: datetime) -> int:
     """The most accelerators a `kind` request of `team` on `capacity` would be admitted with at t
     (a run short enough to end before any of the scheduler's windows begins): room under the team's
     quota (and, for experiments, its retraining set-aside) and in the pool, never below 0."""
-    policy = world.inputs["policies"][team]
-    held = world.team_holdings.held(team, t)
+    policy = line.inputs["policies"][team]
+    held = line.held(team, t)
     in_use = sum(r["gpus"] for r in held)
     in_use_retraining = sum(r["gpus"] for r in held if r["kind"] == "retraining")
     reserved, set_aside = policy["reserved_gpus"], policy["retraining_reserved_gpus"]
@@ -215,44 +207,44 @@ def free_gpus(world: PlanWorld, team: str, kind: str, capacity: str | None, t: d
         free = reserved - in_use
         if set_aside:
             free = min(free, reserved - set_aside - (in_use - in_use_retraining))
-    pool = world.state(team, kind, t)["pools"].get(capacity) if capacity in world.pool_sizes else None
+    pool = line.state(team, kind, t)["pools"].get(capacity) if capacity in line.pool_sizes else None
     if pool is not None:
         free = min(free, pool_room(pool, team, kind, t, 0.0)[0])
     return max(0, free)
 
 
-def day_rows(world: PlanWorld, t: datetime) -> list[DayRow]:
+def day_rows(line: Line, t: datetime) -> list[DayRow]:
     """The calendar's rows at t: each team with a policy, on each capacity type (one row, capacity
     None, when no pool is configured)."""
     rows: list[DayRow] = []
-    capacities = list(CAPACITIES) if world.pool_sizes else [None]
-    for team, policy in sorted(world.inputs["policies"].items()):
-        committed = sum(r["gpus"] for r in world.team_holdings.held(team, t))
+    capacities = list(CAPACITIES) if line.pool_sizes else [None]
+    for team, policy in sorted(line.inputs["policies"].items()):
+        committed = sum(r["gpus"] for r in line.held(team, t))
         for capacity in capacities:
-            pool = world.pool_sizes.get(capacity)
+            pool = line.pool_sizes.get(capacity)
             windows = None
             if pool is not None:
-                windows = sum(w["gpus"] for w in world.inputs["windows"] if w["start"] <= t < w["end"]
+                windows = sum(w["gpus"] for w in line.inputs["windows"] if w["start"] <= t < w["end"]
                               and w["pool"] in (None, capacity) and team not in w["accounts"])
             rows.append({"date": t.date(), "team": team, "capacity": capacity,
                          "quota_gpus": policy["reserved_gpus"],
                          "retraining_reserved_gpus": policy["retraining_reserved_gpus"],
                          "committed_gpus": committed,
-                         "free_gpus": free_gpus(world, team, "production", capacity, t),
-                         "retraining_free_gpus": free_gpus(world, team, "retraining", capacity, t),
+                         "free_gpus": free_gpus(line, team, "production", capacity, t),
+                         "retraining_free_gpus": free_gpus(line, team, "retraining", capacity, t),
                          "pool_gpus": pool,
-                         "pool_held_gpus": (sum(r["gpus"] for r in world.pool_holdings.held(capacity, t))
+                         "pool_held_gpus": (sum(r["gpus"] for r in line.held(("pool", capacity), t))
                                             if pool is not None else None),
                          "window_gpus": windows})
     return rows
 
 
-def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
-    quotas = sum(p["reserved_gpus"] for p in world.inputs["policies"].values())
+def pool_rows(line: Line, t: datetime) -> list[PoolDay]:
+    quotas = sum(p["reserved_gpus"] for p in line.inputs["policies"].values())
     rows: list[PoolDay] = []
-    for name, gpus in sorted(world.pool_sizes.items()):
-        held = sum(r["gpus"] for r in world.pool_holdings.held(name, t))
-        windows = sum(w["gpus"] for w in world.inputs["windows"] if w["start"] <= t < w["end"]
+    for name, gpus in sorted(line.pool_sizes.items()):
+        held = sum(r["gpus"] for r in line.held(("pool", name), t))
+        windows = sum(w["gpus"] for w in line.inputs["windows"] if w["start"] <= t < w["end"]
                       and w["pool"] in (None, name))
         rows.append({"date": t.date(), "pool": name, "gpus": gpus, "quotas_gpus": quotas, "held_gpus": held,
                      "window_gpus": windows, "free_gpus": max(0, gpus - held - windows)})
@@ -262,12 +254,10 @@ def pool_rows(world: PlanWorld, t: datetime) -> list[PoolDay]:
 def plan_holdings(inputs: PlanInputs, until: datetime) -> list[PlanHolding]:
     """Every reservation of the plan up to `until`: those the ledger holds at as_of and those the plan
     starts before `until` (for the budget burn-down's committed spend)."""
-    return _holdings(inputs, world_at(inputs, until))
+    line, _ = lay_out(inputs, until)
+    return _holdings(line)
 
 
-def _holdings(inputs: PlanInputs, world: PlanWorld) -> list[PlanHolding]:
-    held: list[PlanHolding] = [
-        {"run_id": r.get("run_id") or "", "team": r["team"], "kind": r["kind"], "capacity": r.get("capacity"),
-         "gpus": r["gpus"], "start": r.get("reserved_from"), "end": r["reserved_until"],
-         "gpu_hours": r["reserved_gpu_hours"], "planned": False} for r in inputs["held"]]
-    return held + sorted(world.started.values(), key=lambda h: (h["start"], h["run_id"]))
+def _holdings(line: Line) -> list[PlanHolding]:
+    ledger = [h for h in line.holdings if not h["planned"]]
+    return ledger + sorted(line.placed.values(), key=lambda h: (h["start"], h["run_id"]))
