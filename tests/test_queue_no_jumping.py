@@ -55,7 +55,7 @@ def c_start(path, now) -> datetime:
 
 
 @pytest.fixture
-def line(tmp_path):
+def jumped_line(tmp_path):
     """Team quad (quota 16): A (8, 2 h) and B (8, 6 h) admitted, C (16) deferred for capacity; then A
     finishes early. (path, now, C's planned start: when B's reservation ends)."""
     path, now = teams_ledger(tmp_path, TEAMS, "quad"), utcnow()
@@ -72,8 +72,8 @@ def line(tmp_path):
     return path, now, start
 
 
-def test_a_long_newcomer_waits_for_its_turn_and_c_does_not_move(line):
-    path, now, start = line
+def test_a_long_newcomer_waits_for_its_turn_and_c_does_not_move(jumped_line):
+    path, now, start = jumped_line
     d = submit_request(req("D", 8, 39), db=path, now=now)
     assert d["state"] == "defer" and codes(d) == ["queue"], d
     (why,) = d["reasons"]
@@ -91,8 +91,8 @@ def test_a_long_newcomer_waits_for_its_turn_and_c_does_not_move(line):
         rows[1]["planned_start"] - planned) < timedelta(seconds=1)
 
 
-def test_c_starts_at_its_turn_through_queue_admit_without_a_resubmission(line):
-    path, now, start = line
+def test_c_starts_at_its_turn_through_queue_admit_without_a_resubmission(jumped_line):
+    path, now, start = jumped_line
     assert codes(submit_request(req("D", 8, 39), db=path, now=now)) == ["queue"]
     before = query(path, "SELECT count(*) FROM decisions WHERE run_id = 'C'")
     # nothing is admitted before C's turn
@@ -113,8 +113,8 @@ def test_c_starts_at_its_turn_through_queue_admit_without_a_resubmission(line):
     assert query(path, "SELECT count(*) FROM decisions WHERE run_id = 'C' AND state = 'admit'") == [(1,)]
 
 
-def test_a_short_newcomer_that_ends_before_c_starts_is_admitted(line):
-    path, now, start = line
+def test_a_short_newcomer_that_ends_before_c_starts_is_admitted(jumped_line):
+    path, now, start = jumped_line
     d = submit_request(req("D", 8, 2), db=path, now=now)
     assert d["state"] == "admit" and d["reasons"] == [], d
     (end,) = query(path, "SELECT reserved_until FROM runs WHERE run_id = 'D'")[0]
@@ -122,8 +122,8 @@ def test_a_short_newcomer_that_ends_before_c_starts_is_admitted(line):
     assert c_start(path, now) == start
 
 
-def test_check_on_the_command_line_gives_submits_answer(line, tmp_path):
-    path, now, _ = line
+def test_check_on_the_command_line_gives_submits_answer(jumped_line, tmp_path):
+    path, now, _ = jumped_line
     for run_id, hours, state in (("D-long", 39, "defer"), ("D-short", 2, "admit")):
         request = req(run_id, 8, hours)
         f = write_json(tmp_path / f"{run_id}.json", request)
@@ -144,8 +144,8 @@ def checked_start(path, now, run_id) -> str:
     return planned_iso(row["planned_start"])
 
 
-def test_a_waiting_request_keeps_its_place_and_is_admitted_at_its_turn(line):
-    path, now, start = line
+def test_a_waiting_request_keeps_its_place_and_is_admitted_at_its_turn(jumped_line):
+    path, now, start = jumped_line
     d = submit_request(req("D", 8, 39), db=path, now=now)
     assert codes(d) == ["queue"]
     # resubmitted before its turn: still deferred with `queue`, its wait unchanged
@@ -159,8 +159,8 @@ def test_a_waiting_request_keeps_its_place_and_is_admitted_at_its_turn(line):
     assert submit_request(req("C", 16, 10), db=path, now=start + timedelta(seconds=1))["state"] == "admit"
 
 
-def test_scheduled_retraining_is_served_first(line):
-    path, now, start = line
+def test_scheduled_retraining_is_served_first(jumped_line):
+    path, now, start = jumped_line
     d = submit_request(req("R", 8, 39, kind="retraining"), db=path, now=now)
     assert d["state"] == "admit", d
     assert c_start(path, now) > start     # it moved C: retraining keeps the priority it has

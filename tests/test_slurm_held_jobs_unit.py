@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 from hypothesis import given, settings, strategies as st
 
-from lib.slurm.holds import (HOLD_PREFIX, PendingJob, gate_tag, held_message, hold_choice, hold_comment, ordinal,
+from lib.gate.terms import ordinal
+from lib.slurm.holds import (HOLD_PREFIX, PendingJob, gate_tag, held_message, hold_choice, hold_comment,
                              parse_hold_comment, pending_jobs, place_text, reconcile_holds)
 
 NOW = datetime(2026, 12, 7, 18, 0, 0)
@@ -41,9 +42,10 @@ def test_a_deferral_a_change_must_cure_and_a_job_that_never_fits_are_refused():
 
 def test_the_users_line_says_the_place_and_planned_start_and_that_it_starts_by_itself():
     where = place_text("vision", 3, datetime(2026, 12, 7, 22, 38, 10))
-    assert where == "3rd in line for team vision, planned start 2026-12-07 22:38 UTC"
+    # the minute rounded up: never a time before the run fits
+    assert where == "3rd in line for team vision, planned start 2026-12-07 22:39 UTC"
     msg = held_message("r1", "vision", ["capacity"], where)
-    assert msg.startswith("training-gate: queued: run r1 3rd in line for team vision, planned start 2026-12-07 22:38 UTC; "
+    assert msg.startswith("training-gate: queued: run r1 3rd in line for team vision, planned start 2026-12-07 22:39 UTC; "
                           "it starts by itself, no need to resubmit")
     assert place_text("vision", None, None) == "queued for team vision, planned start not known yet"
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == \
@@ -102,7 +104,7 @@ def test_an_admitted_run_is_released_a_waiting_one_kept_current_a_departed_one_c
     assert [j.run_id for j in acts.release] == ["adm"]   # once: a released job is not held any more
     ((upd, comment, start),) = acts.update
     assert upd.run_id == "wait" and start == datetime(2026, 12, 7, 20, 0, 1)
-    assert "2nd in line for team vision, planned start 2026-12-07 20:00 UTC" in comment
+    assert "2nd in line for team vision, planned start 2026-12-07 20:01 UTC" in comment   # rounded up
     assert parse_hold_comment(comment)[0] == "wait"
     assert [(j.run_id, why) for j, why in acts.cancel_jobs] == [("exp", "[queue-expired] waited too long")]
     assert acts.cancel_waiting == [] and acts.admin_hold == []

@@ -14,7 +14,7 @@ import math
 
 from lib.dashboard.labels import estimate_item
 from lib.gate.reasons import WARNING_NOTES, notes_of
-from lib.gate.terms import minute_up
+from lib.gate.terms import minute_up, ordinal
 from lib.gate.request import (BOOLEAN_FIELDS, EARLY_STOP_FIELDS, EARLY_STOP_MODES, NUMBER_FIELDS, PILOT_FIELDS,
                               REQUIRED_FIELDS, STOP_FIELDS, WHOLE_NUMBER_FIELDS)
 
@@ -92,12 +92,6 @@ def reasons_rows(decision: dict) -> list[dict]:
     return [{"code": r.get("code"), "message": r.get("message"), "fix": r.get("fix"),
              "requested": r.get("requested"), "limit": r.get("limit"), "in_use": r.get("in_use"),
              "unit": r.get("unit"), "field": r.get("field")} for r in decision.get("reasons") or []]
-
-
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def line_text(decision: dict) -> str | None:

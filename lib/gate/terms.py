@@ -75,6 +75,12 @@ def ceil_to(t: datetime | None, step: timedelta) -> datetime | None:
     return base + step * math.ceil((t - base) / step)
 
 
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st (a place in the gate's line)."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def minute_up(t: datetime) -> str:
     """`t` as ISO text to the minute, rounded up (a time shown to a person: never before the moment)."""
     return ceil_to(t, timedelta(minutes=1)).isoformat(timespec="minutes")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from lib.gate.capacity import LINE_CURES, cured_by_waiting, fit_for_reasons
+from lib.gate.terms import minute_up, ordinal
 
 ON_DEFER = ("hold", "refuse")       # TG_ON_DEFER: hold a deferral only time cures (default), or refuse it
 HOLD_PREFIX = "training-gate: queued run "
@@ -42,14 +43,9 @@ def gate_tag(db_path) -> str:
     return hashlib.sha256(str(db_path).encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th, 11th, 21st, ..."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def minute_text(t: datetime | None) -> str | None:
-    return None if t is None else t.strftime("%Y-%m-%d %H:%M UTC")
+    """A planned start as the user reads it: to the minute, rounded up (never before it fits)."""
+    return None if t is None else minute_up(t).replace("T", " ") + " UTC"
 
 
 def hold_choice(decision: dict, on_defer: str, fit: tuple[datetime | None, str] | None) -> tuple[bool, str]:

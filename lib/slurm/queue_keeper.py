@@ -34,7 +34,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from lib.gate.terms import naive_utc, utcnow
+from lib.gate.terms import ceil_to, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
 from lib.ledger.queue import QUEUE_ACTOR, cancel_all_waiting, due_turns, expire_waiting, left_line, queue_line, still_waiting
 from lib.slurm.holds import Actions, PendingJob, gate_tag, pending_jobs, reconcile_holds
@@ -246,8 +246,8 @@ class QueueKeeper:
             out["released"].append(job.job_id)
         for job, comment, start in acts.update[:MAX_UPDATES]:   # the rest at the next passes
             args = [f"JobId={job.job_id}", f"AdminComment={comment}"]
-            if start is not None:
-                args.append(f"StartTime={start:%Y-%m-%dT%H:%M:%S}")
+            if start is not None:   # the minute the admin comment names: rounded up, never before it fits
+                args.append(f"StartTime={ceil_to(start, timedelta(minutes=1)):%Y-%m-%dT%H:%M:%S}")
             self.run(["scontrol", "update", *args], SLURM_TIMEOUT_S)
             out["updated"].append(job.job_id)
         for job, why in acts.cancel_jobs:
