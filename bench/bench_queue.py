@@ -164,6 +164,18 @@ class Sim:
         self.seq += 1
         heapq.heappush(self.events, (at, order, self.seq, what, payload))
 
+    def each_event(self, first: str):
+        """Each job's arrival pushed as a `first` event, then every event in time order as (time, what,
+        payload) (at one time: run ends, then arrivals, then wakes); a run's end is removed from the
+        running before it is yielded."""
+        for j in self.jobs:
+            self.push(j["arrive"], 1, first, j)
+        while self.events:
+            now, _, _, what, payload = heapq.heappop(self.events)
+            if what == "end":
+                del self.running[payload]
+            yield now, what, payload
+
     def held(self, now: datetime) -> list[dict]:
         """The reservations the gate counts at `now`, in run-ID order."""
         out = []
@@ -203,12 +215,8 @@ class Sim:
 def refuse_and_resubmit(jobs: list[dict], policy: dict) -> Sim:
     """Each request decided at its submission and, deferred, again every RESUBMIT until admitted."""
     sim = Sim(jobs, policy)
-    for j in jobs:
-        sim.push(j["arrive"], 1, "try", j)
-    while sim.events:
-        now, _, _, what, payload = heapq.heappop(sim.events)
+    for now, what, payload in sim.each_event("try"):
         if what == "end":
-            del sim.running[payload]
             continue
         j = payload
         sim.tries[j["id"]] = sim.tries.get(j["id"], 0) + 1
@@ -291,12 +299,8 @@ def kept_queue(jobs: list[dict], policy: dict, *, whole_line: bool = False) -> S
             wake[0] = nxt
             sim.push(nxt, 2, "wake", None)
 
-    for j in jobs:
-        sim.push(j["arrive"], 1, "arrive", j)
-    while sim.events:
-        now, _, _, what, payload = heapq.heappop(sim.events)
+    for now, what, payload in sim.each_event("arrive"):
         if what == "end":
-            del sim.running[payload]
             if not sim.events or sim.events[0][0] != now or sim.events[0][3] != "end":
                 admit_due(now)   # once after every run ending at this time
         elif what == "wake":
