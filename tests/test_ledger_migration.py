@@ -20,6 +20,7 @@ TABLES = ("teams", "snapshots", "runs", "pilots", "decisions")
 
 # what each schema version added, undone: a ledger of an older version is today's without them
 ADDED_BY = {
+    8: ("ALTER TABLE alerts DROP COLUMN claimed_by", "ALTER TABLE alerts DROP COLUMN claimed_until"),
     7: ("ALTER TABLE teams DROP COLUMN queue_max_age_days", "DROP TABLE pools"),
     6: ("DROP TABLE cluster_windows",),
     5: ("ALTER TABLE teams DROP COLUMN scaling_efficiency", "ALTER TABLE teams DROP COLUMN enforce_spend_limit",

@@ -6,6 +6,7 @@ Above lib.ledger, below the dashboard and the Slurm integration.
 - `store`: connection, schema, status.
 - `facts`: deciding in one transaction (`AuthorityFacts`, `Authority`).
 - `serving`: the authority as the warm gate server uses it (one round trip, the failure policy).
+- `deadline`: a deadline on one connection's round trips that holds when PostgreSQL stops answering.
 - `settings`: which authority, if any.
 - `sync`: a cluster's ledger and the authority brought into agreement.
 """

@@ -196,6 +196,7 @@ class Authority:
     def __init__(self, url: str, cluster: str, *, offline_share: float | None = None):
         self.url, self.cluster = check_url(url), check_cluster(cluster)
         self.offline_share = offline_share  # None: refuse when unreachable (lib.authority.serving)
+        self.bounds: dict = {}   # lib.authority.store.connect's connect_timeout_s, statement_timeout_ms
         self._con = None
 
     def __repr__(self) -> str:
@@ -207,7 +208,7 @@ class Authority:
 
     def connection(self):
         if self._con is None or self._con.closed:
-            self._con = connect(self.url, cluster=self.cluster)
+            self._con = connect(self.url, cluster=self.cluster, **self.bounds)
         return self._con
 
     def close(self) -> None:

@@ -24,12 +24,23 @@ and ledger record it as any other. Its holds are written to the authority the ne
 before any other decision, each keyed (cluster, run ID), so none is counted twice. The price: while
 it is away, the clusters that decide alone may together take up to the sum of their shares on top
 of what the others hold through the authority.
+
+**Every wait is bounded.** One decision waits on the authority at most DEADLINE_S, however it fails
+(refuses connections, stops answering, hangs mid-statement): the connection's round trips are cut
+when the deadline passes (lib.authority.deadline), a new connection is tried only while time is
+left (connect_timeout CONNECT_S), and PostgreSQL cancels a statement itself after DEADLINE_S
+(statement_timeout, a lock wait among them). An overrun counts as away: the failure policy answers.
+A caller waits at most DEADLINE_S for the authority plus the decision in flight before its own (at
+most one at a time, the one that asks again after RETRY_AFTER_S), so it is answered within
+ANSWER_BOUND_S. The outage is logged once when it starts and once when it ends, with its length and
+how many decisions the failure policy answered meanwhile.
 """
 from __future__ import annotations
 
 import time
 from datetime import datetime
 
+from lib.authority.deadline import Watchdog
 from lib.authority.facts import (BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, AuthorityFacts, TeamView,
                                  offline_decision, stamped)
 from lib.authority.store import AuthorityUnavailable
@@ -49,6 +60,10 @@ VERSION_SQL = "SELECT version FROM training_gate.teams WHERE team = %s"
 RETRY_WAITS_S = (0.0, 0.2, 0.5)   # a broken connection is opened again after each wait, then given up
 MAX_REREADS = 20
 RETRY_AFTER_S = 1.0   # while the authority is away, each decision in between fails at once
+DEADLINE_S = 2.5      # the longest one decision waits on the authority (see the module docstring)
+CONNECT_S = 2         # libpq's connect_timeout for the server's connections (its least: 2 s)
+ANSWER_BOUND_S = 2 * DEADLINE_S   # the longest a caller waits for its answer: its own DEADLINE_S and that
+                                  # of the one decision in flight before it (most wait one, or none)
 
 
 class CachedFacts(AuthorityFacts):
@@ -77,30 +92,62 @@ class CachedFacts(AuthorityFacts):
 class ServedAuthority:
     """See the module docstring. Not thread-safe: the caller serialises (LiveGate's decision lock)."""
 
-    def __init__(self, authority: Authority):
+    def __init__(self, authority: Authority, log=None, *, deadline_s: float = DEADLINE_S):
         self.authority = authority
+        self.deadline_s = deadline_s
+        authority.bounds = {"connect_timeout_s": CONNECT_S, "statement_timeout_ms": int(deadline_s * 1000)}
+        self.log = log or (lambda text: None)
+        self.watchdog = Watchdog(lambda: self.authority._con)
         self.views: dict[str, TeamView] = {}
         self.offline: dict[str, dict] = {}   # run ID -> hold admitted while the authority was away
         self.away: str | None = None          # why it is away (None: reachable when last asked)
+        self.away_since: float | None = None  # time.monotonic() when the outage began
+        self.away_answered = 0                # decisions the failure policy answered during it
         self.retry_at = 0.0                   # while away, not asked again before this (time.monotonic)
 
     def _sql(self, fn):
-        """fn(connection) with the connection opened again after a break (RETRY_WAITS_S)."""
+        """fn(connection) with the connection opened again after a break (RETRY_WAITS_S), all within
+        the deadline (see the module docstring)."""
         import psycopg  # here: see lib.authority.store.connect
         last = None
-        for wait in RETRY_WAITS_S:
-            time.sleep(wait)
-            try:
-                con = self.authority.connection()
-                if self.offline:
-                    self._push_offline(con)
-                return fn(con)
-            except AuthorityUnavailable as exc:
-                last = exc
-            except psycopg.Error as exc:
-                last = self.authority._broken(exc)
-            self.views.clear()
+        end = time.monotonic() + self.deadline_s
+        with self.watchdog.bounded(self.deadline_s):
+            for wait in RETRY_WAITS_S:
+                if last is not None and time.monotonic() + wait + CONNECT_S > end:
+                    break   # no time left for another connection
+                time.sleep(wait)
+                try:
+                    con = self.authority.connection()
+                    if self.offline:
+                        self._push_offline(con)
+                    return fn(con)
+                except AuthorityUnavailable as exc:
+                    last = exc
+                except psycopg.Error as exc:
+                    last = self.authority._broken(exc)
+                self.views.clear()
+                if self.watchdog.fired:
+                    break
+        if self.watchdog.fired:
+            self.authority.close()
+            raise AuthorityUnavailable(f"the authority {self.authority!r} did not answer within {self.deadline_s:g} s")
         raise last
+
+    def _gone(self, why: str) -> None:
+        if self.away is None:
+            self.away_since, self.away_answered = time.monotonic(), 0
+            policy = ("refused" if self.authority.offline_share is None
+                      else f"decided alone within an offline share of {self.authority.offline_share:g}")
+            self.log(f"the authority is away: {why}; until it is back, decisions are {policy} "
+                     f"(asked again at most every {RETRY_AFTER_S:g} s)")
+        self.away = why
+        self.away_answered += 1
+
+    def _back(self) -> None:
+        if self.away is not None:
+            self.log(f"the authority is back after {time.monotonic() - self.away_since:.1f} s away "
+                     f"({self.away_answered} decision(s) answered by the failure policy meanwhile)")
+        self.away = self.away_since = None
 
     def _push_offline(self, con) -> None:
         """Write the holds admitted while away, each once (keyed by cluster and run ID)."""
@@ -125,12 +172,12 @@ class ServedAuthority:
         except AuthorityUnavailable as exc:
             if self.away is None or time.monotonic() >= self.retry_at:
                 self.retry_at = time.monotonic() + RETRY_AFTER_S
-            self.away = str(exc).split("; refused")[0]
+            self._gone(str(exc).split("; refused")[0])
             if self.authority.offline_share is None:
                 raise AuthorityUnavailable(f"{exc}; refused: no decision is made without the authority "
                                            "(GATE_AUTHORITY_OFFLINE_SHARE is not set)") from None
             return self._offline(request, now, local, write, str(exc))
-        self.away = None
+        self._back()
         return decision
 
     def _decide(self, request, now, local, run_id, write: bool, con) -> Decision:
@@ -172,7 +219,8 @@ class ServedAuthority:
         this cluster's holds no decision reached released); `log(text)` says what changed, or that it
         cannot be reached yet (decisions then follow the failure policy until it can)."""
         try:
-            counts = sync_ledger(self.authority, db, now=utcnow(), timeout_s=timeout_s)
+            with self.watchdog.bounded(max(timeout_s, self.deadline_s) * 3):
+                counts = sync_ledger(self.authority, db, now=utcnow(), timeout_s=timeout_s)
         except AuthorityUnavailable as exc:
             log(f"the authority cannot be reached yet ({exc}); decisions follow the failure policy until it can")
         else:

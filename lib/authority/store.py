@@ -1,49 +1,80 @@
 """The connection to the shared authority (PostgreSQL, through psycopg 3) and its schema: `connect`,
 `init_schema`, `status`. Every error leaves here with the URL's password redacted.
 
-Errors: `AuthorityURLError` (a malformed URL) and `AuthoritySchemaError` (a database without the
-schema, or with a newer one) are the operator's input to fix: exit 2 on the command line.
+Errors: `AuthorityURLError` (a malformed URL, an sslmode libpq does not know),
+`AuthorityDatabaseMissing` (a server without the database named) and `AuthoritySchemaError` (a
+database without the schema, or with a newer one) are the operator's input to fix: exit 2 on the
+command line and at a gate server's start.
 `AuthorityUnavailable` (the server cannot be reached, or broke off) is a gate failure: exit 3, and
 the deciders refuse (lib.authority.offline says what else they may do).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from lib.authority.url import AuthorityURLError, check_url, parameters, redact, shown_authority
+from lib.authority.url import AuthoritySettingError, check_url, parameters, redact, shown_authority
 from lib.gate.terms import InputError, month_start, next_month_start
 from lib.ledger.connection import LedgerError
 
 AUTHORITY_SCHEMA_VERSION = 1
+_NO_DATABASE = re.compile(r'FATAL:\s+database "[^"]*" does not exist')   # libpq's words (3D000)
 SCHEMA_SQL = Path(__file__).with_name("schema.sql")
 CONNECT_TIMEOUT_S = 5      # libpq's connect_timeout when the URL sets none
 LOCK_TIMEOUT_MS = 30_000   # the longest a decider waits for another's team lock
+STATEMENT_TIMEOUT_MS = LOCK_TIMEOUT_MS + 10_000   # the longest PostgreSQL lets one statement run
+# a TCP connection whose peer stops answering is dropped: after 10 s unacknowledged (tcp_user_timeout,
+# ms), and an idle one is probed after 10 s, every 5 s, given up after 3 probes (keepalives)
+TCP_BOUNDS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+              "tcp_user_timeout": 10_000}
 
 
 class AuthorityUnavailable(LedgerError):
     """The authority cannot be reached or broke off mid-way: nothing was decided against it."""
 
 
+class AuthorityDatabaseMissing(AuthoritySettingError):
+    """The server answers, but the database the URL names does not exist there (exit 2: fix the URL, or
+    create the database)."""
+
+
 class AuthoritySchemaError(InputError):
     """The authority's database has no Training Gate schema, or a newer one than this program's."""
 
 
-def connect(url: str, *, cluster: str = "", check_schema: bool = True):
+def connect(url: str, *, cluster: str = "", check_schema: bool = True, connect_timeout_s: int | None = None,
+            statement_timeout_ms: int = STATEMENT_TIMEOUT_MS):
     """An autocommit psycopg connection to the authority (transactions are explicit), its schema
-    version checked. Raises AuthorityURLError, AuthoritySchemaError or AuthorityUnavailable."""
+    version checked. Every round trip is bounded: connect_timeout (`connect_timeout_s`, else the
+    URL's, else CONNECT_TIMEOUT_S; libpq's least is 2 s), TCP_BOUNDS where the URL sets none, and
+    `statement_timeout_ms` (lock waits: LOCK_TIMEOUT_MS at most). A stopped server answers none of
+    them: lib.authority.deadline bounds that. Raises AuthoritySettingError (AuthorityURLError,
+    AuthorityDatabaseMissing), AuthoritySchemaError or
+    AuthorityUnavailable."""
     url = check_url(url)
     # here: psycopg costs a few hundred ms to import, and only a gate that names an authority needs it
     import psycopg
     params = parameters(url)
     extra = {"application_name": f"training-gate {cluster}".strip()}
-    if "connect_timeout" not in params:
+    if connect_timeout_s is not None:
+        extra["connect_timeout"] = max(2, int(connect_timeout_s))
+    elif "connect_timeout" not in params:
         extra["connect_timeout"] = CONNECT_TIMEOUT_S
+    host = params.get("host") or params.get("hostaddr") or ""
+    if host and not host.startswith("/"):   # TCP: they mean nothing on a Unix socket
+        extra.update({k: v for k, v in TCP_BOUNDS.items() if k not in params})
     try:
         con = psycopg.connect(url, autocommit=True, **extra)
     except psycopg.Error as exc:
+        if getattr(exc, "sqlstate", None) == "3D000" or _NO_DATABASE.search(str(exc)):
+            raise AuthorityDatabaseMissing(
+                f"the authority {shown_authority(url)} names database {params.get('dbname')!r}, which does not exist "
+                "on that server: correct the URL, or create the database (createdb) and then run "
+                "`python -m lib authority init`") from None
         raise AuthorityUnavailable(f"the authority {shown_authority(url)} cannot be reached: {_text(exc, url)}") from None
     try:
-        con.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        con.execute(f"SET lock_timeout = {min(LOCK_TIMEOUT_MS, int(statement_timeout_ms))}")
+        con.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
         if check_schema:
             check_version(con, url)
     except BaseException:
@@ -107,7 +138,7 @@ def init_schema(url: str, teams: list[dict], now) -> dict:
                             "version = training_gate.teams.version + 1, updated_at = excluded.updated_at",
                             [team, Jsonb(policy_json(policy)), now])
     except Exception as exc:
-        if isinstance(exc, (AuthoritySchemaError, AuthorityUnavailable, AuthorityURLError)):
+        if isinstance(exc, (AuthoritySchemaError, AuthorityUnavailable, AuthoritySettingError)):
             raise
         raise AuthorityUnavailable(f"the authority {shown_authority(url)}: {_text(exc, url)}") from None
     finally:

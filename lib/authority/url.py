@@ -25,6 +25,7 @@ _UNKNOWN = re.compile(r'invalid (?:URI query parameter|connection option):? "([A
 _FORMS = "a postgresql://ROLE@HOST/DATABASE URL or libpq key=value pairs (host=HOST dbname=DATABASE ...)"
 
 
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")   # libpq's
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 CLUSTER_RULE = "1-64 characters: letters, digits, '-', '_' or '.', starting with a letter or a digit"
 
@@ -115,6 +116,9 @@ def check_url(url) -> str:
     problem = _port_problem(params.get("port", ""))
     if problem:
         raise AuthorityURLError(f"the authority URL {safe} is malformed: {problem}")
+    if params.get("sslmode") is not None and params["sslmode"] not in SSLMODES:
+        raise AuthorityURLError(f"the authority URL {safe} has sslmode={params['sslmode']!r}: it must be one of "
+                                f"{', '.join(SSLMODES)}")
     if not any(params.get(k) for k in ("host", "hostaddr", "service")):
         raise AuthorityURLError(f"the authority URL {safe} names no host (postgresql://ROLE@HOST/DATABASE)")
     if not any(params.get(k) for k in ("dbname", "service")):

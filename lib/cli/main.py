@@ -282,7 +282,7 @@ def cmd_teams(args) -> int:
         return cmd_teams_from_slurm(args)
     who = command_line(Path(args.file or DEFAULT_TEAMS_FILE).name)
     with open_ledger(args.db, read_only=False, timeout_s=args.timeout) as con:
-        c = sync_teams(con, args.file, who=who)
+        c = sync_teams(con, args.file, who=who, progress=_progress(args))
     for warning in c["warnings"]:
         say(f"teams: warning: {warning}")
     say(f"teams: inserted {c['teams_inserted']}, updated {c['teams_updated']}, unchanged "

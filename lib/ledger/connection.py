@@ -30,7 +30,7 @@ import duckdb
 from lib.gate.terms import number_problem
 from lib.ledger import team_weeks
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "gate.duckdb"
 LOCK_TIMEOUT_S = 10.0
 _CONFIG = {"threads": 2, "memory_limit": "4GB",
@@ -301,6 +301,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE teams ADD COLUMN IF NOT EXISTS set_time_limit BOOLEAN DEFAULT false"),
     # 6: the cluster_windows table (new tables only)
     6: ("ALTER TABLE teams ADD COLUMN IF NOT EXISTS queue_max_age_days INTEGER",),  # 7: the queue's age (+ pools)
+    7: ("ALTER TABLE alerts ADD COLUMN IF NOT EXISTS claimed_by VARCHAR",            # 8: alert claims
+        "ALTER TABLE alerts ADD COLUMN IF NOT EXISTS claimed_until TIMESTAMP"),
 }
 
 

@@ -1,4 +1,4 @@
--- The ledger's schema, version 6 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
+-- The ledger's schema, version 8 (lib/ledger/connection.py SCHEMA_VERSION). Units: GPU-hours
 -- (_gpu_hours), hours (_hours), seconds (_s), gigabytes (_gb); money in `prices.currency`. Times are
 -- UTC TIMESTAMPs. lib/ledger/connection.py applies this file to a new ledger and records
 -- schema_version in meta. An older ledger gets this file too (every statement is IF NOT EXISTS, so
@@ -6,7 +6,8 @@
 -- existing tables: version 2 added teams.colour and the prices table; version 3 the audit table and
 -- decisions.actor; version 4 the team_weeks table; version 5 teams.scaling_efficiency,
 -- teams.enforce_spend_limit and teams.set_time_limit and the checkpoints, interruptions and alerts
--- tables; version 6 the cluster_windows table; version 7 teams.queue_max_age_days and the pools table.
+-- tables; version 6 the cluster_windows table; version 7 teams.queue_max_age_days and the pools table;
+-- version 8 alerts.claimed_by and alerts.claimed_until.
 
 CREATE TABLE IF NOT EXISTS meta (
     key   VARCHAR PRIMARY KEY,
@@ -227,6 +228,9 @@ CREATE TABLE IF NOT EXISTS alerts (
     sent_at         TIMESTAMP,
     attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error      VARCHAR,
+    -- the run that is sending it and until when its claim holds (version 8; NULL: unclaimed)
+    claimed_by      VARCHAR,
+    claimed_until   TIMESTAMP,
     PRIMARY KEY (team, alert, month)
 );
 

@@ -371,7 +371,7 @@ def read_teams_text(path=None) -> str:
         raise TeamsFileError(p, [f"not UTF-8: {exc}"]) from None
 
 
-def sync_teams(con, path=None, *, who=None) -> dict:
+def sync_teams(con, path=None, *, who=None, progress=None) -> dict:
     """Upsert the file's teams and snapshots into the ledger, and replace its prices with the
     file's, and its pools (those the file set before, source POOLS_SOURCE), in one transaction (a file
     that does not validate changes nothing). With `who`
@@ -382,7 +382,8 @@ def sync_teams(con, path=None, *, who=None) -> dict:
     left alone; a price the file no longer sets is removed. Returns counts: teams_inserted,
     teams_updated (policy or colour changed), teams_unchanged, snapshots_inserted,
     snapshots_updated, snapshots_unchanged, prices (capacity types priced), pools (pools set) and
-    warnings (`pool_warnings`).
+    warnings (`pool_warnings`). `progress(fraction, message)` (lib.cli.output.ProgressBar), when
+    given, hears how far the writes are (a file of thousands of teams takes tens of seconds).
     """
     parsed = load_teams_file(path)
     teams, snapshots, prices = parsed["teams"], parsed["snapshots"], parsed["prices"]
@@ -394,7 +395,10 @@ def sync_teams(con, path=None, *, who=None) -> dict:
                     con.execute(f"SELECT team, policy_version, {COLOUR_KEY} FROM teams").fetchall()}
         placeholders = ", ".join("?" for _ in COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != "team")
-        for t in teams:
+        total = len(teams) + len(snapshots)
+        for done, t in enumerate(teams):
+            if progress is not None:
+                progress(done / max(total, 1), f"team {done + 1:,} of {len(teams):,}")
             if t["team"] not in existing:
                 counts["teams_inserted"] += 1
             elif existing[t["team"]] != (t["policy_version"], t[COLOUR_KEY]):
@@ -408,7 +412,9 @@ def sync_teams(con, path=None, *, who=None) -> dict:
                 [t[c] for c in COLUMNS])
         have = {r[0]: (r[1], r[2]) for r in
                 con.execute("SELECT snapshot, team, created_at FROM snapshots").fetchall()}
-        for s in snapshots:
+        for done, s in enumerate(snapshots, len(teams)):
+            if progress is not None:
+                progress(done / max(total, 1), f"snapshot {done - len(teams) + 1:,} of {len(snapshots):,}")
             old = have.get(s["snapshot"])
             if old is None:
                 counts["snapshots_inserted"] += 1
@@ -434,6 +440,8 @@ def sync_teams(con, path=None, *, who=None) -> dict:
                    updated=counts["teams_updated"], unchanged=counts["teams_unchanged"],
                    detail=f"snapshots inserted {counts['snapshots_inserted']}, updated "
                           f"{counts['snapshots_updated']}, unchanged {counts['snapshots_unchanged']}")
+    if progress is not None:
+        progress(1.0, f"{len(teams):,} teams and {len(snapshots):,} snapshots written")
     counts["prices"] = len(prices["per_gpu_hour"])
     counts["pools"] = len(pools)
     counts["warnings"] = pool_warnings(teams, pools)

@@ -4,6 +4,7 @@ The submit hook and the gate server:
 - `hook`: the submit hook as Python starts it (`python -S`, from job_submit.lua): the socket client to the gate server, else the in-process judge.
 - `wire`: the gate server's wire format (the job fields, the exit codes) and its client.
 - `judge`: a job judged: its request, a `JobDecider` to decide it, its time limit and answer, the failure policy (`judge_job` -> `Judged`).
+- `flag_log`: the flag log ($TG_FLAG_LOG): one short line per job the failure policy answered, bounded and rotated.
 - `comment`: the job description and its --comment as a gate request (judged, rejected or incomplete).
 - `limits`: the time limit an admitted job gets (its spend limit, the calibrated wall clock).
 - `in_process`: the `JobDecider` without a gate server, in the ledger itself (the hook's cold path).
@@ -11,6 +12,7 @@ The submit hook and the gate server:
 - `reader`: reading callers' messages for the server (whole at once on the worker, else the slow reader).
 - `settings`: the settings a caller sends the server, checked before anything is decided.
 - `live`: one ledger's live state in the server (`LiveGate`: the facts a decision reads, the warm `JobDecider`).
+- `warm`: a gate server's per-team facts read ahead in the background at its start.
 - `journal`: the server's journal beside the ledger (every decision durable before it is answered), and moving a stopped server's into the ledger.
 - `runouts`: the admit's budget line: the month's budget as the server counts it, the run-out days kept warm.
 

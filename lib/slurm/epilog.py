@@ -7,7 +7,9 @@ it writes the job into the spool and starts this module detached, so no job's en
     python -m lib.slurm.epilog catch-up [--since TIME]   what the spool still holds; with --since,
                                                          also every job sacct lists since TIME
 
-`job`: when the gate admitted a run of the job's name (the submit hook names jobs after their run),
+`job`: when the gate admitted a run of the job's name (the submit hook names jobs after their run;
+the warm gate server is told to drain its journal first, and while a journal may still hold the
+admit it is looked for again, up to ADMIT_WAIT_S, before the job counts as not the gate's),
 waits until slurmctld has finished the job's end (squeue no longer says COMPLETING) and sacct
 lists the attempt that ended: N attempts (Slurm's restart count) when the job is back in the queue,
 N + 1 when it has ended for good; then reconciles the job and removes its spool entry. What it
@@ -37,9 +39,11 @@ from lib.slurm import slurm_jobs
 from lib.slurm.aftermath import LIVE, dump, gated_run, reconcile
 from lib.slurm.attempts import ended_count, job_events
 from lib.slurm.reservations import SlurmUnavailable
+from lib.slurm.journal import journal_path
 from lib.slurm.wire import flush
 
 EPILOG_TIMEOUT_S = 120.0
+ADMIT_WAIT_S = 30.0         # the longest a job's admit may take to reach the ledger from a journal
 CATCH_UP_AGE_S = 120.0      # a spool entry this old has outlived its own worker
 POLL_S = 0.5
 
@@ -52,25 +56,42 @@ def _log(text: str) -> None:
     print(f"{utcnow().isoformat(timespec='seconds')}Z lib.slurm.epilog: {text}", flush=True)
 
 
-def _flush_gate(db) -> None:
+def _flush_gate(db) -> bool:
+    """Ask the warm gate server to move all it journaled into the ledger; True when nothing of the
+    ledger's is left in a journal afterwards (the server drained it, or there is no journal)."""
     sock = os.environ.get("TG_GATE_SOCKET")
+    no_journal = not journal_path(ledger_path(db).resolve()).exists()
     if not sock or not Path(sock).exists():
-        return
+        return no_journal
     try:
-        flush(sock, str(ledger_path(db).resolve()))
+        return flush(sock, str(ledger_path(db).resolve())) is not None or no_journal   # None: no server there
     except Exception as exc:  # a server that does not answer: its journal reaches the ledger later
         _log(f"the gate server at {sock} did not flush ({type(exc).__name__}: {exc})")
+        return False
+
+
+def _admitted(name: str, db, deadline: float) -> dict | None:
+    """The run the gate admitted as `name` (aftermath.gated_run); while it is not in the ledger and a
+    journal may still hold its admit, asked again every POLL_S for up to ADMIT_WAIT_S (the gate
+    server told to flush each time) before the job counts as not the gate's."""
+    end = min(deadline, time.monotonic() + ADMIT_WAIT_S)
+    drained = _flush_gate(db)
+    while True:
+        run = gated_run(name, db=db, timeout_s=_left(deadline, 10))
+        if run is not None or drained or time.monotonic() >= end:
+            return run
+        time.sleep(POLL_S)
+        drained = _flush_gate(db)
 
 
 def handle_job(job_id: str, restarts: int, *, db=None, wait_s: float = EPILOG_TIMEOUT_S, name: str | None = None) -> dict:
     """Reconcile one job after its epilog (module docstring); NotYet when it cannot be done within
     `wait_s`. `name`: the job's name when known (a job of no admitted run is done at once)."""
     deadline = time.monotonic() + wait_s
-    _flush_gate(db)
     said = False
     while True:
         try:
-            if name is not None and gated_run(name, db=db, timeout_s=_left(deadline, 10)) is None:
+            if name is not None and _admitted(name, db, deadline) is None:
                 return {"job_id": job_id, "run_id": name, "recorded": [], "action": None,
                         "skipped": [f"no run the gate admitted is named {name!r}"]}
             now = slurm_jobs.job_now(job_id)

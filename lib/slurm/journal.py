@@ -228,9 +228,16 @@ class Journal:
         with self._mu:
             self._con.execute("DELETE FROM entries WHERE seq <= ?", [seq])
 
-    def count(self) -> int:
+    def count(self, through: int | None = None) -> int:
+        """The entries kept (with `through`: those up to that seq)."""
         with self._mu:
-            return self._con.execute("SELECT count(*) FROM entries").fetchone()[0]
+            return self._con.execute("SELECT count(*) FROM entries WHERE seq <= ?",
+                                     [(1 << 62) if through is None else through]).fetchone()[0]
+
+    def last_seq(self) -> int:
+        """The newest entry's seq (0 when none is kept)."""
+        with self._mu:
+            return self._con.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0]
 
 
 def drain_left_over_journal(db=None, *, timeout_s: float = 5.0) -> int:

@@ -47,18 +47,18 @@ that the gate judges (defer, or reject as invalid) is always refused.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable, Protocol, runtime_checkable
 
 from lib.gate.admission import reject
 from lib.gate.contracts import Decision, Policy, Request
 from lib.gate.reasons import WARNING_NOTES, note_text, notes_of
 from lib.gate.request import run_id_problem
-from lib.gate.terms import json_text, naive_utc, utcnow
+from lib.gate.terms import naive_utc, utcnow
 from lib.slurm.comment import (IncompleteRequest, Refusal, Rejected, _is_number, build_request, capacity_for,
                                job_actor, runtime_hours)
+from lib.slurm import flag_log
 from lib.slurm.limits import admitted_time_limit
 from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, JOB_FIELDS
 
@@ -227,12 +227,6 @@ def _clipped(value):
 
 
 def _flag_log(config: dict, record: dict) -> None:
-    path = config.get("flag_log")
-    if not path:
-        return
-    record = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **record}
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json_text(record, sort_keys=True) + "\n")  # any text: lone surrogates as \\u escapes
-    except OSError as exc:
-        print(f"training-gate: cannot write the flag log {path}: {exc}", file=sys.stderr)
+    """One short line in the flag log, bounded and rotated (lib.slurm.flag_log)."""
+    if config.get("flag_log"):
+        flag_log.append(config["flag_log"], record)

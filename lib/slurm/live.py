@@ -3,7 +3,9 @@ moved into the ledger in batches.
 
 `LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
 IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
-reads (month spend, snapshots, calibration, interruption rate). It decides with the ledger's own
+reads (month spend, snapshots, calibration, interruption rate), which a thread also reads for every
+team in the background from the start, so a site of hundreds of teams answers within a second or two
+of its start. It decides with the ledger's own
 `decide_with` over those facts (it is the facts object), so the answer is the one
 `python -m lib submit` would give; `decide_job` makes it the Slurm judge's decider
 (lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
@@ -48,7 +50,7 @@ from datetime import datetime
 from lib.authority.facts import Authority
 from lib.authority.serving import ServedAuthority
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
-from lib.gate.terms import KINDS, finite_number, utcnow
+from lib.gate.terms import finite_number, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
 from lib.ledger.cluster_windows import read_windows, replace_windows
@@ -59,6 +61,7 @@ from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import HELD_COLUMNS, held_reservation, held_row, pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+from lib.slurm.warm import warm_facts
 from lib.slurm.judge import Caller, Decided, Prepare
 from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
 
@@ -77,7 +80,7 @@ class LiveGate:
                  windows_interval_s: float | None = None, authority: Authority | None = None):
         self.db = ledger_path(db).resolve()
         # the shared authority, when the cluster names one (lib.authority.serving: one round trip a decision)
-        self.shared = ServedAuthority(authority.fresh()) if authority is not None else None
+        self.shared = ServedAuthority(authority.fresh(), _log) if authority is not None else None
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
@@ -123,13 +126,14 @@ class LiveGate:
         except Exception as exc:  # a full disk: the decisions wait in the journal and count in memory
             self._trouble("batch", exc)
         with self._mu:
-            self._reload(all_facts=True)
+            self._reload()   # per-team facts: on first need, and warmed by a thread (lib.slurm.warm)
         if self.shared is not None:  # once the journal is in the ledger
             self.shared.sync_on_start(self.db, timeout_s=self.timeout_s, log=_log)
         self._thread = None
         if flusher:
             self._thread = threading.Thread(target=self._flush_loop, name="gate-flusher", daemon=True)
             self._thread.start()
+        threading.Thread(target=warm_facts, args=(self,), name="gate-warm", daemon=True).start()
         self._windows_thread = None
         self._windows_written: list[CapacityWindow] | None = None  # the set this gate last wrote
         if self.window_watch is not None:
@@ -138,12 +142,11 @@ class LiveGate:
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
-    def _reload(self, all_facts: bool = False) -> None:
+    def _reload(self) -> None:
         """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
         Holds the ledger lock throughout, so no batch lands between the two reads. Per-team facts:
-        every team's and kind's with `all_facts` (the first load: a ledger held later by an import
-        does not stop the gate), else each on its first use (a reload after another writer's
-        change then costs tens of ms, not one team_state per team and kind)."""
+        each on its first use (a reload after another writer's change then costs tens of ms, not one
+        team_state per team and kind), and at start read ahead by lib.slurm.warm."""
         with self._ledger_mu:
             self._lock.follow()
             with open_ledger(self.db, read_only=True, timeout_s=self.timeout_s) as con:
@@ -156,9 +159,6 @@ class LiveGate:
                 booked = load_booked(con)
                 windows = read_windows(con, utcnow())
                 applied = applied_through(con, self.journal.journal_id)
-                now = utcnow()
-                facts = ({(t, k): self._read_facts(con, t, k, now) for t in teams for k in KINDS}
-                         if all_facts else {})
             pending = [e for e in self.journal.pending(applied) if self._marks.get(e["seq"]) != UNANSWERED]
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
@@ -170,7 +170,7 @@ class LiveGate:
         self.booked_in_ledger = booked       # the run IDs the ledger has booked, hashed (see `booked`)
         self.booked_ids: set[str] = set()     # booked by this server since
         self.admits: dict[str, tuple[str, Decision, datetime]] = {}  # run_id -> admit not yet read from the ledger
-        self._team_facts: dict = facts
+        self._team_facts: dict = {}
         for e in pending:
             self._remember(e["request"], e["decision"], e["decided_at"], e["seq"])
         self.loaded_at = time.monotonic()
@@ -384,6 +384,21 @@ class LiveGate:
             time.sleep(0.002)
         return self.flush()
 
+    def drain(self, wait_s: float = 10.0) -> tuple[int, int]:
+        """`flush_answered`, then batch after batch until every decision journaled when it was called
+        is in the ledger (later ones are left to the flusher, so a busy server's drain ends):
+        (decisions moved into the ledger, of those journaled by then the entries left: decisions
+        whose answer is still on its way, or that a failing ledger kept). Raises what a failing batch
+        raised."""
+        target = self.journal.last_seq()
+        moved = self.flush_answered(wait_s)
+        while self.applied < target:
+            before = self.applied
+            moved += self.flush()
+            if self.applied == before:
+                break
+        return moved, self.journal.count(through=target)
+
     def _write_marks(self) -> None:
         """Write the marks a full disk kept in memory (see settle); log when they are all written."""
         for seq, status in sorted(self._marks.items()):
@@ -454,7 +469,8 @@ class LiveGate:
             self.ledger_windows = self._windows_written = windows
         return changed
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Stop: the journal drained into the ledger (`drain`); how many entries stay in it."""
         self._stop.set()
         if self.window_watch is not None:
             self.window_watch.stop()  # a scontrol under way ends now
@@ -463,11 +479,17 @@ class LiveGate:
         with self._ledger_mu:  # a windows write under way ends first; none starts after (_stop)
             pass
         try:
-            self.flush_answered()  # answers on their way get their note first
+            moved, left = self.drain()  # answers on their way get their note first
         except Exception as exc:
-            _log(f"on close: {type(exc).__name__}: {exc}: the journal keeps the decisions for the next start")
+            left = self.journal.count()
+            _log(f"on stop: {type(exc).__name__}: {exc}: {left} decision(s) stay in the journal "
+                 f"{self.journal.path} for the next start")
+        else:
+            _log(f"on stop: moved {moved} decision(s) into {self.db}"
+                 + (f"; {left} stay in the journal for the next start" if left else ""))
         self.journal.close()
         if self.shared is not None:
             self.shared.authority.close()
         self._lock.release()
+        return left
 

@@ -31,8 +31,10 @@ environment at start. A c:flag_log a caller sends is ignored, never written to.
 
 Wire format (lib.slurm.wire): NUL-separated "f:<job field>", value, ..., "c:<setting>", value. The
 hook sends job fields; the command line sends c:op (check | submit), c:request (the request JSON),
-c:origin, c:now; c:op=flush moves what is journaled for c:db into the ledger now, when this server
-serves that ledger (tests; an operator before reading the ledger). Answers: "<exit code>\\n" then
+c:origin, c:now; c:op=flush moves everything journaled for c:db into the ledger now, batch after
+batch, when this server serves that ledger (tests; the epilog; an operator before reading the
+ledger), and answers how many it moved, or exit 3 saying how many remain. A clean stop (SIGTERM)
+drains every journal likewise, logs how many it moved, and exits 1 when some remain. Answers: "<exit code>\\n" then
 the hook's protocol lines (exit 3 for a bad setting), or for op requests: the decision JSON (exit
 0), a line naming a bad setting (exit 2: invalid input, as the command line's own), or an error line
 (exit 3: the gate failed). Any value in c:request is the
@@ -118,11 +120,12 @@ class GateServer:
                 self.runouts[key].get(utcnow())   # computed in the background before the first admit asks
             return live
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Every ledger's journal drained (LiveGate.close); how many decisions stay in the journals."""
         with self._mu:
-            for live in self.gates.values():
-                live.close()
+            left = sum(live.close() for live in self.gates.values())
             self.gates.clear()
+        return left
 
     # ------------------------------------------------------------------ one connection
 
@@ -206,7 +209,12 @@ class GateServer:
         try:
             if op == "flush":  # only a ledger this server already serves
                 live = self.gates.get(_ledger_key(ledger_path(config.get("db")).resolve()))
-                _send(conn, f"0\n{live.flush_answered() if live is not None else 0}\n")
+                moved, left = live.drain() if live is not None else (0, 0)
+                if left:
+                    _send(conn, f"{EXIT_FAILED_REFUSED}\n{moved} decision(s) moved into the ledger, {left} remain in "
+                                "the journal (answers still on their way, or a ledger that cannot be written)\n")
+                else:
+                    _send(conn, f"0\n{moved}\n")
                 return None
             live = self.gate_for(config.get("db"), float(config.get("timeout_s") or 5.0))
             if op not in ("check", "submit"):
@@ -332,7 +340,8 @@ def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, jou
             os.unlink(socket_path)
         except FileNotFoundError:
             pass
-        server.close()
+        if server.close():   # decisions stay in a journal (logged): the next start moves them
+            raise SystemExit(1)
 
 
 def _authority():
