@@ -2,12 +2,14 @@
 
     lib/slurm/cluster.sh start            # once
     python -m bench.bench_slurm_burst [--n 1000] [--concurrency 16] [--single 30] [--no-dashboard]
+                                      [--on-defer hold|refuse]
 
 On the running test cluster, with the hook pointed at a fresh ledger for the run (restored after):
   1. pass-through: N jobs without GPUs (job_submit.lua returns at once), `--concurrency` sbatch callers;
   2. gated: the same N jobs asking for 1 GPU each with a gate request in --comment, the teams of
      data/teams.toml in turn (a big burst runs into their quotas: later jobs are deferred, which
-     tests double-booking);
+     tests double-booking; with the server's default TG_ON_DEFER=hold they are accepted held, so
+     the mix has held jobs, which the queue keeper turns into admin holds meanwhile);
   2b. gated through a shared authority: the same burst, to a second gate server that decides against
      a real PostgreSQL (started for the run, as the tests start it; skipped, saying why, where
      PostgreSQL 15 is absent), on a third fresh ledger, the same dashboard read running on it: gated
@@ -199,6 +201,8 @@ def main() -> int:
     ap.add_argument("--single", type=int, default=30, help="one-at-a-time sbatch per case (default 30)")
     ap.add_argument("--no-dashboard", dest="dashboard", action="store_false",
                     help="no dashboard read during the bursts: the gate's path alone (its rows are left out)")
+    ap.add_argument("--on-defer", choices=("hold", "refuse"), default="hold",
+                    help="the hook's TG_ON_DEFER for the run: hold (default: deferred jobs accepted held) or refuse")
     args = ap.parse_args()
     if not cluster_ready():
         print(NOT_RUNNING, file=sys.stderr)
@@ -210,7 +214,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tg-burst-"))
     db = make_slurm_ledger(tmp / "gate.duckdb")
     saved = CONF.read_text()
-    lines = [ln for ln in saved.splitlines() if not ln.startswith("GATE_DB=")]
+    lines = [ln for ln in saved.splitlines() if not ln.startswith(("GATE_DB=", "TG_ON_DEFER="))]
+    lines.append(f"TG_ON_DEFER={args.on_defer}")
     CONF.write_text("\n".join(lines + [f"GATE_DB={db}"]) + "\n")
     tag = f"burst{int(time.time())}"
     quotas = {t: q for t, (_, q) in max_held(db).items()}
@@ -256,8 +261,9 @@ def main() -> int:
 
     answered = {f"{tag}-{i}": r for i, r in enumerate(gated["results"])
                 if "training-gate: admitted" in r.stderr or "training-gate: deferred" in r.stderr
-                or "training-gate: rejected" in r.stderr}
-    admitted = sum(1 for r in answered.values() if r.returncode == 0)
+                or "training-gate: rejected" in r.stderr or "training-gate: queued:" in r.stderr}
+    admitted = sum(1 for r in answered.values() if "training-gate: admitted" in r.stderr)
+    queued = sum(1 for r in answered.values() if r.returncode == 0 and "training-gate: queued:" in r.stderr)
     from lib.ledger.connection import open_ledger
     with open_ledger(db, read_only=True) as con:
         recorded = dict(con.execute("SELECT run_id, count(*) FROM decisions WHERE run_id LIKE ? GROUP BY run_id",
@@ -274,7 +280,8 @@ def main() -> int:
     ratio = gated["rate"] / plain["rate"]
     added_ms = (single["gated"] - single["plain"]) * 1000
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nburst of {args.n} sbatch, {args.concurrency} concurrent callers ({os.cpu_count()} CPUs, load average "
+    print(f"\nburst of {args.n} sbatch (TG_ON_DEFER={args.on_defer}), {args.concurrency} concurrent callers "
+          f"({os.cpu_count()} CPUs, load average "
           f"{load} at the end: other work on the machine inflates every number)\n")
     print(f"{'':40s} {'sbatch/s':>9s} {'p50 ms':>8s} {'p95 ms':>8s}")
     phases = [("jobs without GPUs (pass-through)", plain), ("GPU jobs through the gate", gated)]
@@ -287,7 +294,7 @@ def main() -> int:
         ("gated p95 latency", f"{pct(gated['lat'], .95) * 1000:.0f} ms", pct(gated["lat"], .95) < 1, "< 1 s"),
         ("hook's added median, single sbatch", f"{added_ms:+.1f} ms", added_ms < 5, "< 5 ms"),
         ("answered decisions in the ledger (once)", f"{in_ledger} of {len(answered)} ({admitted} admitted, "
-         f"{twice} twice)", in_ledger == len(answered) == args.n and twice == 0, "all"),
+         f"{queued} held, {twice} twice)", in_ledger == len(answered) == args.n and twice == 0, "all"),
         ("most GPUs a team held at once vs quota", ", ".join(f"{t} {p}/{q}" for t, (p, q) in held.items())[:44],
          not over, "<= quota"),
         ("dashboard reads failed", f"{len(reader.failures)} of {len(reader.times)}", not reader.failures, "0"),
@@ -307,7 +314,7 @@ def main() -> int:
             got = dict(con.execute("SELECT run_id, count(*) FROM decisions GROUP BY run_id").fetchall())
             shared_admits = con.execute("SELECT count(*) FROM decisions WHERE state = 'admit'").fetchone()[0]
         s_answered = [f"{tag}-a{i}" for i, r in enumerate(shared["results"]) if "training-gate: " in r.stderr
-                      and any(w in r.stderr for w in ("admitted", "deferred", "rejected"))]
+                      and any(w in r.stderr for w in ("admitted", "deferred", "rejected", "queued:"))]
         s_in = sum(1 for k in s_answered if got.get(k) == 1)
         s_over = [t for t, (peak, quota) in max_held(shared["db"]).items() if peak > quota]
         rows[2:2] = [

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures_alerts import build_spent_ledger
 from tests.fixtures_app import CHROMIUM, CHROMIUM_ARGS, fill_ledger, utc_now_hour
 from tests.fixtures_gate import NOW
 from tests.fixtures_hostile import make_hostile_ledger
@@ -255,3 +256,9 @@ def cluster(slurm_cluster_up, tmp_path_factory):
     """The test cluster (tests/fixtures_slurm.Cluster) with its hook on a new ledger for this module
     (teams and snapshots of data/teams.toml); the hook config is restored after the module."""
     yield from cluster_session(tmp_path_factory)
+
+
+@pytest.fixture
+def spent_ledger(tmp_path):
+    """Team 'tiny' has spent 85 of its 100 GPU-hours this month; team 'calm' nothing: (ledger, teams file)."""
+    return build_spent_ledger(tmp_path)

@@ -116,10 +116,14 @@ def raw_answer(sock, payload: bytes, timeout_s: float = 60) -> str:
 
 
 class GateServerProcess:
-    """A real `python -m lib.slurm.server` process on `db`, listening on `sock`."""
+    """A real `python -m lib.slurm.server` process on `db`, listening on `sock`. Without a queue
+    keeper (`--queue-interval-s 0`: deferred jobs refused, Slurm's queue untouched) unless `extra`
+    names an interval."""
 
     def __init__(self, db, sock, *extra: str):
         self.db, self.sock = Path(db), str(sock)
+        if "--queue-interval-s" not in extra:
+            extra = (*extra, "--queue-interval-s", "0")
         Path(self.sock).unlink(missing_ok=True)  # a killed server's socket: wait for the new one
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lib.slurm.server", "--socket", self.sock, "--db", str(db), *extra],

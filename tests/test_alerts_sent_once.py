@@ -18,7 +18,7 @@ from lib.ledger.connection import open_ledger
 from lib.ledger.audit import Who
 from tests.fixtures_ledger import REPO, query, run_cli
 from tests.fixtures_webhook import WebhookProcess
-from tests.test_budget_alerts import _free_port, spent_ledger  # noqa: F401 (the fixture the tests ask for)
+from tests.fixtures_alerts import free_port
 
 MORE = 39
 
@@ -43,7 +43,7 @@ def all_ids(db) -> set[str]:
 def test_two_runs_at_once_send_each_alert_once(request, tmp_path):
     db, teams = request.getfixturevalue("spent_ledger")
     plant(db)
-    rx = WebhookProcess(_free_port(), tmp_path / "rx.log", delay_s=0.3)
+    rx = WebhookProcess(free_port(), tmp_path / "rx.log", delay_s=0.3)
     try:
         env = {"GATE_ALERT_WEBHOOK": rx.url, "PYTHONPATH": str(REPO)}
         runs = [subprocess.Popen([sys.executable, "-m", "lib", "alerts", "--teams-file", str(teams)], cwd=REPO,
@@ -65,7 +65,7 @@ def test_a_hung_receiver_costs_one_timeout_and_a_later_run_sends_the_rest_with_t
         request, tmp_path):
     db, teams = request.getfixturevalue("spent_ledger")
     ids = plant(db)
-    port = _free_port()
+    port = free_port()
     slow = WebhookProcess(port, tmp_path / "slow.log", delay_s=30)
     try:
         t0 = time.monotonic()
@@ -97,7 +97,7 @@ def test_a_receiver_that_is_down_loses_nothing_and_a_killed_runs_claims_wait_for
         request, tmp_path):
     db, teams = request.getfixturevalue("spent_ledger")
     plant(db)
-    port = _free_port()
+    port = free_port()
     down = run_alerts(db, teams, f"http://127.0.0.1:{port}/hook")
     assert down.returncode == 3
     assert query(db, "SELECT count(*) FROM alerts WHERE claimed_by IS NOT NULL OR sent_at IS NOT NULL") == [(0,)]

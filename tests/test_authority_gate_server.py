@@ -26,6 +26,9 @@ CALLERS = 16
 def start(monkeypatch, url, cluster, ledger, sock, **extra) -> GateServerProcess:
     for key, value in authority_env(url, cluster, **extra).items():
         monkeypatch.setenv(key, value)
+    # these tests are about never over-booking, not about the deadline (its own test): on a loaded
+    # machine a healthy PostgreSQL may take longer than the default 2.5 s
+    monkeypatch.setenv("GATE_AUTHORITY_DEADLINE_S", "20")
     for key in ("GATE_AUTHORITY_OFFLINE_SHARE",):
         if key not in extra:
             monkeypatch.delenv(key, raising=False)

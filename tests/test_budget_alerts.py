@@ -3,7 +3,6 @@ loopback; a receiver that is down or failing gets it on a later run, never lost,
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,19 +13,10 @@ from lib.dashboard.alerts import alerts_this_month
 from lib.dashboard.filters import Filters
 from lib.dashboard.forecasts import budget_outlook
 from lib.gate.terms import utcnow
-from lib.ledger.connection import open_ledger
-from lib.ledger.deciding import submit_request
-from lib.ledger.teams_file import sync_teams
 from tests.fixtures_app import ROOT, page_script
-from tests.fixtures_ledger import TINY_TEAMS, query, run_cli, tiny_request
+from tests.fixtures_alerts import ALERT_TEAMS as TEAMS, free_port
+from tests.fixtures_ledger import query, run_cli
 
-# the one tiny team file, with a month's budget of 100 GPU-hours, and a team that spends nothing
-TEAMS = TINY_TEAMS.replace("monthly_budget_gpu_hours = 100000", "monthly_budget_gpu_hours = 100") + """
-[teams.calm]
-reserved_gpus = 8
-max_gpus_per_job = 8
-monthly_budget_gpu_hours = 100000
-"""
 SECRET = "s3cr3t-token-XYZ"
 
 
@@ -63,26 +53,6 @@ class Receiver:
         self.server.server_close()
 
 
-@pytest.fixture
-def spent_ledger(tmp_path):
-    """Team 'tiny' has spent 85 of its 100 GPU-hours this month; team 'calm' nothing."""
-    teams = tmp_path / "teams.toml"
-    teams.write_text(TEAMS, encoding="utf-8")
-    db = tmp_path / "gate.duckdb"
-    with open_ledger(db) as con:
-        sync_teams(con, teams)
-    assert submit_request(tiny_request(1), db=db)["state"] == "admit"
-    assert run_cli("finish", "tiny-001", "--actual-gpu-hours", "85", "--stop-reason", "completed",
-                   db=db).returncode == 0
-    return db, teams
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _alerts(db, teams, url):
     return run_cli("alerts", "--teams-file", teams, db=db, env={"GATE_ALERT_WEBHOOK": url})
 
@@ -117,7 +87,7 @@ def test_each_crossing_is_sent_once_with_its_numbers(spent_ledger):
 
 def test_a_receiver_that_is_down_gets_the_alert_on_the_next_run(spent_ledger):
     db, teams = spent_ledger
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/hooks/{SECRET}"
     p = _alerts(db, teams, url)
     assert p.returncode == 3 and "kept for the next run" in p.stderr and SECRET not in p.stderr

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lib.ledger.connection import LedgerLocked, keep_reads_open, open_ledger
+from lib.ledger.connection import keep_reads_open, open_ledger
 
 COUNT = "SELECT count(*) FROM runs"
 

@@ -13,7 +13,7 @@ from lib.gate.promotion import promotion_status
 from lib.gate.terms import utcnow
 from lib.ledger.deciding import submit_request
 from lib.ledger.state import held_reservations
-from tests.fixtures_ledger import query, run_cli, tiny_request, write_json
+from tests.fixtures_ledger import query, run_cli, tiny_request
 
 TABLES = ("runs", "interruptions", "checkpoints", "audit", "decisions")
 

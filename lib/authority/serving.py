@@ -37,6 +37,8 @@ how many decisions the failure policy answered meanwhile.
 """
 from __future__ import annotations
 
+import math
+import os
 import time
 from datetime import datetime
 
@@ -46,7 +48,7 @@ from lib.authority.facts import (BUMP_SQL, HOLD_SQL, TEAM_SQL, Authority, Author
 from lib.authority.store import AuthorityUnavailable
 from lib.authority.sync import sync_ledger
 from lib.gate.contracts import Decision, DecisionFacts, Request
-from lib.gate.terms import utcnow
+from lib.gate.terms import InputError, utcnow
 from lib.ledger.deciding import decide_with
 from lib.ledger.recording import booked_reservation
 
@@ -64,6 +66,24 @@ DEADLINE_S = 2.5      # the longest one decision waits on the authority (see the
 CONNECT_S = 2         # libpq's connect_timeout for the server's connections (its least: 2 s)
 ANSWER_BOUND_S = 2 * DEADLINE_S   # the longest a caller waits for its answer: its own DEADLINE_S and that
                                   # of the one decision in flight before it (most wait one, or none)
+
+
+
+
+def deadline_s(environ=None) -> float:
+    """The deadline of one decision on the authority, seconds: $GATE_AUTHORITY_DEADLINE_S when set (a
+    number from 0.5 to 60: a site whose PostgreSQL answers slowly under load, or a test that bursts on
+    a loaded machine), else DEADLINE_S. InputError for any other value."""
+    text = (os.environ if environ is None else environ).get("GATE_AUTHORITY_DEADLINE_S")
+    if text is None or not text.strip():
+        return DEADLINE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.5 <= value <= 60:
+        raise InputError(f"GATE_AUTHORITY_DEADLINE_S must be a number of seconds from 0.5 to 60, got {text!r}")
+    return value
 
 
 class CachedFacts(AuthorityFacts):

@@ -47,7 +47,7 @@ from lib.ledger.decider_lock import ServerBusy
 from lib.ledger.connection import LedgerError, LedgerLocked, NotALedger, check_ledger_file, ledger_path, open_ledger
 from lib.ledger.files import open_regular, regular_file_problem
 from lib.ledger.finishing import UnknownRun
-from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, load_teams_file, sync_teams
+from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, TeamsFileError, sync_teams
 from lib.slurm.journal import drain_left_over_journal
 from lib.slurm.settings import MAX_TIMEOUT_S, ORIGINS
 from lib.slurm.wire import ask

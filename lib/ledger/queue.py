@@ -113,7 +113,7 @@ def _left(request: dict, code: str, message: str, fix: str, waiting_since: datet
     return {**decision, "waiting_since": waiting_since.isoformat()}
 
 
-def _expire(db, now: datetime, timeout_s: float) -> list[dict]:
+def expire_waiting(db, now: datetime, timeout_s: float) -> list[dict]:
     """Record the expiry of every request that waited past its team's queue age and whose expiry is
     not recorded yet; the rows recorded."""
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
@@ -143,16 +143,9 @@ def admit_turns(db=None, *, now=None, timeout_s: float = 10.0, authority: Shared
     (default the present), in serve order (see the module docstring). Returns {as_of, admitted,
     not_admitted (due by the plan, deferred by the ledger now: nothing written), expired (recorded now)}."""
     now = naive_utc(now) or utcnow()
-    expired = _expire(db, now, timeout_s)
-    plan = plan_ledger(db, as_of=now, days=1, timeout_s=timeout_s)
-    due = [q for q in sorted(plan["queue"], key=serve_key) if q["planned_start"] is not None and q["planned_start"] <= now]
-    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
-        latest = _latest(con, [q["run_id"] for q in due])
+    expired = expire_waiting(db, now, timeout_s)
     admitted, not_admitted = [], []
-    for q in due:
-        state, _, text = latest.get(q["run_id"], (None, [], None))
-        if state != "defer":
-            continue
+    for q, text in due_turns(db, now, timeout_s):
         since = q["waiting_since"]
         decision = submit_request(json.loads(text), db=db, origin=ORIGIN, now=now, timeout_s=timeout_s,
                                   actor=QUEUE_ACTOR, authority=authority, admit_only=True,
@@ -169,6 +162,40 @@ def admit_turns(db=None, *, now=None, timeout_s: float = 10.0, authority: Shared
             not_admitted.append(row)
     return {"as_of": now.isoformat(timespec="seconds"), "admitted": admitted, "not_admitted": not_admitted,
             "expired": expired}
+
+
+def due_turns(db, now: datetime, timeout_s: float) -> list[tuple[dict, str]]:
+    """(the plan's queue row, the request JSON of its deferral) of every request whose turn has come
+    at `now`, in serve order: the ones `admit_turns` decides again (the gate server's queue keeper
+    too, through its own decider)."""
+    plan = plan_ledger(db, as_of=now, days=1, timeout_s=timeout_s)
+    due = [q for q in sorted(plan["queue"], key=serve_key) if q["planned_start"] is not None and q["planned_start"] <= now]
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        latest = _latest(con, [q["run_id"] for q in due])
+    out = []
+    for q in due:
+        state, _, text = latest.get(q["run_id"], (None, [], None))
+        if state == "defer":
+            out.append((q, text))
+    return out
+
+
+def left_line(db, run_ids: list[str], *, timeout_s: float = 10.0) -> dict[str, str]:
+    """run ID -> why, for those of `run_ids` whose latest decision took them out of the line (a
+    `reject`: expired, cancelled, ...): the reasons' messages."""
+    if not run_ids:
+        return {}
+    with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
+        latest = _latest(con, run_ids)
+        rows = con.execute("SELECT run_id, max_by(decision_json, (decided_at, decision_id)) FROM decisions "
+                           "WHERE list_contains(?, run_id) GROUP BY run_id", [run_ids]).fetchall()
+    texts = {r[0]: r[1] for r in rows}
+    out = {}
+    for run_id, (state, codes, _) in latest.items():
+        if state == "reject":
+            reasons = json.loads(texts[run_id]).get("reasons") or []
+            out[run_id] = "; ".join(f"[{r.get('code')}] {r.get('message')}" for r in reasons) or ", ".join(codes)
+    return out
 
 
 # ------------------------------------------------------------------------------ cancelling
@@ -207,15 +234,30 @@ def cancel_waiting(run_id: str, who: Who, *, db=None, now=None, timeout_s: float
     Returns {run_id, team, kind, gpus, waiting_since, cancelled_at}."""
     now = naive_utc(now) or utcnow()
     with write_ledger(db, timeout_s) as con, transaction(con):
-        w = _waiting_now(con, run_id, now)
-        since = w["waiting_since"]
-        request = w["request"] if isinstance(w["request"], dict) else {"run_id": run_id, "team": w["team"],
-                                                                        "kind": w["kind"]}
-        decision = _left(request, "cancelled", f"taken out of the queue by {who['actor']}",
-                         "submit it again to wait anew (at the back of the line)", since, now)
-        record_decision(con, request, decision, who["origin"], now, actor=who["actor"])
-        record(con, who, "cancel", detail=f"cancelled {run_id} of team {w['team']}, waiting since "
-                                          f"{since.isoformat(timespec='seconds')}")
+        return _cancel(con, _waiting_now(con, run_id, now), who, now)
+
+
+def cancel_all_waiting(run_ids: list[str], who: Who, *, db=None, now=None, timeout_s: float = 10.0) -> list[dict]:
+    """`cancel_waiting` for many run IDs in one write (the line read once): those still waiting are
+    taken out, the others skipped. The gate server's queue keeper, for held jobs cancelled in Slurm."""
+    now = naive_utc(now) or utcnow()
+    wanted = set(run_ids)
+    if not wanted:
+        return []
+    with write_ledger(db, timeout_s) as con, transaction(con):
+        waiting, _ = read_queue(con, now)
+        return [_cancel(con, w, who, now) for w in waiting if w["run_id"] in wanted]
+
+
+def _cancel(con, w: WaitingRequest, who: Who, now: datetime) -> dict:
+    run_id, since = w["run_id"], w["waiting_since"]
+    request = w["request"] if isinstance(w["request"], dict) else {"run_id": run_id, "team": w["team"],
+                                                                    "kind": w["kind"]}
+    decision = _left(request, "cancelled", f"taken out of the queue by {who['actor']}",
+                     "submit it again to wait anew (at the back of the line)", since, now)
+    record_decision(con, request, decision, who["origin"], now, actor=who["actor"])
+    record(con, who, "cancel", detail=f"cancelled {run_id} of team {w['team']}, waiting since "
+                                      f"{since.isoformat(timespec='seconds')}")
     return {"run_id": run_id, "team": w["team"], "kind": w["kind"], "gpus": w["gpus"],
             "waiting_since": since.isoformat(timespec="seconds"), "cancelled_at": now.isoformat(timespec="seconds")}
 

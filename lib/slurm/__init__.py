@@ -15,6 +15,8 @@ The submit hook and the gate server:
 - `warm`: a gate server's per-team facts read ahead in the background at its start.
 - `journal`: the server's journal beside the ledger (every decision durable before it is answered), and moving a stopped server's into the ledger.
 - `runouts`: the admit's budget line: the month's budget as the server counts it, the run-out days kept warm.
+- `holds`: a deferred job held in Slurm's queue: the hold-or-refuse choice, its message and admin comment, the reconciliation with squeue (pure).
+- `queue_keeper`: the server's queue keeper: admits the line's turns through the LiveGate, releases, updates and cancels held jobs.
 
 The cluster's capacity:
 - `reservations`: sinfo and scontrol read as the gate's vocabulary (GPUs per node, reservations as capacity windows); runs Slurm's commands.

@@ -20,6 +20,8 @@
 #   TG_GATE_TIMEOUT_S   how long the hook waits for a locked ledger              default 5
 #   TG_GATE_SERVER      1: start a warm gate server (fast path), 0: cold Python per sbatch   default 1
 #   TG_WINDOWS_INTERVAL_S  seconds between the gate server's reads of the reservations (0: never)  default 30
+#   TG_ON_DEFER         hold | refuse: a deferral only time cures is held in Slurm's queue, or refused  default hold
+#   TG_QUEUE_INTERVAL_S seconds between the gate server's queue passes (admit, release held jobs; 0: never)  default 30
 #   TG_TEAMS_FILE       the teams file (accounts; `capacity`'s preemptible partitions)  default <repo>/data/teams.toml
 #   TG_EPILOG_TIMEOUT_S how long the gate's epilog waits for Slurm and the ledger   default 120
 #   TG_CRED_EXPIRE_S    seconds a requeued job waits before it may start again    default 30 (Slurm: 120)
@@ -209,6 +211,7 @@ TG_PYTHON=$(python_abs)
 TG_REPO=$repo
 GATE_DB=${GATE_DB:-$repo/data/gate.duckdb}
 TG_ON_GATE_FAILURE=${TG_ON_GATE_FAILURE:-refuse}
+TG_ON_DEFER=${TG_ON_DEFER:-hold}
 TG_GATE_TIMEOUT_S=${TG_GATE_TIMEOUT_S:-5}
 TG_GATE_SOCKET=$RUN/gate.sock
 TG_HOOK_LOG=$LOG/gate-hook.log

@@ -15,7 +15,9 @@ an exit code:
     TIME <minutes: becomes the job's time limit: the comment's runtime for a job without --time, or a
           lower one from the spend limit or the calibrated wall clock, lib.slurm.limits>
     FLAG <admin comment for a flagged job>
+    HOLD <admin comment of a job accepted held: the warm gate server's, lib.slurm.holds>
     exit 0 admitted | 1 refused by the gate | 3 gate failed, refused | 4 gate failed, accepted and flagged
+         | 5 deferred, accepted held until the gate admits it (TG_ON_DEFER=refuse: exit 1 instead)
 
 What is judged, how, and the failure policy (TG_ON_GATE_FAILURE): lib.slurm.judge.
 
@@ -61,6 +63,7 @@ def config_from_env(env=None) -> dict:
         "flag_log": env.get("TG_FLAG_LOG") or None,
         "default_partition": env.get("TG_DEFAULT_PARTITION") or None,
         "socket": env.get("TG_GATE_SOCKET") or None,
+        "on_defer": env.get("TG_ON_DEFER") or None,
     }
 
 

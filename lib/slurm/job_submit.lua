@@ -12,13 +12,19 @@ exit code:
   1 refused         -> slurm.log_user(one line: every reason code and its fix), return slurm.ERROR
   3 gate failure, policy refuse           -> message, slurm.ERROR
   4 gate failure, policy accept-and-flag  -> message, admin_comment flag, accept
+  5 deferred, only time cures it (the warm gate server's answer, lib.slurm.holds) -> accept HELD:
+                       priority 0 (an admin hold, reason JobHeldAdmin: only root / SlurmUser /
+                       an operator can release it), the HOLD line as admin_comment, NAME and TIME as
+                       for an admit; the gate server releases it when the gate admits the run
   anything else (interpreter missing, killed by the time-out, no answer) -> the failure policy, here.
 Jobs with no GPU request pass untouched, without starting Python.
 
 Settings come from HOOK_CONF (KEY=VALUE lines, re-read at every submission; written by cluster.sh start):
 TG_PYTHON, TG_REPO, GATE_DB, TG_ON_GATE_FAILURE (refuse|accept-and-flag), TG_GATE_TIMEOUT_S,
 TG_GATE_SOCKET (warm gate server), TG_HOOK_LOG (stderr), TG_FLAG_LOG (failures, JSON lines),
-TG_DEFAULT_PARTITION, TG_PYCACHE (bytecode cache dir, so `python -S` does not recompile every time).
+TG_DEFAULT_PARTITION, TG_PYCACHE (bytecode cache dir, so `python -S` does not recompile every time),
+TG_ON_DEFER (refuse: refuse deferred jobs, as before holding them existed; default hold), TG_GATE_UID
+(the uid the gate server runs as, when not root: the one besides root that may release a held job).
 
 Fast path: when LuaSocket (Debian's lua-socket) is there and the warm gate server listens on
 TG_GATE_SOCKET, the hook sends the job description straight to it over the Unix socket, in the
@@ -33,6 +39,7 @@ nil (nil ACCEPTS the job): every refusal returns slurm.ERROR.
 local has_unix, unix = pcall(require, "socket.unix")
 
 local HOOK_CONF = "/tmp/tg-slurm/etc/job_submit_gate.conf"  -- rewritten by cluster.sh start
+local HOLD_PREFIX = "training-gate: queued run "  -- a held job's admin comment (lib.slurm.holds)
 
 local function read_conf()
   local conf = {TG_ON_GATE_FAILURE = "refuse", TG_GATE_TIMEOUT_S = "5"}
@@ -112,7 +119,8 @@ local function ask_server(conf, job_desc, submit_uid)
     end
   end
   local config = {db = conf.GATE_DB, on_failure = conf.TG_ON_GATE_FAILURE, timeout_s = conf.TG_GATE_TIMEOUT_S,
-                  flag_log = conf.TG_FLAG_LOG, default_partition = conf.TG_DEFAULT_PARTITION, socket = path}
+                  flag_log = conf.TG_FLAG_LOG, default_partition = conf.TG_DEFAULT_PARTITION, socket = path,
+                  on_defer = conf.TG_ON_DEFER}
   for k, v in pairs(config) do
     if v ~= nil and v ~= "" then parts[#parts + 1] = "c:" .. k; parts[#parts + 1] = tostring(v) end
   end
@@ -143,6 +151,7 @@ local function run_python(conf, job_desc, submit_uid, limit_s)
     " GATE_DB=" .. q(conf.GATE_DB) .. " TG_ON_GATE_FAILURE=" .. q(conf.TG_ON_GATE_FAILURE) ..
     " TG_GATE_TIMEOUT_S=" .. q(conf.TG_GATE_TIMEOUT_S) .. " TG_GATE_SOCKET=" .. q(conf.TG_GATE_SOCKET) ..
     " TG_FLAG_LOG=" .. q(conf.TG_FLAG_LOG) .. " TG_DEFAULT_PARTITION=" .. q(conf.TG_DEFAULT_PARTITION) ..
+    " TG_ON_DEFER=" .. q(conf.TG_ON_DEFER) ..
     " timeout -k 2 " .. limit_s .. " " .. q(py) ..
     " -S -c 'import sys, lib.slurm.hook as h; sys.exit(h.main())' " ..
     table.concat(args, " ") .. " 2>>" .. q(conf.TG_HOOK_LOG or "/dev/null") .. "; echo EXIT=$?"
@@ -183,6 +192,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   elseif code == 1 or code == 3 then  -- refused: never accepted, whatever the failure policy
     slurm.log_user("%s", msg or "training-gate: refused (no message; see the gate's hook log)")
     return slurm.ERROR
+  elseif code == 5 then  -- held: accepted with an admin hold; the gate server releases it
+    local hold = out:match("HOLD (.-)\n")
+    job_desc.priority = 0
+    if hold then job_desc.admin_comment = hold end
+    if name and name ~= "" and name ~= job_desc.name then job_desc.name = name end
+    if time_min then job_desc.time_limit = time_min end
+    for line in out:gmatch("MSG (.-)\n") do slurm.log_user("%s", line) end
+    return slurm.SUCCESS
   elseif code == 4 then
     if flag then job_desc.admin_comment = flag end
     if name and name ~= "" and name ~= job_desc.name then job_desc.name = name end
@@ -200,6 +217,20 @@ end
 -- as SlurmUser): anyone may. Other changes pass.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then return slurm.SUCCESS end
+  -- a job the gate holds in the queue (its admin comment says so) is released by the gate alone: by
+  -- root, or the gate server's own uid (TG_GATE_UID, when it does not run as root)
+  local held = job_rec and job_rec.admin_comment and
+               string.sub(job_rec.admin_comment, 1, #HOLD_PREFIX) == HOLD_PREFIX
+  local prio = job_desc.priority
+  if held and prio ~= nil and prio ~= slurm.NO_VAL then
+    local conf = read_conf()
+    if tostring(modify_uid) ~= tostring(conf.TG_GATE_UID or "0") then
+      slurm.log_user("%s", "training-gate: refused: this job waits in the gate's queue and starts by itself " ..
+                     "when its turn comes (`python -m lib queue` shows the line); only the gate releases it")
+      return slurm.ERROR
+    end
+    return slurm.SUCCESS
+  end
   local gated = has_gpu(job_rec and job_rec.tres_fmt_req_str)
   local limit = job_desc.time_limit
   local sets_limit = limit ~= nil and limit ~= slurm.NO_VAL

@@ -108,9 +108,11 @@ class Judged:
     request: Request | None = None      # the request the decider decided; None when none did
     seq: int | None = None              # the decider's journal entry to settle (Decided.seq)
     budget: str | None = None       # the admit's budget line (the warm server adds it: lib.slurm.runouts)
+    hold: str | None = None         # a held job's admin comment (the warm server's, lib.slurm.holds)
 
     def lines(self) -> list[str]:
-        """MSG <message> [MSG <budget line>] [NAME <run id>] [TIME <minutes>] [FLAG <admin comment>]."""
+        """MSG <message> [MSG <budget line>] [NAME <run id>] [TIME <minutes>] [FLAG <admin comment>]
+        [HOLD <a held job's admin comment>]."""
         out = []
         if self.msg:
             out.append("MSG " + _one_line(self.msg))
@@ -122,6 +124,8 @@ class Judged:
             out.append(f"TIME {int(self.time_min)}")
         if self.flag:
             out.append("FLAG " + _one_line(self.flag))
+        if self.hold:
+            out.append("HOLD " + _one_line(self.hold))
         return out
 
 

@@ -5,18 +5,15 @@ moved into the ledger in batches.
 IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
 reads (month spend, snapshots, calibration, interruption rate), which a thread also reads for every
 team in the background from the start, so a site of hundreds of teams answers within a second or two
-of its start. It decides with the ledger's own
-`decide_with` over those facts (it is the facts object), so the answer is the one
-`python -m lib submit` would give; `decide_job` makes it the Slurm judge's decider
-(lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
-fsync'ed, one fsync for decisions that arrive together) before anyone hears it; a flusher thread
-moves answered decisions into the ledger every
-`flush_interval_s` seconds (lib.ledger.batch: exactly once per journal entry), holding the ledger
-only for the batch.
+of its start. It decides with the ledger's own `decide_with` over those facts (it is the facts
+object), so the answer is the one `python -m lib submit` would give; `decide_job` makes it the Slurm
+judge's decider (lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
+fsync'ed, one fsync for decisions that arrive together) before anyone hears it; a flusher thread moves
+answered decisions into the ledger every `flush_interval_s` seconds (lib.ledger.batch: exactly once
+per journal entry), holding the ledger only for the batch.
 
 Other writers (imports, finish, teams, a demo rebuild) change the ledger file. Before every decision
-the gate takes the ledger's change stamp (lib.ledger.connection.change_stamp: the file's identity,
-size, mtime and DuckDB's checkpoint iteration, and its WAL's) and compares it with the one it last
+the gate compares the ledger's change stamp (lib.ledger.connection.change_stamp) with the one it last
 saw; when they differ it reloads before deciding, never after. While its own batch is being
 written the stamp moves because of that batch: a decision then waits until the batch, holding
 DuckDB's write lock (so no other process can write), has compared the stamp with the one last seen;
@@ -25,20 +22,17 @@ it leaves after an explicit CHECKPOINT and before it lets go of the file, so a w
 after it always moves the stamp. Cached per-team facts are dropped by every reload, and read again
 after `FACTS_TTL_S` and when the month changes.
 
-The cluster's windows (its Slurm reservations: lib.slurm.windows_sync) come from the ledger at
-each reload; with `windows_interval_s` a thread also reads them from Slurm at start and then every
-that many seconds, off the decisions' lock: decisions take the last windows Slurm gave (the
-ledger's until its first answer, and the last known ones while it cannot answer), and a set that
-changed is written into the ledger as a batch is, taking the stamp it leaves.
+The cluster's windows (its Slurm reservations: lib.slurm.windows_sync) come from the ledger at each
+reload; with `windows_interval_s` a thread also reads them from Slurm at start and then every that
+many seconds, off the decisions' lock: decisions take the last windows Slurm gave (the ledger's until
+its first answer), and a set that changed is written into the ledger as a batch is.
 
-Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock: an
-flock on the file itself, so a hard link or another path to the same file finds it taken) for its
-lifetime; a second one raises ServerBusy naming the holder.
+Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock, an
+flock on the file itself) for its lifetime; a second one raises ServerBusy naming the holder.
 
-Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller
-is refused). A mark that cannot be written (answered / unanswered) is kept in memory and written
-again by the flusher, and a batch that cannot be written waits in the journal: each such failure
-is logged once, and so is the recovery, when the disk has room again.
+Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller is
+refused). A mark that cannot be written is kept in memory and written again by the flusher, and a
+batch that cannot be written waits in the journal: each failure and its recovery is logged once.
 """
 from __future__ import annotations
 
@@ -46,9 +40,10 @@ import sys
 import threading
 import time
 from datetime import datetime
+from typing import Callable
 
 from lib.authority.facts import Authority
-from lib.authority.serving import ServedAuthority
+from lib.authority.serving import ServedAuthority, deadline_s
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
 from lib.gate.terms import finite_number, utcnow
 from lib.ledger.batch import applied_through, apply_batch
@@ -80,7 +75,8 @@ class LiveGate:
                  windows_interval_s: float | None = None, authority: Authority | None = None):
         self.db = ledger_path(db).resolve()
         # the shared authority, when the cluster names one (lib.authority.serving: one round trip a decision)
-        self.shared = ServedAuthority(authority.fresh(), _log) if authority is not None else None
+        self.shared = (ServedAuthority(authority.fresh(), _log, deadline_s=deadline_s())
+                       if authority is not None else None)
         if not self.db.exists():
             raise LedgerError(f"ledger {self.db} does not exist")
         self.timeout_s, self.flush_interval_s = timeout_s, flush_interval_s
@@ -264,19 +260,28 @@ class LiveGate:
 
     def decide(self, request: Request, *, now: datetime, origin: str, write: bool,
                caller: tuple[int | None, int | None] = (None, None),
-               actor: str | None = None) -> tuple[Decision, int | None]:
+               actor: str | None = None, admit_only: bool = False, extra: dict | None = None,
+               guard: Callable[[], bool] | None = None) -> tuple[Decision | None, int | None]:
         """(decision, journal seq) for the request. write=False is the what-if (nothing journaled).
         `caller`: the socket peer's (uid, pid); `actor`: who asked, when the peer relays someone else
         (a Slurm job's user), else the peer's user is recorded.
         A written decision is durable before this returns (JournalError otherwise: not decided);
-        the caller must `settle(seq, answered)` once it knows whether the answer went out."""
+        the caller must `settle(seq, answered)` once it knows whether the answer went out.
+        The queue's admit (lib.slurm.queue_keeper) asks, as lib.ledger.deciding.submit_request does:
+        `guard()` first, on the refreshed state under the decisions' turn (False: (None, None),
+        nothing decided), `admit_only` (a deferral is answered, not journaled) and `extra` (keys added
+        to the decision before it is journaled)."""
         with self._mu:
             self._refresh(now)
+            if guard is not None and not guard():
+                return None, None
             if self.shared is None:
                 decision, _ = decide_with(request, now, self)
             else:  # the authority's hold is written first (see lib.authority.serving)
                 decision = self.shared.decide(request, now, self, write=write)
-            if not write or decision.get("replayed") is True:
+            if extra and not decision.get("replayed"):
+                decision = {**decision, **extra}
+            if not write or decision.get("replayed") is True or (admit_only and decision["state"] != "admit"):
                 return decision, None
             try:
                 seq = self.journal.append(

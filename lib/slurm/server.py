@@ -3,10 +3,14 @@ the ledgers it serves, from live state in memory (lib.slurm.live), over a Unix s
 
     python -m lib.slurm.server --socket PATH [--db LEDGER] [--journal-max-mb MB]
                                    [--journal-sync FULL|NORMAL] [--flush-interval-s S]
-                                   [--windows-interval-s S]
+                                   [--windows-interval-s S] [--queue-interval-s S]
 
 --windows-interval-s (else $TG_WINDOWS_INTERVAL_S, else 30): how often each ledger's gate reads the
 cluster's reservations from Slurm (lib.slurm.live; 0: never, the ledger's windows only).
+--queue-interval-s (else $TG_QUEUE_INTERVAL_S, else 30): how often each ledger's queue keeper admits
+the requests whose turn has come and releases their held jobs (lib.slurm.queue_keeper; 0: never, and
+then deferred jobs are refused). $TG_ON_DEFER=refuse (or a hook's on_defer=refuse) refuses deferred
+jobs as before; by default a deferral only time cures is accepted held (lib.slurm.holds).
 
 A job the hook sends is judged by lib.slurm.judge.judge_job with its ledger's LiveGate as the decider;
 the decision's journal entry is settled once the answer went out (or not).
@@ -62,15 +66,18 @@ from lib.gate.reasons import reason
 from lib.gate.terms import JSONTooDeep, json_text, loads_bounded, naive_utc, utcnow
 from lib.ledger.connection import LedgerLocked, ledger_path
 from lib.slurm.runouts import RunOuts, budget_text, month_budget
+from lib.slurm.comment import build_request
+from lib.slurm.holds import hold_fit, held_message, hold_choice, hold_comment, place_text
 from lib.slurm.hook import config_from_env
 from lib.slurm.journal import JournalError
 from lib.ledger.decider_lock import ServerBusy
 from lib.slurm.judge import Judged, failure, judge_job
 from lib.slurm.live import LiveGate
+from lib.slurm.queue_keeper import QUEUE_INTERVAL_S, QueueKeeper, on_defer_setting
 from lib.slurm.reader import Message, SlowReader, read_bounded
 from lib.slurm.settings import SettingError, caller_settings
 from lib.slurm.windows_sync import DEFAULT_INTERVAL_S
-from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_REFUSED, JOB_FIELDS, decode_request
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_HELD, EXIT_REFUSED, JOB_FIELDS, decode_request
 
 TIMING = bool(os.environ.get("TG_GATE_SERVER_TIMING"))  # one stderr line per connection: where time goes
 OP_INVALID = 2           # an op request with a bad setting (the command line's "invalid input")
@@ -85,8 +92,11 @@ class GateServer:
 
     def __init__(self, *, journal_max_mb: float | None = None, journal_sync: str = "FULL",
                  flush_interval_s: float = 0.25, flag_log: str | None = None,
-                 windows_interval_s: float | None = None, authority=None):
+                 windows_interval_s: float | None = None, authority=None, queue_interval_s: float | None = None,
+                 on_defer: str = "hold"):
         self.gates: dict[Path, LiveGate] = {}
+        self.keepers: dict = {}      # ledger key -> QueueKeeper: held jobs released (None/0 interval: none, refuse)
+        self.queue_interval_s, self.on_defer = queue_interval_s, on_defer
         self.runouts: dict = {}      # ledger key -> RunOuts: the admit's budget line's run-out days
         self.authority = authority  # lib.authority.facts.Authority: each ledger's LiveGate gets its own connection
         self._loading: dict[Path, threading.Lock] = {}
@@ -114,15 +124,24 @@ class GateServer:
                                 journal_sync=self.journal_sync,
                                 flush_interval_s=self.flush_interval_s,
                                 windows_interval_s=self.windows_interval_s, authority=self.authority)
+                keeper = None
+                if self.queue_interval_s:
+                    keeper = QueueKeeper(live, interval_s=self.queue_interval_s, on_defer=self.on_defer)
                 with self._mu:
                     self.gates[key] = live
                     self.runouts[key] = RunOuts(live.db)
+                    self.keepers[key] = keeper
+                if keeper is not None:
+                    keeper.start()
                 self.runouts[key].get(utcnow())   # computed in the background before the first admit asks
             return live
 
     def close(self) -> int:
         """Every ledger's journal drained (LiveGate.close); how many decisions stay in the journals."""
         with self._mu:
+            for keeper in self.keepers.values():   # no queue pass writes while the journals drain
+                if keeper is not None:
+                    keeper.stop()
             left = sum(live.close() for live in self.gates.values())
             self.gates.clear()
         return left
@@ -184,11 +203,46 @@ class GateServer:
             judged = failure(fields, config, f"{type(exc).__name__}: {exc}")
         else:
             judged = judge_job(fields, config, live, caller=caller)
+            if judged.code == EXIT_REFUSED and judged.decision and judged.request is not None:
+                judged = self._held(live, judged, fields, config)
             if judged.code == EXIT_ACCEPTED and judged.decision and judged.request is not None:
                 # the request's kind: the facts the budget line reads
                 judged = replace(judged, budget=self._budget_line(live, judged.decision, judged.request.get("kind")))
         sent = _send(conn, _hook_answer(judged))
         return (live, judged.seq, sent) if judged.seq is not None else None
+
+    def _held(self, live: LiveGate, judged: Judged, fields: dict, config: dict) -> Judged:
+        """A deferral only time cures, of a job that can fit some day, as a held job (lib.slurm.holds),
+        when this ledger has a queue keeper to release it and neither the server's TG_ON_DEFER nor the
+        caller's on_defer says refuse; else the refusal as judged (a job that never fits says so)."""
+        keeper = self.keepers.get(_ledger_key(live.db))
+        decision, request = judged.decision, judged.request
+        on_defer = "refuse" if keeper is None or "refuse" in (self.on_defer, config.get("on_defer")) else "hold"
+        if on_defer == "refuse" or decision.get("state") != "defer":
+            return judged
+        team, now = decision.get("team"), utcnow().replace(microsecond=0)
+        policy = live.policy(team)
+        try:
+            with live.decisions_turn:
+                state = live.state(team, now, request.get("kind"), request.get("capacity")) if policy else {}
+            fit = hold_fit(decision, request, policy, state, now)
+        except Exception as exc:  # the refusal as judged: never held on a guess
+            print(f"lib.slurm.server: no hold: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return judged
+        hold, why = hold_choice(decision, on_defer, fit)
+        if hold and request["run_id"] in keeper.watched:   # one held job a run: a second would be released too
+            hold, why = False, ("already waits in Slurm's queue as a held job of the same run ID (to replace "
+                                "it, scancel it and submit again after the gate's next pass)")
+        if not hold:
+            return replace(judged, msg=f"{judged.msg} (not held: it {why})") if why else judged
+        codes = [r.get("code") for r in decision.get("reasons") or []]
+        planned = fit[0] if fit is not None and fit[0] is not None and fit[0] > now else None
+        where = place_text(team, None, planned)
+        _, time_to_set, _ = build_request(fields, default_partition=config["default_partition"])
+        keeper.held(request["run_id"], now)
+        return replace(judged, code=EXIT_HELD, msg=held_message(request["run_id"], team, codes, where),
+                       name=request["run_id"], time_min=time_to_set,
+                       hold=hold_comment(request["run_id"], keeper.tag, where, codes))
 
     def _budget_line(self, live: LiveGate, decision: dict, kind: str | None) -> str | None:
         """The admit's budget line (lib.slurm.runouts.budget_text): the month's budget left as this gate
@@ -276,14 +330,16 @@ def _send(conn, text: str) -> bool:
 
 
 def serve(socket_path: str, *, db=None, journal_max_mb: float | None = None, journal_sync: str = "FULL",
-          flush_interval_s: float = 0.25, windows_interval_s: float | None = DEFAULT_INTERVAL_S) -> None:
+          flush_interval_s: float = 0.25, windows_interval_s: float | None = DEFAULT_INTERVAL_S,
+          queue_interval_s: float | None = QUEUE_INTERVAL_S) -> None:
     """Listen on `socket_path` until SIGTERM/SIGINT. With `db` (or $GATE_DB) that ledger is loaded at
     once, and the server refuses to start when another server holds it. `flush_interval_s`: seconds
     between batches into the ledger; `windows_interval_s`: between reads of the cluster's
     reservations (None or 0: none)."""
     server = GateServer(journal_max_mb=journal_max_mb, journal_sync=journal_sync,
                         flush_interval_s=flush_interval_s, flag_log=os.environ.get("TG_FLAG_LOG") or None,
-                        windows_interval_s=windows_interval_s, authority=_authority())
+                        windows_interval_s=windows_interval_s, authority=_authority(),
+                        queue_interval_s=queue_interval_s, on_defer=on_defer_setting())
     named = db or os.environ.get("GATE_DB")
     if named:
         try:
@@ -392,7 +448,8 @@ def main(argv=None) -> int:
           journal_sync=opt("--journal-sync", os.environ.get("TG_GATE_JOURNAL_SYNC") or "FULL").upper(),
           flush_interval_s=float(opt("--flush-interval-s", 0.25)),
           windows_interval_s=float(opt("--windows-interval-s",
-                                       os.environ.get("TG_WINDOWS_INTERVAL_S") or DEFAULT_INTERVAL_S)))
+                                       os.environ.get("TG_WINDOWS_INTERVAL_S") or DEFAULT_INTERVAL_S)),
+          queue_interval_s=float(opt("--queue-interval-s", os.environ.get("TG_QUEUE_INTERVAL_S") or QUEUE_INTERVAL_S)))
     return 0
 
 

@@ -8,6 +8,7 @@ anything is decided: the server takes nothing a caller sends on trust.
 | `db` | all | the ledger (absent: the server's $GATE_DB, else data/gate.duckdb) |
 | `timeout_s` | all | seconds to wait for a ledger the server has not loaded yet: finite, > 0, ≤ 60 (default 5) |
 | `on_failure` | hook | refuse, accept-and-flag (any other value is taken as refuse, and the flag log says so) |
+| `on_defer` | hook | refuse keeps refusing deferred jobs; anything else holds what only time cures (lib.slurm.holds) |
 | `default_partition` | hook | partition names (letters, digits, '.', '_', '-'), comma-separated |
 | `origin` | check, submit | cli, slurm, app, kueue, hook (the command line's --origin choices; default cli) |
 | `now` | check, submit | ISO-8601 time; for submit within lib.gate.terms.SUBMIT_CLOCK_WINDOW of the server's clock |
@@ -28,7 +29,7 @@ OPS = ("check", "submit", "flush")
 DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S = 5.0, 60.0
 IGNORED = ("flag_log", "socket")  # job_submit.lua and the hook send them; the server has its own
 TAKEN = {  # op -> the settings such a request takes (None: a hook request)
-    None: ("db", "timeout_s", "on_failure", "default_partition") + IGNORED,
+    None: ("db", "timeout_s", "on_failure", "default_partition", "on_defer") + IGNORED,
     "check": ("op", "request", "db", "timeout_s", "origin", "now"),
     "submit": ("op", "request", "db", "timeout_s", "origin", "now"),
     "flush": ("op", "db", "timeout_s"),

@@ -6,7 +6,8 @@ NUL), then the client ends its side of the connection (EOF ends the message). Th
 JOB_FIELDS (job_submit.lua sends them in that order; so does the hook on its command line).
 Answer: "<exit code>\\n" then the rest (the hook's protocol lines, or for op requests the decision JSON
 or an error line). A job's exit codes (the hook's too): EXIT_ACCEPTED, EXIT_REFUSED (by the gate),
-EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED (the gate could not judge it: the failure policy's answer).
+EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED (the gate could not judge it: the failure policy's answer),
+EXIT_HELD (deferred, accepted with an admin hold until the gate admits it).
 
 Cheap to import: only _socket and time (json, socket.py, enum and selectors would cost more than
 the rest of the hook's start); Lua's own client (job_submit.lua) speaks the same format.
@@ -17,6 +18,7 @@ import _socket  # the C module: socket.py would import enum and selectors
 import time
 
 EXIT_ACCEPTED, EXIT_REFUSED, EXIT_FAILED_REFUSED, EXIT_FAILED_ACCEPTED = 0, 1, 3, 4
+EXIT_HELD = 5   # accepted held (an admin hold) until the gate admits it: lib.slurm.holds
 JOB_FIELDS = ("account", "partition", "time_limit", "name", "comment", "user", "uid", "work_dir",
           "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "num_tasks",
           "min_nodes", "array")
