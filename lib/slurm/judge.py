@@ -209,6 +209,8 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
     "on_failure", "flag_log", "policy_note")."""
     policy = config.get("on_failure")
     accept = policy == "accept-and-flag"
+    if run_id is None:   # failed before the request was read (a ledger it could not open): the job's own
+        run_id = _run_id_of(fields, config)
     _flag_log(config, {"action": "accepted-and-flagged" if accept else "refused", "why": why,
                        "run_id": run_id, "policy": policy, "note": config.get("policy_note"),
                        "job": {k: _clipped(fields.get(k)) for k in JOB_FIELDS}})
@@ -228,6 +230,16 @@ def _clipped(value):
     if isinstance(value, str) and len(value) > FLAG_LOG_FIELD_CHARS:
         return f"{value[:FLAG_LOG_FIELD_CHARS]}... ({len(value)} characters)"
     return value
+
+
+def _run_id_of(fields: dict, config: dict) -> str | None:
+    """The run ID the job names (its comment's request, or its name), for the flag log; None when
+    the job names none a run ID may be."""
+    try:
+        request, _, _ = build_request(fields, default_partition=config.get("default_partition"))
+    except Exception:   # a job the gate cannot read at all: the log line says so without a run ID
+        return None
+    return request["run_id"] if run_id_problem(request.get("run_id")) is None else None
 
 
 def _flag_log(config: dict, record: dict) -> None:
