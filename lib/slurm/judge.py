@@ -60,10 +60,9 @@ from lib.slurm.comment import (IncompleteRequest, Refusal, Rejected, _is_number,
                                job_actor, runtime_hours)
 from lib.slurm import flag_log
 from lib.slurm.limits import admitted_time_limit
-from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, JOB_FIELDS
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED
 
 FAILURE_POLICIES = ("refuse", "accept-and-flag")
-FLAG_LOG_FIELD_CHARS = 4096  # a job field's characters the flag log keeps (a comment may be megabytes)
 
 Prepare = Callable[[Request, Policy | None], Request]   # (request, the team's policy or None) -> the request to decide
 Caller = tuple[int | None, int | None]                   # a socket peer's (uid, pid); (None, None): none
@@ -213,7 +212,7 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
         run_id = _run_id_of(fields, config)
     _flag_log(config, {"action": "accepted-and-flagged" if accept else "refused", "why": why,
                        "run_id": run_id, "policy": policy, "note": config.get("policy_note"),
-                       "job": {k: _clipped(fields.get(k)) for k in JOB_FIELDS}})
+                       "job": fields})   # the flag log keeps the identifying fields, clipped
     if accept:
         return Judged(
             EXIT_FAILED_ACCEPTED,
@@ -224,12 +223,6 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
         EXIT_FAILED_REFUSED,
         f"training-gate: refused: the gate could not judge this job ({why}); fix what it names, or if "
         "the ledger is busy try again shortly (TG_ON_GATE_FAILURE=refuse)")
-
-
-def _clipped(value):
-    if isinstance(value, str) and len(value) > FLAG_LOG_FIELD_CHARS:
-        return f"{value[:FLAG_LOG_FIELD_CHARS]}... ({len(value)} characters)"
-    return value
 
 
 def _run_id_of(fields: dict, config: dict) -> str | None:
