@@ -23,12 +23,17 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 CALLERS = 16
 
 
-def start(monkeypatch, url, cluster, ledger, sock, **extra) -> GateServerProcess:
+def start(monkeypatch, url, cluster, ledger, sock, *, deadline_s: str | None = "20", **extra) -> GateServerProcess:
+    """A gate server on `ledger` for `cluster` of the authority at `url`. `deadline_s`: its
+    $GATE_AUTHORITY_DEADLINE_S (None: the default). These tests are about never over-booking, not
+    about the deadline (its own test passes None): on a loaded machine a healthy PostgreSQL may take
+    longer than the default 2.5 s."""
     for key, value in authority_env(url, cluster, **extra).items():
         monkeypatch.setenv(key, value)
-    # these tests are about never over-booking, not about the deadline (its own test): on a loaded
-    # machine a healthy PostgreSQL may take longer than the default 2.5 s
-    monkeypatch.setenv("GATE_AUTHORITY_DEADLINE_S", "20")
+    if deadline_s is None:
+        monkeypatch.delenv("GATE_AUTHORITY_DEADLINE_S", raising=False)
+    else:
+        monkeypatch.setenv("GATE_AUTHORITY_DEADLINE_S", deadline_s)
     for key in ("GATE_AUTHORITY_OFFLINE_SHARE",):
         if key not in extra:
             monkeypatch.delenv(key, raising=False)

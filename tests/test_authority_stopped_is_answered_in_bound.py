@@ -48,7 +48,7 @@ def test_a_stopped_authority_is_answered_within_the_bound_and_its_outage_logged_
     try:
         url = pg.url(pg.new_database())
         ledgers = make_clusters(tmp_path, url, names=("a",), quota=64, budget=100_000)
-        server = start(monkeypatch, url, "a", ledgers["a"], tmp_path / "a.sock")
+        server = start(monkeypatch, url, "a", ledgers["a"], tmp_path / "a.sock", deadline_s=None)   # the default bound
         assert submit(server, shared_request("before"))[1]["state"] == "admit"
         stopped = postgres_pids(pg)
         assert len(stopped) > 2   # the postmaster, the server's backend, background workers

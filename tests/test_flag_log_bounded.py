@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from lib.slurm.flag_log import KEEP
+from lib.slurm.judge import failure
 from tests.fixtures_ledger import REPO
+from tests.fixtures_slurm import comment, job
 
 WRITER = """
 import sys
@@ -44,3 +46,15 @@ def test_four_writers_of_a_flood_leave_short_whole_lines_in_bounded_rotated_file
     assert {f"w{w}-299" for w in range(4)} & current
     assert len(lines) < 4 * 300
     assert len(lines) == len({json.loads(ln)["run_id"] for ln in lines})   # no line written twice
+
+
+def test_a_failure_before_the_request_was_read_logs_the_run_id_the_job_names(tmp_path):
+    """A gate that failed before it read the request (a ledger it could not open) still logs which
+    run the job is: the operator looks for it by run ID, and the line never holds the comment."""
+    log = tmp_path / "flags.jsonl"
+    failure(job(comment=comment(run_id="run-that-failed")), {"on_failure": "accept-and-flag", "flag_log": str(log),
+                                                             "default_partition": None}, "LedgerLocked: held")
+    failure(job(comment="not json"), {"on_failure": "refuse", "flag_log": str(log), "default_partition": None}, "x")
+    first, second = [json.loads(line) for line in log.read_text().splitlines()]
+    assert first["run_id"] == "run-that-failed" and "comment" not in first["job"]
+    assert second["run_id"] is None

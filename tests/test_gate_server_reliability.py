@@ -137,6 +137,9 @@ def test_a_held_ledger_does_not_stop_the_gate_decisions_land_once_it_is_free(slu
 
     from tests.fixtures_slurm import REPO
     server = GateServerProcess(slurm_ledger, tmp_path / "gate.sock")
+    # a warm server: the team's facts read (on first need, or by the background warm-up after a start)
+    assert server.ask(hook_request("warm-up")).code == 0
+    server.flush()
     holder = subprocess.Popen(  # an import holding the ledger read-write
         [sys.executable, "-c", "import sys, time; from lib.ledger.connection import open_ledger\n"
          "with open_ledger(sys.argv[1]) as con:\n    print('held', flush=True); sys.stdin.readline()",

@@ -213,6 +213,7 @@ def test_a_killed_server_restarted_forgets_no_held_job_and_releases_none_twice(s
     released = [json.loads(ln.split("queue: ", 1)[1])["released"] for ln in err.splitlines() if "queue: {" in ln]
     assert sum(released, []) == [scene.jobs[fourth]], err
     assert scene.latest(fourth)["actor"] == "gate-queue"
+    scene.import_sacct(fourth)   # its end reaches the ledger: a run holds its accelerators until then
 
 
 def test_a_job_that_never_fits_and_any_deferral_under_refuse_are_refused(scene):

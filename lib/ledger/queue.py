@@ -177,15 +177,15 @@ def left_line(db, run_ids: list[str], *, timeout_s: float = 10.0) -> dict[str, s
     `reject`: expired, cancelled, ...): the reasons' messages."""
     if not run_ids:
         return {}
+    key = "(decided_at, decision_id)"
     with open_ledger(db, read_only=True, timeout_s=timeout_s, create=False) as con:
-        latest = _latest(con, run_ids)
-        rows = con.execute("SELECT run_id, max_by(decision_json, (decided_at, decision_id)) FROM decisions "
-                           "WHERE list_contains(?, run_id) GROUP BY run_id", [run_ids]).fetchall()
-    texts = {r[0]: r[1] for r in rows}
+        rows = con.execute(f"SELECT run_id, max_by(state, {key}), max_by(reason_codes, {key}), "
+                           f"max_by(decision_json, {key}) FROM decisions WHERE list_contains(?, run_id) "
+                           "GROUP BY run_id", [run_ids]).fetchall()
     out = {}
-    for run_id, (state, codes, _) in latest.items():
+    for run_id, state, codes, text in rows:   # one read: its latest decision's state, codes and reasons
         if state == "reject":
-            reasons = json.loads(texts[run_id]).get("reasons") or []
+            reasons = json.loads(text).get("reasons") or []
             out[run_id] = "; ".join(f"[{r.get('code')}] {r.get('message')}" for r in reasons) or ", ".join(codes)
     return out
 

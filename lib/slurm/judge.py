@@ -60,10 +60,9 @@ from lib.slurm.comment import (IncompleteRequest, Refusal, Rejected, _is_number,
                                job_actor, runtime_hours)
 from lib.slurm import flag_log
 from lib.slurm.limits import admitted_time_limit
-from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED, JOB_FIELDS
+from lib.slurm.wire import EXIT_ACCEPTED, EXIT_FAILED_ACCEPTED, EXIT_FAILED_REFUSED, EXIT_REFUSED
 
 FAILURE_POLICIES = ("refuse", "accept-and-flag")
-FLAG_LOG_FIELD_CHARS = 4096  # a job field's characters the flag log keeps (a comment may be megabytes)
 
 Prepare = Callable[[Request, Policy | None], Request]   # (request, the team's policy or None) -> the request to decide
 Caller = tuple[int | None, int | None]                   # a socket peer's (uid, pid); (None, None): none
@@ -209,9 +208,11 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
     "on_failure", "flag_log", "policy_note")."""
     policy = config.get("on_failure")
     accept = policy == "accept-and-flag"
+    if run_id is None:   # failed before the request was read (a ledger it could not open): the job's own
+        run_id = _run_id_of(fields, config)
     _flag_log(config, {"action": "accepted-and-flagged" if accept else "refused", "why": why,
                        "run_id": run_id, "policy": policy, "note": config.get("policy_note"),
-                       "job": {k: _clipped(fields.get(k)) for k in JOB_FIELDS}})
+                       "job": fields})   # the flag log keeps the identifying fields, clipped
     if accept:
         return Judged(
             EXIT_FAILED_ACCEPTED,
@@ -224,10 +225,14 @@ def failure(fields: dict, config: dict, why: str, *, run_id=None) -> Judged:
         "the ledger is busy try again shortly (TG_ON_GATE_FAILURE=refuse)")
 
 
-def _clipped(value):
-    if isinstance(value, str) and len(value) > FLAG_LOG_FIELD_CHARS:
-        return f"{value[:FLAG_LOG_FIELD_CHARS]}... ({len(value)} characters)"
-    return value
+def _run_id_of(fields: dict, config: dict) -> str | None:
+    """The run ID the job names (its comment's request, or its name), for the flag log; None when
+    the job names none a run ID may be."""
+    try:
+        request, _, _ = build_request(fields, default_partition=config.get("default_partition"))
+    except Exception:   # a job the gate cannot read at all: the log line says so without a run ID
+        return None
+    return request["run_id"] if run_id_problem(request.get("run_id")) is None else None
 
 
 def _flag_log(config: dict, record: dict) -> None:
