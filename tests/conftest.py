@@ -85,15 +85,16 @@ def busy_ledger(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def submitted_template(tmp_path_factory):
-    return build_submitted_ledger(tmp_path_factory.mktemp("submitted-template"))
+    # seed 2: a history whose deferrals include retraining-protection beside the line's own
+    return build_submitted_ledger(tmp_path_factory.mktemp("submitted-template"), seed=2)
 
 
 @pytest.fixture(scope="session")
 def pooled_submitted_ledger(tmp_path_factory):
     """The submit-and-finish history on a cluster whose stable pool (12) is smaller than the teams'
-    quotas together (18), so the gate defers for cluster-capacity: (path, first, last). Read only. (Seed 8:
+    quotas together (18), so the gate defers for cluster-capacity: (path, first, last). Read only. (Seed 5:
     a history on which the pool search skips stretches of sizes, as its tests need.)"""
-    return build_submitted_ledger(tmp_path_factory.mktemp("pooled-template"), n=120, teams=POOLED_TEAMS, seed=8)
+    return build_submitted_ledger(tmp_path_factory.mktemp("pooled-template"), n=120, teams=POOLED_TEAMS, seed=5)
 
 
 @pytest.fixture

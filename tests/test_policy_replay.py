@@ -14,9 +14,9 @@ import duckdb
 import pytest
 
 from lib.ledger.replay import kept_file, ledger_teams_file, replay_ledger
-from lib.planning.replay.passes import NOT_SENT
 from lib.ledger.teams_file import DEFAULT_TEAMS_FILE, POLICY_FIELDS, TeamsFileError, parse_teams, parse_teams_file
 from lib.ledger.teams_proposal import propose, teams_text
+from lib.planning.replay.passes import NOT_SENT
 from tests.fixtures_app import fill_ledger
 from tests.fixtures_ledger import query, run_cli
 from tests.fixtures_replay import REPLAY_TEAMS
@@ -39,8 +39,9 @@ def test_replaying_under_the_recorded_policy_reproduces_every_recorded_decision(
     assert result["changed_requests"] == [] and result["changed"] == {}
     assert result["agreement"] == 1.0 and result["reason_agreement"] == 1.0
     assert result["proposed"] == result["recorded"]
-    # the history is not trivial: deferrals for capacity and both budgets, and finished runs between
-    assert {"capacity", "budget", "period-budget", "retraining-protection"} <= set(recorded[0][1])
+    # the history is not trivial: deferrals for capacity, both budgets and the line (each kept while
+    # another request of its team waited), and finished runs between
+    assert {"capacity", "budget", "period-budget", "retraining-protection", "queue"} <= set(recorded[0][1])
     assert query(db, "SELECT count(*) FROM runs WHERE ended_at IS NOT NULL")[0][0] >= 15
     priced = [json.loads(d)["estimate"]["interruptions"] for (d,) in query(
         db, "SELECT decision_json FROM decisions WHERE decision_json LIKE '%\"interruptions\"%'")]

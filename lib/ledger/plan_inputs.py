@@ -2,8 +2,9 @@
 else the plan reads (`read_plan_inputs`), all as the gate would read them at `as_of`. Below the
 deciders (lib.ledger.deciding reads the line through it before an in-process admit).
 
-The queue: every run ID whose latest decision of the last QUEUE_DAYS days is a deferral and that has
-not been booked since (reserved, started or ended). Such a request waits since its first deferral in
+The queue: every run ID whose latest decision of the last QUEUE_DAYS days is a deferral that waiting
+cures (every reason's: lib.gate.capacity.cured_by_waiting) and that has not been booked since
+(reserved, started or ended). Such a request waits since its first deferral in
 those days (after the queue's own rejection that ended an earlier wait of the same run ID: cancelled,
 or expired), and expires `queue_max_age_days` (its team's policy) after it: an expired request is
 counted and listed apart, never planned, whether or not `python -m lib queue admit` has recorded its
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from lib.gate.capacity import LINE_CURES, MONTH_CURES, WAIT_CURES
 from lib.gate.reasons import QUEUE_LEFT_CODES
 from lib.gate.terms import KINDS, month_start
 from lib.ledger.calibration_scopes import ScopeRows, calibrations
@@ -34,16 +36,27 @@ EXPIRED_SHOWN = 500      # expired requests listed (all are counted)
 # same run ID waits anew. A recorded expiry still counts as expired (since it waited in the line
 # since its decision's `waiting_since`), never as waiting.
 _LEFT = "[" + ", ".join(f"'{c}'" for c in QUEUE_LEFT_CODES) + "]"
+# a deferral waits in the queue only when waiting cures every one of its reasons (lib.gate.capacity)
+_CURES = "[" + ", ".join(f"'{c}'" for c in sorted(WAIT_CURES | MONTH_CURES | LINE_CURES)) + "]"
+
+
+def _waits(alias: str) -> str:
+    """SQL: the decision `alias` is a deferral that waiting cures."""
+    return (f"({alias}.state = 'defer' AND len({alias}.reason_codes) > 0 "
+            f"AND list_has_all({_CURES}, {alias}.reason_codes))")
+
+
 _QUEUE_SQL = f"""CREATE OR REPLACE TEMP TABLE plan_queue AS
   WITH recent AS (
     SELECT x.decision_id, x.run_id, x.decided_at, x.state,
-           x.state = 'reject' AND list_has_any(x.reason_codes, {_LEFT}) AS left_line
+           x.state = 'reject' AND list_has_any(x.reason_codes, {_LEFT}) AS left_line,
+           {_waits('x')} AS waits
     FROM decisions x
     WHERE x.decided_at >= $horizon AND x.state <> 'admit' AND x.run_id IS NOT NULL),
   lefts AS (SELECT run_id, max(decided_at) AS left_at FROM recent WHERE left_line GROUP BY run_id),
   waiting AS (
     SELECT x.run_id,
-           min(x.decided_at) FILTER (WHERE x.state = 'defer' AND (l.left_at IS NULL OR x.decided_at > l.left_at))
+           min(x.decided_at) FILTER (WHERE x.waits AND (l.left_at IS NULL OR x.decided_at > l.left_at))
              AS waiting_since,
            max_by(x.decision_id, (x.decided_at, x.decision_id)) AS decision_id
     FROM recent x LEFT JOIN lefts l ON l.run_id = x.run_id
@@ -54,7 +67,7 @@ _QUEUE_SQL = f"""CREATE OR REPLACE TEMP TABLE plan_queue AS
            coalesce(t.queue_max_age_days, $max_age) AS max_age
     FROM waiting w JOIN decisions d ON d.decision_id = w.decision_id LEFT JOIN teams t ON t.team = d.team
     WHERE d.decided_at >= $horizon
-      AND (d.state = 'defer' OR (d.state = 'reject' AND list_contains(d.reason_codes, 'queue-expired'))))
+      AND ({_waits('d')} OR (d.state = 'reject' AND list_contains(d.reason_codes, 'queue-expired'))))
   SELECT run_id, team, kind, coalesce(request_json->>'capacity', 'stable') AS capacity,
          TRY_CAST(request_json->>'gpus' AS INTEGER) AS gpus, since AS waiting_since,
          CASE WHEN state = 'defer' THEN since + to_days(max_age)
@@ -139,7 +152,7 @@ def read_plan_inputs(con, as_of: datetime, *, exclude: str | None = None, also: 
 
 
 def anyone_waiting(con, as_of: datetime) -> bool:
-    """Whether any request may wait in the queue at as_of: a deferral within the last QUEUE_DAYS (one
-    indexed read; `read_queue` tells which wait)."""
-    return con.execute("SELECT EXISTS (SELECT 1 FROM decisions WHERE decided_at >= ? AND state = 'defer')",
+    """Whether any request may wait in the queue at as_of: a deferral that waiting cures within the last
+    QUEUE_DAYS (one indexed read; `read_queue` tells which wait)."""
+    return con.execute(f"SELECT EXISTS (SELECT 1 FROM decisions x WHERE decided_at >= ? AND {_waits('x')})",
                        [as_of - timedelta(days=QUEUE_DAYS)]).fetchone()[0]

@@ -8,9 +8,10 @@ recorded world with the replayed requests' outcomes swapped in:
   the window, or imported) hold their team's accelerators from their reservation start until their
   run ended or their window passed, as recorded. A request the replay admits holds its `gpus` from its
   decision time until its recorded run's end, shifted to the replay's admission time (the run's
-  actual duration since admission), or until its reserved window ends (decision time + the replayed
-  estimate's wall hours, as `lib.ledger.recording.record_decision` books it) when that comes first or
-  the run never ended. A request the replay defers holds and spends nothing, even if it ran in reality.
+  actual duration since admission), as the gate holds a run until it ends; a run that never ran holds
+  its reserved window (decision time + the replayed estimate's wall hours, as
+  `lib.ledger.recording.record_decision` books it). A request the replay defers holds and spends
+  nothing, even if it ran in reality.
 - **period spend**: actual GPU-hours of the team's runs that ended in the decision's calendar month
   by then, in the replay world (background runs as recorded, replay-admitted runs at their shifted end).
 - **calibration**: `lib.gate.calibration.calibrate_scopes` over the calibration rows
@@ -26,6 +27,13 @@ A request the replay cannot decide as it was decided (no request JSON, one that 
 request although it was not rejected, a team without a policy) is *excluded* with its reason, and
 left out of `agreement`; an excluded admit keeps its recorded effect (its run holds and spends as
 recorded), since the replay cannot say what else would have happened.
+
+The gate's line: a recorded deferral with the reason `queue` (its turn had not come) stays a deferral
+for `queue` while another request of its team, or of its pool, waits in the pass (deferred for what
+waiting cures, within its team's `queue_max_age_days`, and not admitted since); with nobody waiting,
+the line had no one to keep it behind, and the request is decided. The replay lays out no line of
+its own: a request it decides is admitted whenever it fits, and a request the record never deferred
+for `queue` is never deferred for it.
 
 A recorded retry of a run that the replay already admitted at an earlier request is *not sent*. The
 record retried that run only because the earlier request was deferred, and the replay admitted it
@@ -65,6 +73,7 @@ from lib.gate.contracts import Policy
 from lib.gate.reasons import reason
 from lib.gate.request import normalized, validate
 from lib.gate.terms import KINDS
+from lib.planning.plan.turn import DEFAULT_MAX_AGE_DAYS
 from lib.planning.replay.collector import collector_paused
 from lib.planning.replay.data import RecordedRequest, RecordedWorld, Refresh, ReplayResult
 from lib.planning.replay.kept import KeptPasses
@@ -74,6 +83,7 @@ from lib.planning.replay.world import ReplayWorld, Setting
 
 AUTO_EXACT_UP_TO = 20_000   # refresh="auto": exact calibration up to this many requests, daily above
 NOT_SENT = "a retry of a run the replay admitted at an earlier request (not sent)"
+LINE_CODES = ["queue"]   # the reasons of a deferral by the gate's line (see the module docstring)
 RETRY_AFTER = timedelta(minutes=1)   # a retry is due at its earliest fit, and never sooner than this
 MAX_RETRIES = 100                    # retries of one run a pass sends at most
 
@@ -263,6 +273,12 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
             continue
         team = request.get("team")
         policy = policies.get(team) if isinstance(team, str) else None
+        if "queue" in (req["reason_codes"] or ()) and ws.someone_waits(
+                request, now, (policy or {}).get("queue_max_age_days") or DEFAULT_MAX_AGE_DAYS):
+            ws.defer(request, LINE_CODES, now)   # the line keeps it: see the module docstring
+            count_decision(team_tally(tallies, team), "defer", LINE_CODES, None, None)
+            outcomes.append((req, "defer", LINE_CODES, None))
+            continue
         run_id = request.get("run_id")
         kind = request.get("kind")
         run = runs.get(run_id) if isinstance(run_id, str) else None
@@ -297,6 +313,7 @@ def _run(requests, world, refresh, max_runs, window_days, say, setting: Setting,
         if state == "admit":
             actual = ws.admit(request, run, decision, now)
         elif state == "defer" and policy is not None and isinstance(request.get("gpus"), int) and kind in KINDS:
+            ws.defer(request, codes, now)
             at = _fit_wait(codes, now, kind, policy, holders, request["gpus"], team_tally(tallies, team),
                            (pools or {}).get(request.get("capacity")), team, decision["estimate"]["wall_hours"])
             if req["state"] == "admit":   # the record has no later retry of this run: its submitter's
@@ -356,7 +373,8 @@ class _Retries:
 
 def _recorded_step(req, now, policies, runs, ws: ReplayWorld, tallies, outcomes, skip, request) -> None:
     """One request of the recorded pass: its recorded decision takes effect (an admit holds as its run
-    did); a deferral's wait until its earliest fit is measured. Only deferrals read the request JSON
+    did); a deferral's wait until its earliest fit is measured (not the line's: a pass that decides
+    measures none for the deferrals it keeps for the line either). Only deferrals read the request JSON
     (`request`, parsed; None for the others)."""
     if req["decision_id"] in skip:
         ws.keep_recorded(req["state"], req["decided_at"], runs.get(req["run_id"]))
@@ -370,7 +388,7 @@ def _recorded_step(req, now, policies, runs, ws: ReplayWorld, tallies, outcomes,
     if state == "admit" and run is not None:
         ws.keep_recorded(state, req["decided_at"], run)
         actual = run["actual_gpu_hours"] if run["ended_at"] is not None else None
-    elif state == "defer" and team in policies:
+    elif state == "defer" and team in policies and not set(codes) & set(LINE_CODES):
         request = request or {}
         if isinstance(request.get("gpus"), int) and request.get("kind") in KINDS:
             pool = (ws.pool_states(now) or {}).get(request.get("capacity", "stable"))

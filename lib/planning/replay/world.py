@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from lib.gate.calibration import DEFAULT_LEVEL, DEFAULT_MAX_RUNS, DEFAULT_WINDOW_DAYS
+from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import Decision, Policy, PoolState, Reservation, State
 from lib.gate.terms import KINDS, month_start
 from lib.planning.holdings import Holdings, expected_end
@@ -72,6 +73,9 @@ class ReplayWorld:
         self.team_holdings = Holdings()       # team -> its holders
         self.booked: dict[str, datetime] = {}  # run ID -> when it became booked
         self.admitted: set[str] = set()       # run IDs this pass's own decisions admitted
+        # run ID -> (team, capacity type, since): deferred by this pass for what waiting cures, and not
+        # admitted since (the line as the pass knows it: see `someone_waits`)
+        self.waiting: dict[str, tuple[str, str, datetime]] = {}
         for run in self.runs.values():
             if not run["controlled"] and run["booked_at"] is not None:
                 self.booked[run["run_id"]] = run["booked_at"]
@@ -89,6 +93,7 @@ class ReplayWorld:
         out.cals = self.cals.copy(out.scopes)
         out._snaps, out.spent, out.team_holdings = dict(self._snaps), self.spent.copy(), self.team_holdings.copy()
         out.booked, out.admitted, out.dynamic = dict(self.booked), set(self.admitted), list(self.dynamic)
+        out.waiting = dict(self.waiting)
         if self.setting is not None:
             out.setting = self.setting.copy(self.setting.pools if pools is None else pools)
         return out
@@ -204,7 +209,25 @@ class ReplayWorld:
         if isinstance(run_id, str):
             self.booked.setdefault(run_id, now)
             self.admitted.add(run_id)
+            self.waiting.pop(run_id, None)
         return run["actual_gpu_hours"] if run is not None and run["ended_at"] is not None else None
+
+    def defer(self, request: dict, codes, now: datetime) -> None:
+        """A deferral at `now`: a request that waiting cures waits from its first such deferral until
+        this pass admits it."""
+        run_id = request.get("run_id")
+        if isinstance(run_id, str) and cured_by_waiting(codes):
+            self.waiting.setdefault(run_id, (request.get("team"), request.get("capacity", "stable"), now))
+
+    def someone_waits(self, request: dict, now: datetime, max_age_days: float) -> bool:
+        """Whether another request of `request`'s team, or of its pool, waits at `now` (deferred by this
+        pass within `max_age_days` and not admitted since): then the gate's line, not its room, decides
+        whether it starts."""
+        team, pool, run_id = request.get("team"), request.get("capacity", "stable"), request.get("run_id")
+        pooled = self.setting is not None and pool in self.setting.pools
+        since = now - timedelta(days=max_age_days)
+        return any(r != run_id and at >= since and (t == team or (pooled and p == pool))
+                   for r, (t, p, at) in self.waiting.items())
 
     def keep_recorded(self, state: str, decided_at: datetime, run: RunRecord | None) -> None:
         """A recorded decision taken as it was: an admit whose run the world knows (and whose outcome
