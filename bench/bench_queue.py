@@ -310,11 +310,11 @@ def kept_queue(jobs: list[dict], policy: dict, *, whole_line: bool = False) -> S
             j = payload
             sim.tries[j["id"]] = 1
             if not whole_line and free_now() < j["gpus"]:
-                waiting.append(as_waiting(plan_inputs(sim, now, waiting), j["request"], policy, now))
+                waiting.append(as_waiting(waiting, j["request"], policy, now))
                 sim.most_waiting = max(sim.most_waiting, len(waiting))
                 continue
             inputs = plan_inputs(sim, now, waiting)
-            w = as_waiting(inputs, j["request"], policy, now)
+            w = as_waiting(inputs["waiting"], j["request"], policy, now)
             q, _ = turn(inputs, w, policy, now, days=HORIZON_DAYS)
             sim.layouts += 1
             if q.start == now:

@@ -34,6 +34,7 @@ from lib.ledger.plan_inputs import anyone_waiting, read_plan_inputs
 from lib.ledger.recording import canonical_json, record_decision
 from lib.ledger.state import BOOKED, team_policy, team_state
 from lib.ledger.writer import write_ledger
+from lib.planning.plan.data import PlanInputs
 from lib.planning.plan.turn import ahead_of, as_waiting, queue_reason, turn
 
 
@@ -145,16 +146,18 @@ def decide_in_ledger(con, request: Request, now: datetime) -> tuple[Decision, Po
     return decide_with(request, now, LedgerFacts(con))
 
 
-class LineFacts(LedgerFacts):
-    """LedgerFacts whose state names the request's planned start in the gate's line (so a deferral's
-    fixes give the time the line gives)."""
+class NamingStart:
+    """Any `DecisionFacts` (LedgerFacts, the gate server's LiveGate) whose state also names the
+    request's planned start in the gate's line, so a deferral's fixes give the time the line gives."""
 
-    def __init__(self, con, planned_start: datetime | None):
-        super().__init__(con)
-        self.planned_start = planned_start
+    def __init__(self, facts: DecisionFacts, planned_start: datetime | None):
+        self.facts, self.planned_start = facts, planned_start
+
+    def __getattr__(self, name):   # policy, known_teams, booked, recorded_admit: the facts' own
+        return getattr(self.facts, name)
 
     def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
-        return {**super().state(team, now, kind, capacity), "planned_start": self.planned_start}
+        return {**self.facts.state(team, now, kind, capacity), "planned_start": self.planned_start}
 
 
 def planned_iso(t: datetime | None) -> str | None:
@@ -162,32 +165,47 @@ def planned_iso(t: datetime | None) -> str | None:
     return None if t is None else ceil_to(t, timedelta(seconds=1)).isoformat(timespec="seconds")
 
 
-def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:
+def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFacts, request: Request,
+                  decision: Decision, policy: Policy | None, now: datetime) -> Decision:
     """The decision once the gate's line is heard (lib.planning.plan.turn): an admit whose turn has not
     come (a request served before it would start later) becomes a deferral with the reason `queue`;
     a deferral that waiting cures names its planned start in the line (`planned_start`, ISO seconds
-    rounded up, and its fixes) and its `queue_place` among its team's waiting requests. Anything else, and every decision while nobody waits ahead of it, is returned as it is;
-    with nobody deferred within the queue's window this costs one read."""
+    rounded up, and its fixes) and its `queue_place` among its team's waiting requests. Anything
+    else, and every decision while nobody waits ahead of it, is returned as it is.
+    `inputs_of()`: the plan's inputs at `now` (None: nobody waits), asked only for an admit or a
+    deferral that waiting cures; `facts`: what `decision` was decided over (a deferral is decided
+    again over them, naming its planned start)."""
     codes = {r["code"] for r in decision["reasons"]}
     waits = decision["state"] == "defer" and cured_by_waiting(codes)
     if policy is None or decision.get("replayed") or not (decision["state"] == "admit" or waits):
         return decision
-    if not anyone_waiting(con, now):
+    inputs = inputs_of()
+    if inputs is None:
         return decision
-    inputs, _ = read_plan_inputs(con, now, also=(request["team"], request["kind"]))
-    w = as_waiting(inputs, request, policy, now)
-    ahead = [x for x in ahead_of(inputs, w) if x["team"] == w["team"]]
-    if not ahead_of(inputs, w):
+    w = as_waiting(inputs["waiting"], request, policy, now)
+    before = ahead_of(inputs, w)
+    if not before:
         return decision
     q, _ = turn(inputs, w, policy, now)
-    line = {"planned_start": planned_iso(q.start), "queue_place": len(ahead) + 1}
+    ahead = sum(1 for x in before if x["team"] == w["team"])
+    line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
     if decision["state"] == "admit":
         if q.start == now:
             return decision
-        return {**decision, "state": "defer", "reasons": [queue_reason(q, len(ahead))], "reserved_gpu_hours": None,
+        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None,
                 **line}
-    redecided, _ = decide_with(request, now, LineFacts(con, q.start))
+    redecided, _ = decide_with(request, now, NamingStart(facts, q.start))
     return {**redecided, **line}
+
+
+def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:
+    """`heard_in_line` with the line as the ledger `con` holds it: with nobody deferred within the
+    queue's window this costs one read."""
+    def inputs_of() -> PlanInputs | None:
+        if not anyone_waiting(con, now):
+            return None
+        return read_plan_inputs(con, now, also=(request["team"], request["kind"]))[0]
+    return heard_in_line(inputs_of, LedgerFacts(con), request, decision, policy, now)
 
 
 def check_request(request: Request, *, db=None, now=None, timeout_s: float = 10.0,

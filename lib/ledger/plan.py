@@ -81,7 +81,7 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
         first, _ = decide_with(request, at, PlannedFacts(con, Line(inputs)))   # is it a request the line can hold?
         if policy is None or first["state"] not in ("admit", "defer"):
             return first
-        w = as_waiting(inputs, request, policy, at)
+        w = as_waiting(inputs["waiting"], request, policy, at)
         q, line = turn(inputs, w, policy, at)
         decision, _ = decide_with(request, at, PlannedFacts(con, line, q.start))
     ahead = sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"])

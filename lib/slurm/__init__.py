@@ -12,6 +12,8 @@ The submit hook and the gate server:
 - `reader`: reading callers' messages for the server (whole at once on the worker, else the slow reader).
 - `settings`: the settings a caller sends the server, checked before anything is decided.
 - `live`: one ledger's live state in the server (`LiveGate`: the facts a decision reads, the warm `JobDecider`).
+- `server_line`: the gate's line as the server keeps it in memory (the waiting requests, the plan's inputs from its facts).
+- `live_windows`: the cluster's windows in the server (read from Slurm by a thread, written into the ledger when they change).
 - `warm`: a gate server's per-team facts read ahead in the background at its start.
 - `journal`: the server's journal beside the ledger (every decision durable before it is answered), and moving a stopped server's into the ledger.
 - `runouts`: the admit's budget line: the month's budget as the server counts it, the run-out days kept warm.

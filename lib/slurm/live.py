@@ -2,37 +2,33 @@
 moved into the ledger in batches.
 
 `LiveGate(db)` loads once what a decision reads (team policies, the reservations not ended, the run
-IDs that are booked or have run) and, per team and kind on first use, what `lib.ledger.state.team_state`
-reads (month spend, snapshots, calibration, interruption rate), which a thread also reads for every
-team in the background from the start, so a site of hundreds of teams answers within a second or two
-of its start. It decides with the ledger's own `decide_with` over those facts (it is the facts
-object), so the answer is the one `python -m lib submit` would give; `decide_job` makes it the Slurm
-judge's decider (lib.slurm.judge.JobDecider). A decision is appended to the journal (lib.slurm.journal,
-fsync'ed, one fsync for decisions that arrive together) before anyone hears it; a flusher thread moves
-answered decisions into the ledger every `flush_interval_s` seconds (lib.ledger.batch: exactly once
-per journal entry), holding the ledger only for the batch.
+IDs booked or run, the gate's line: lib.slurm.server_line) and, per team and kind on first use (a
+thread reads them all ahead from the start: lib.slurm.warm), what `lib.ledger.state.team_state`
+reads. It decides with the ledger's own `decide_with` and `heard_in_line` over those facts (it is the
+facts object), so the answer is the one `python -m lib submit` would give; `decide_job` makes it the
+Slurm judge's decider (lib.slurm.judge.JobDecider). A decision is appended to the journal
+(lib.slurm.journal, fsync'ed, one fsync for decisions that arrive together) before anyone hears it;
+a flusher thread moves answered decisions into the ledger every `flush_interval_s` seconds
+(lib.ledger.batch: exactly once per journal entry), holding the ledger only for the batch.
 
 Other writers (imports, finish, teams, a demo rebuild) change the ledger file. Before every decision
 the gate compares the ledger's change stamp (lib.ledger.connection.change_stamp) with the one it last
-saw; when they differ it reloads before deciding, never after. While its own batch is being
-written the stamp moves because of that batch: a decision then waits until the batch, holding
-DuckDB's write lock (so no other process can write), has compared the stamp with the one last seen;
-a difference found there was another writer's, and the decision reloads. A batch takes the stamp
-it leaves after an explicit CHECKPOINT and before it lets go of the file, so a writer that comes
-after it always moves the stamp. Cached per-team facts are dropped by every reload, and read again
+saw and reloads when they differ, before deciding. While its own batch is written the stamp moves
+because of that batch: a decision then waits until the batch, holding DuckDB's write lock, has
+compared the stamp with the one last seen (a difference there was another writer's: reload). A
+batch takes the stamp it leaves after an explicit CHECKPOINT, before it lets go of the file, so a
+writer after it always moves the stamp. Per-team facts are dropped by every reload, and read again
 after `FACTS_TTL_S` and when the month changes.
 
 The cluster's windows (its Slurm reservations: lib.slurm.windows_sync) come from the ledger at each
-reload; with `windows_interval_s` a thread also reads them from Slurm at start and then every that
-many seconds, off the decisions' lock: decisions take the last windows Slurm gave (the ledger's until
-its first answer), and a set that changed is written into the ledger as a batch is.
+reload; with `windows_interval_s` a thread reads them from Slurm at start and then every that many
+seconds, off the decisions' lock, and a set that changed is written into the ledger as a batch is.
 
-Only one LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock, an
-flock on the file itself) for its lifetime; a second one raises ServerBusy naming the holder.
-
-Disk full: a decision whose journal entry cannot be written is not made (JournalError: the caller is
-refused). A mark that cannot be written is kept in memory and written again by the flusher, and a
-batch that cannot be written waits in the journal: each failure and its recovery is logged once.
+One LiveGate per ledger file: it holds the ledger's decider lock (lib.ledger.decider_lock) for its
+lifetime; a second one raises ServerBusy naming the holder. Disk full: a decision whose journal
+entry cannot be written is not made (JournalError); a mark that cannot be written is kept in memory
+and written again by the flusher, and a batch that cannot be written waits in the journal: each
+failure and its recovery is logged once.
 """
 from __future__ import annotations
 
@@ -44,21 +40,24 @@ from typing import Callable
 
 from lib.authority.facts import Authority
 from lib.authority.serving import ServedAuthority, deadline_s
-from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, State
+from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, Reservation, State
 from lib.gate.terms import finite_number, utcnow
 from lib.ledger.batch import applied_through, apply_batch
 from lib.ledger.booked_ids import load_booked
-from lib.ledger.cluster_windows import read_windows, replace_windows
+from lib.ledger.cluster_windows import read_windows
 from lib.ledger.connection import LedgerError, change_stamp, ledger_path, open_ledger
 from lib.ledger.decider_lock import ServerLock
-from lib.ledger.deciding import LedgerFacts, decide_with, policy_for
+from lib.ledger.deciding import LedgerFacts, decide_with, heard_in_line, policy_for
+from lib.ledger.plan_inputs import read_queue
 from lib.ledger.recording import booked_reservation, canonical_json
 from lib.ledger.state import HELD_COLUMNS, held_reservation, held_row, pool_states, team_policy, team_state
 from lib.ledger.writer import write_ledger
 from lib.slurm.journal import ANSWERED, UNANSWERED, Journal, journal_path
+from lib.slurm.live_windows import LiveWindows
+from lib.slurm.server_line import ServerLine
 from lib.slurm.warm import warm_facts
 from lib.slurm.judge import Caller, Decided, Prepare
-from lib.slurm.windows_sync import SOURCE, WindowWatch, server_who
+from lib.slurm.windows_sync import WindowWatch
 
 FACTS_TTL_S = 300.0
 
@@ -67,7 +66,7 @@ def _log(text: str) -> None:
     print(f"lib.slurm.server: {text}", file=sys.stderr, flush=True)
 
 
-class LiveGate:
+class LiveGate(LiveWindows):
     """See the module docstring. Thread-safe: decisions are serialized; the flusher runs beside them."""
 
     def __init__(self, db=None, *, timeout_s: float = 5.0, flush_interval_s: float = 0.25,
@@ -138,7 +137,7 @@ class LiveGate:
 
     # ------------------------------------------------------------------ the ledger's file, reloading
 
-    def _reload(self) -> None:
+    def _reload(self, now: datetime | None = None) -> None:
         """Read the ledger's facts afresh, then add the journal's decisions it does not have yet.
         Holds the ledger lock throughout, so no batch lands between the two reads. Per-team facts:
         each on its first use (a reload after another writer's change then costs tens of ms, not one
@@ -155,6 +154,7 @@ class LiveGate:
                 booked = load_booked(con)
                 windows = read_windows(con, utcnow())
                 applied = applied_through(con, self.journal.journal_id)
+                waiting, _ = read_queue(con, now or utcnow())
             pending = [e for e in self.journal.pending(applied) if self._marks.get(e["seq"]) != UNANSWERED]
             self._sig, self._stale, self.applied = sig, False, applied
         self.policies: dict[str, Policy] = policies
@@ -167,6 +167,7 @@ class LiveGate:
         self.booked_ids: set[str] = set()     # booked by this server since
         self.admits: dict[str, tuple[str, Decision, datetime]] = {}  # run_id -> admit not yet read from the ledger
         self._team_facts: dict = {}
+        self.line = ServerLine(waiting)      # the gate's line, kept current by `_remember` and `settle`
         for e in pending:
             self._remember(e["request"], e["decision"], e["decided_at"], e["seq"])
         self.loaded_at = time.monotonic()
@@ -186,7 +187,7 @@ class LiveGate:
             # before it took the file), or it has just finished and left its stamp
             if not self._stale and (ours or self._stamp() == self._sig):
                 return
-        self._reload()
+        self._reload(now)
 
     # ------------------------------------------------------------------ the facts decide_with reads
 
@@ -221,19 +222,24 @@ class LiveGate:
             return LedgerFacts(con).recorded_admit(request, now)
 
     def state(self, team: str, now: datetime, kind: str | None, capacity: str | None = None) -> State:
-        facts = self._facts(team, kind, now)
+        facts = self.team_facts(team, kind, now)
         pools = facts.get("pools")
-        def upper(t: str, k: str) -> float | None:   # an overrunning run's calibration, as team_state reads it
-            return (self._facts(t, k, now).get("calibration") or {}).get("upper_factor")
-        held = sorted((h for h in (held_reservation(r, now, upper) for r in self.held.values() if pools or r[1] == team)
-                       if h is not None), key=lambda r: r["run_id"])
+        held = self.held_at(now, None if pools else team)
         state = {**facts, "now": now, "reservations": [r for r in held if r["team"] == team] if pools else held}
         if pools:   # the pools' sizes as read with the facts; every team's reservations as held now, and
             # the cluster's windows as Slurm last gave them
             state["pools"] = pool_states({n: p["gpus"] for n, p in pools.items()}, held, self.capacity_windows(now))
         return state
 
-    def _facts(self, team: str, kind: str | None, now: datetime) -> dict:
+    def held_at(self, now: datetime, team: str | None = None) -> list[Reservation]:
+        """The reservations held at `now` (of `team`; None: every team's), in run-ID order, as
+        lib.ledger.state.held_reservations reads them (an overrun's expected end from its calibration)."""
+        def upper(t: str, k: str) -> float | None:
+            return (self.team_facts(t, k, now).get("calibration") or {}).get("upper_factor")
+        return sorted((h for h in (held_reservation(r, now, upper) for r in self.held.values()
+                                   if team is None or r[1] == team) if h is not None), key=lambda r: r["run_id"])
+
+    def team_facts(self, team: str, kind: str | None, now: datetime) -> dict:
         """What team_state reads besides the reservations (loaded with the rest; read again after
         FACTS_TTL_S seconds, or in a new month)."""
         key = (team, kind)
@@ -250,11 +256,6 @@ class LiveGate:
         st.pop("reservations")
         st.pop("now")
         return time.monotonic(), (now.year, now.month), st
-
-    def capacity_windows(self, now: datetime) -> list[CapacityWindow]:
-        """The cluster's windows not yet ended at `now`: Slurm's at its last answer, else the ledger's."""
-        known = self.window_watch.windows if self.window_watch is not None else None
-        return [w for w in (self.ledger_windows if known is None else known) if w["end"] > now]
 
     # ------------------------------------------------------------------ deciding
 
@@ -275,8 +276,10 @@ class LiveGate:
             self._refresh(now)
             if guard is not None and not guard():
                 return None, None
-            if self.shared is None:
-                decision, _ = decide_with(request, now, self)
+            if self.shared is None:   # the line as the in-process deciders hear it, from memory
+                decision, policy = decide_with(request, now, self)
+                decision = heard_in_line(lambda: self.line.inputs(self, request, now), self, request,
+                                         decision, policy, now)
             else:  # the authority's hold is written first (see lib.authority.serving)
                 decision = self.shared.decide(request, now, self, write=write)
             if extra and not decision.get("replayed"):
@@ -312,6 +315,7 @@ class LiveGate:
         return Decided(decision, request, policy, seq)
 
     def _remember(self, request, decision, decided_at: datetime, seq: int) -> None:
+        self.line.decided(request, decision, self.policies.get(request.get("team")), decided_at, seq)
         if decision.get("state") != "admit":
             return
         r = booked_reservation(request, decision, decided_at)
@@ -333,6 +337,7 @@ class LiveGate:
             self._trouble("marks", exc)
         with self._mu:
             self._unsettled.discard(seq)
+            self.line.settled(seq, answered)
             run_id = self._inflight.pop(seq, None)
             if not answered and run_id is not None:
                 if self.shared is not None:
@@ -443,36 +448,6 @@ class LiveGate:
                 self._trouble("batch", exc)
             else:
                 self._recovered("batch", f"decisions move into {self.db} again ({n} in this batch)")
-
-    def _windows_loop(self) -> None:
-        while True:
-            try:
-                self.sync_windows()
-            except Exception as exc:  # a locked ledger, a full disk: the windows in memory still count
-                self._trouble("windows", exc)
-            else:
-                self._recovered("windows", f"the cluster's windows are written into {self.db} again")
-            if self._stop.wait(self.window_watch.interval_s):
-                return
-
-    def sync_windows(self) -> bool:
-        """Read the cluster's windows from Slurm now (the last known stay when it does not answer);
-        write a set that changed into the ledger (True), as a batch is written."""
-        preemptible = {p for policy in self.policies.values() for p in policy.get("preemptible_partitions") or ()}
-        windows = self.window_watch.refresh(preemptible)
-        if windows is None or windows == self._windows_written:
-            return False
-        with self._ledger_mu:
-            if self._stop.is_set():
-                return False  # closing: the ledger lock is about to be let go
-            with write_ledger(self.db, self.timeout_s) as con:
-                if self._stamp() != self._sig:
-                    self._stale = True  # someone else wrote since we looked: reload
-                changed = replace_windows(con, windows, source=SOURCE, who=server_who())
-                con.execute("CHECKPOINT")  # so closing changes nothing after the stamp
-                self._sig = self._stamp()
-            self.ledger_windows = self._windows_written = windows
-        return changed
 
     def close(self) -> int:
         """Stop: the journal drained into the ledger (`drain`); how many entries stay in it."""

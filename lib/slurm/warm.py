@@ -3,7 +3,7 @@ listens once its ledger's policies, reservations and journal are loaded, and a t
 `team_state` reads for every team and kind (month spend, snapshots, calibration, interruption rate),
 WARM_CHUNK at a time, each chunk in one turn of the ledger lock, so a decision seldom waits for its
 team's first read (nor finds the ledger held by an import then). A team a decision needs first is read
-at once by the decision itself (LiveGate._facts)."""
+at once by the decision itself (LiveGate.team_facts)."""
 from __future__ import annotations
 
 from lib.gate.terms import KINDS, utcnow

@@ -28,11 +28,11 @@ TURN_DAYS = 14    # how far ahead a request's place is looked for (the plan's de
 DEFAULT_MAX_AGE_DAYS = 14
 
 
-def as_waiting(inputs: PlanInputs, request: dict, policy: Policy, at: datetime) -> WaitingRequest:
+def as_waiting(waiting: list[WaitingRequest], request: dict, policy: Policy, at: datetime) -> WaitingRequest:
     """`request` (valid: admitted or deferred by decide) as a request in the line at `at`: in its own
-    place when its run ID waits, else a newcomer waiting from `at`."""
+    place when its run ID is among `waiting`, else a newcomer waiting from `at`."""
     req = normalized(request)
-    own = next((w for w in inputs["waiting"] if w["run_id"] == req.get("run_id")), None)
+    own = next((w for w in waiting if w["run_id"] == req.get("run_id")), None)
     since = own["waiting_since"] if own is not None else at
     max_age = policy.get("queue_max_age_days") or DEFAULT_MAX_AGE_DAYS
     return {"run_id": req.get("run_id") or "", "team": req["team"], "kind": req["kind"], "gpus": int(req["gpus"]),

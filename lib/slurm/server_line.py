@@ -1,0 +1,92 @@
+"""The gate's line as the warm gate server keeps it (lib.slurm.live.LiveGate), so the server hears the line
+as in-process `submit` and `check` do (lib.ledger.deciding.heard_in_line) without reading the ledger for
+each decision.
+
+`ServerLine` holds the requests waiting in the queue: read from the ledger at each of the server's
+reloads (lib.ledger.plan_inputs.read_queue, as of that moment; a request's expiry is checked at each
+use), and kept current as the server decides: a deferral that waiting cures joins the line from its
+decision (a run ID already waiting keeps its place), an admit leaves it. A decision whose answer never
+went out is undone here too (`settled`). `inputs` builds the plan's inputs at a time from the server's
+own facts (its held reservations, each team's month spend, snapshots, calibration and interruption
+rate, its pools and windows), the ledger's reads' equals; None while nobody but the request itself
+waits, which costs one pass over the waiting requests.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from lib.gate.capacity import cured_by_waiting
+from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, Reservation
+from lib.gate.terms import KINDS, month_start
+from lib.planning.plan.data import PlanInputs, WaitingRequest
+from lib.planning.plan.turn import as_waiting
+
+
+class ServedFacts(Protocol):
+    """What the line reads from the gate server (lib.slurm.live.LiveGate)."""
+    policies: dict[str, Policy]
+
+    def team_facts(self, team: str, kind: str | None, now: datetime) -> dict:
+        """The team's month spend, snapshots, calibration, interruption rate and pools at `now`."""
+
+    def held_at(self, now: datetime, team: str | None = None) -> list[Reservation]:
+        """The reservations held at `now` (of `team`; None: every team's), in run-ID order."""
+
+    def capacity_windows(self, now: datetime) -> list[CapacityWindow]:
+        """The cluster's windows not yet ended at `now`."""
+
+
+class ServerLine:
+    """See the module docstring."""
+
+    def __init__(self, waiting: list[WaitingRequest]):
+        self.waiting: dict[str, WaitingRequest] = {w["run_id"]: w for w in waiting}
+        self._undo: dict[int, tuple[str, WaitingRequest | None]] = {}  # journal seq -> (run ID, its entry before)
+
+    def decided(self, request: Request, decision: Decision, policy: Policy | None, at: datetime,
+                seq: int) -> None:
+        """The server journaled `decision` (entry `seq`) at `at`."""
+        run_id = request.get("run_id")
+        if not isinstance(run_id, str):
+            return
+        before = self.waiting.get(run_id)
+        if decision["state"] == "admit" and before is not None:
+            del self.waiting[run_id]
+        elif (decision["state"] == "defer" and before is None and policy is not None
+              and cured_by_waiting(r["code"] for r in decision["reasons"])):
+            self.waiting[run_id] = as_waiting([], request, policy, at)
+        else:
+            return
+        self._undo[seq] = (run_id, before)
+
+    def settled(self, seq: int, answered: bool) -> None:
+        """Journal entry `seq`'s answer went out (or not: its change to the line is undone)."""
+        run_id, before = self._undo.pop(seq, (None, None))
+        if run_id is None or answered:
+            return
+        if before is None:
+            self.waiting.pop(run_id, None)
+        else:
+            self.waiting[run_id] = before
+
+    def inputs(self, gate: ServedFacts, request: Request, now: datetime) -> PlanInputs | None:
+        """The plan's inputs at `now` from the server's facts, or None when no request but `request`'s
+        own run ID waits (then the line has nothing to say)."""
+        waiting = [w for _, w in sorted(self.waiting.items()) if w["expires_at"] > now]
+        if not any(w["run_id"] != request.get("run_id") for w in waiting):
+            return None
+        pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in gate.policies and w["kind"] in KINDS}
+        if request.get("team") in gate.policies and request.get("kind") in KINDS:
+            pairs.add((request["team"], request["kind"]))
+        facts = {pair: gate.team_facts(*pair, now) for pair in sorted(pairs)}
+        per_team = {team: f for (team, _), f in facts.items()}
+        pools = next((f["pools"] for f in facts.values() if f.get("pools")), {})
+        month = month_start(now)
+        return {"as_of": now, "policies": gate.policies, "held": gate.held_at(now), "waiting": waiting,
+                "spent": {(team, month): float(f["period_spent_gpu_hours"]) for team, f in per_team.items()},
+                "snapshots": {team: set(f["snapshots"]) for team, f in per_team.items()},
+                "calibrations": {pair: f.get("calibration") for pair, f in facts.items()},
+                "interruption_rates": {team: f.get("interruption_rate") for team, f in per_team.items()},
+                "pools": {name: int(p["gpus"]) for name, p in pools.items()},
+                "windows": gate.capacity_windows(now)}
