@@ -82,7 +82,7 @@ def build_queue_ledger(folder) -> tuple:
       were deferred for capacity and the retraining set-aside, and still are;
     - beta was deferred for capacity on the 14th by a run that has finished since (stale), and for
       this month's budget (400 GPU-h, 390 spent), which only January resets;
-    - a beta request deferred 20 days ago has waited past beta's 14 days: expired."""
+    - a beta request deferred for capacity 30 days ago has waited past beta's 14 days: expired."""
     from lib.ledger.connection import open_ledger
     from lib.ledger.deciding import submit_request
     from lib.ledger.finishing import finish_run
@@ -103,7 +103,10 @@ def build_queue_ledger(folder) -> tuple:
     for i in range(3):   # 380 + 25 > 400: deferred for the month's budget, in November (1 accelerator each:
         # still waiting in the line in December, they leave room for alpha-run beside them)
         assert submit(queue_request(f"alpha-late-nov-{i}", "alpha", 1, 25), nov + (100 + i) * H) == "defer"
-    assert submit(queue_request("beta-old", "beta", 9, 20), NOW - timedelta(days=20)) == "defer"   # gpu-cap
+    old = NOW - timedelta(days=30)   # beta full then: beta-old deferred for capacity, never admitted since
+    assert submit(queue_request("beta-old-hog", "beta", 8, 4), old) == "admit"
+    assert submit(queue_request("beta-old", "beta", 4, 20), old + timedelta(minutes=5)) == "defer"
+    finish_run("beta-old-hog", actual_gpu_hours=4, stop_reason="completed", ended_at=old + H, started_at=old, db=db)
     # beta: 390 of its 400 GPU-h spent this month; a request of 20 waits for January
     assert submit(queue_request("beta-spent", "beta", 8, 250), datetime(2026, 12, 2)) == "admit"
     finish_run("beta-spent", actual_gpu_hours=390, stop_reason="completed", ended_at=datetime(2026, 12, 4),

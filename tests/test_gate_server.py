@@ -184,6 +184,10 @@ def test_an_import_that_ends_a_held_run_frees_its_gpus_for_the_next_decision(liv
     report = import_runs(csv, db=live.db)
     assert report.written, report.errors
     now = utcnow() + timedelta(seconds=2)
+    # big-c waits first in the line: the freed accelerators are its, and a newcomer waits behind it
     expected = check_request(_req("big-d", gpus=32), db=live.db, now=now)
     got = _submit(live, _req("big-d", gpus=32), now)
+    assert got == expected and got["state"] == "defer" and [r["code"] for r in got["reasons"]] == ["queue"]
+    expected = check_request(_req("big-c", gpus=32), db=live.db, now=now)
+    got = _submit(live, _req("big-c", gpus=32), now)
     assert got == expected and got["state"] == "admit"

@@ -15,6 +15,7 @@ from lib.ledger.deciding import check_request, planned_iso, submit_request
 from lib.ledger.finishing import finish_run
 from lib.ledger.plan import plan_ledger
 from tests.fixtures_ledger import demo_request, query, run_cli, teams_ledger, write_json
+from tests.fixtures_slurm import GateServerProcess
 
 H = timedelta(hours=1)
 
@@ -171,3 +172,32 @@ def test_an_empty_line_decides_as_before(tmp_path):
     assert submit_request(req("A", 8, 39), db=path, now=now)["state"] == "admit"
     assert submit_request(req("B", 8, 39), db=path, now=now)["state"] == "admit"
     assert codes(submit_request(req("C", 8, 2), db=path, now=now)) == ["capacity"]
+
+
+def test_the_gate_server_keeps_the_same_line(jumped_line, tmp_path):
+    """The warm gate server (a real process, the command line sending it submit and check) hears the
+    line as the in-process deciders do: D waits behind C with `queue` at the planned start check
+    gives, a run that ends before C's start is admitted, and C's start never moves."""
+    path, now, start = jumped_line
+    server = GateServerProcess(path, tmp_path / "gate.sock")
+    try:
+        env = {"TG_GATE_SOCKET": str(tmp_path / "gate.sock")}
+
+        def through_server(op: str, request: dict) -> dict:
+            f = write_json(tmp_path / f"{request['run_id']}-{op}.json", request)
+            proc = run_cli(op, f, db=path, env=env)
+            assert proc.returncode in (0, 1), proc.stderr
+            return json.loads(proc.stdout)
+
+        checked = through_server("check", req("D", 8, 39))
+        d = through_server("submit", req("D", 8, 39))
+        assert d["state"] == checked["state"] == "defer" and codes(d) == codes(checked) == ["queue"], d
+        assert datetime.fromisoformat(d["planned_start"]) >= start + 9 * H
+        short = through_server("submit", req("E", 8, 1))
+        assert short["state"] == "admit", short
+        server.flush()
+        assert c_start(path, utcnow()) == start
+        assert query(path, "SELECT state FROM decisions WHERE run_id IN ('D', 'E') ORDER BY run_id") == [
+            ("defer",), ("admit",)]
+    finally:
+        server.stop()

@@ -166,7 +166,7 @@ def planned_iso(t: datetime | None) -> str | None:
 
 
 def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFacts, request: Request,
-                  decision: Decision, policy: Policy | None, now: datetime) -> Decision:
+                  decision: Decision, policy: Policy | None, now: datetime, *, turn_of: Callable = turn) -> Decision:
     """The decision once the gate's line is heard (lib.planning.plan.turn): an admit whose turn has not
     come (a request served before it would start later) becomes a deferral with the reason `queue`;
     a deferral that waiting cures names its planned start in the line (`planned_start`, ISO seconds
@@ -174,7 +174,8 @@ def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFac
     else, and every decision while nobody waits ahead of it, is returned as it is.
     `inputs_of()`: the plan's inputs at `now` (None: nobody waits), asked only for an admit or a
     deferral that waiting cures; `facts`: what `decision` was decided over (a deferral is decided
-    again over them, naming its planned start)."""
+    again over them, naming its planned start); `turn_of`: lib.planning.plan.turn.turn, or a caller's
+    own that gives its answers (the gate server's reuses the line it laid out)."""
     codes = {r["code"] for r in decision["reasons"]}
     waits = decision["state"] == "defer" and cured_by_waiting(codes)
     if policy is None or decision.get("replayed") or not (decision["state"] == "admit" or waits):
@@ -186,7 +187,7 @@ def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFac
     before = ahead_of(inputs, w)
     if not before:
         return decision
-    q, _ = turn(inputs, w, policy, now)
+    q, _ = turn_of(inputs, w, policy, now)
     ahead = sum(1 for x in before if x["team"] == w["team"])
     line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
     if decision["state"] == "admit":

@@ -10,17 +10,29 @@ went out is undone here too (`settled`). `inputs` builds the plan's inputs at a 
 own facts (its held reservations, each team's month spend, snapshots, calibration and interruption
 rate, its pools and windows), the ledger's reads' equals; None while nobody but the request itself
 waits, which costs one pass over the waiting requests.
+
+`turn` answers lib.planning.plan.turn.turn for a newcomer (a run ID not waiting, not scheduled
+retraining: it is served after everyone waiting) from the line laid out once: laying out N waiting
+requests costs about N placements, so a burst of newcomers behind a long line would otherwise cost
+N placements each. The laid-out line is kept while only the server's own decisions change it, each
+added to it as the line would place it (a newcomer admitted now holds from now; a newcomer deferred
+is placed at the end of the line, where it waits), for at most LAID_OUT_S seconds; anything else
+(a reload, an unanswered decision undone, a waiting request admitted at its turn) lays it out again.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import CapacityWindow, Decision, Policy, Request, Reservation
 from lib.gate.terms import KINDS, month_start
 from lib.planning.plan.data import PlanInputs, WaitingRequest
-from lib.planning.plan.turn import as_waiting
+from lib.planning.plan.forward import Placed, lay_out, place
+from lib.planning.plan.line import Line
+from lib.planning.plan.turn import TURN_DAYS, as_waiting, turn
+
+LAID_OUT_S = 5.0   # seconds a laid-out line is reused (see the module docstring)
 
 
 class ServedFacts(Protocol):
@@ -43,25 +55,59 @@ class ServerLine:
     def __init__(self, waiting: list[WaitingRequest]):
         self.waiting: dict[str, WaitingRequest] = {w["run_id"]: w for w in waiting}
         self._undo: dict[int, tuple[str, WaitingRequest | None]] = {}  # journal seq -> (run ID, its entry before)
+        self._laid: tuple[datetime, Line] | None = None   # (laid out at, the line): see `turn`
+
+    def _newcomer(self, w: WaitingRequest) -> bool:
+        return w["run_id"] not in self.waiting and w["kind"] != "retraining"
+
+    def _kept_line(self, at: datetime) -> Line | None:
+        """The laid-out line, when it may still be used at `at`."""
+        if self._laid is None or not self._laid[0] <= at <= self._laid[0] + timedelta(seconds=LAID_OUT_S):
+            return None
+        return self._laid[1]
+
+    def turn(self, inputs: PlanInputs, w: WaitingRequest, policy: Policy, at: datetime):
+        """lib.planning.plan.turn.turn, from the kept line for a newcomer (see the module docstring)."""
+        if not self._newcomer(w) or any(x["waiting_since"] > at for x in inputs["waiting"]):
+            return turn(inputs, w, policy, at)
+        line = self._kept_line(at)
+        if line is None:
+            line, _ = lay_out(inputs, at + timedelta(days=TURN_DAYS))
+            self._laid = (at, line)
+        return place(line, Placed(w, policy), at, at + timedelta(days=TURN_DAYS), hold=False), line
 
     def decided(self, request: Request, decision: Decision, policy: Policy | None, at: datetime,
                 seq: int) -> None:
         """The server journaled `decision` (entry `seq`) at `at`."""
         run_id = request.get("run_id")
-        if not isinstance(run_id, str):
+        state = decision["state"]
+        waits = state == "defer" and cured_by_waiting(r["code"] for r in decision["reasons"])
+        if state != "admit" and not waits:
+            return   # holds nothing, waits nowhere: the line is as it was
+        if not isinstance(run_id, str) or policy is None:
+            self._laid = None
             return
+        w = as_waiting([], request, policy, at)
+        line = self._kept_line(at) if self._newcomer(w) else None
+        if line is not None and state == "admit":
+            line.place(w, decision, at, float(decision["estimate"]["wall_hours"]))
+        elif line is not None:
+            place(line, Placed(w, policy), at, at + timedelta(days=TURN_DAYS))
+        else:
+            self._laid = None
         before = self.waiting.get(run_id)
-        if decision["state"] == "admit" and before is not None:
+        if state == "admit" and before is not None:
             del self.waiting[run_id]
-        elif (decision["state"] == "defer" and before is None and policy is not None
-              and cured_by_waiting(r["code"] for r in decision["reasons"])):
-            self.waiting[run_id] = as_waiting([], request, policy, at)
+        elif waits and before is None:
+            self.waiting[run_id] = w
         else:
             return
         self._undo[seq] = (run_id, before)
 
     def settled(self, seq: int, answered: bool) -> None:
         """Journal entry `seq`'s answer went out (or not: its change to the line is undone)."""
+        if not answered:
+            self._laid = None
         run_id, before = self._undo.pop(seq, (None, None))
         if run_id is None or answered:
             return
