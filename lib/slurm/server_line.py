@@ -16,7 +16,8 @@ retraining: it is served after everyone waiting) from the line laid out once: la
 requests costs about N placements, so a burst of newcomers behind a long line would otherwise cost
 N placements each. The laid-out line is kept while only the server's own decisions change it, each
 added to it as the line would place it (a newcomer admitted now holds from now; a newcomer deferred
-is placed at the end of the line, where it waits), for at most LAID_OUT_S seconds; anything else
+is placed at the end of the line, where it waits), for at most LAID_OUT_S seconds, and only while no
+waiting request's turn has come (it would start later when laid out later); anything else
 (a reload, an unanswered decision undone, a waiting request admitted at its turn) lays it out again.
 """
 from __future__ import annotations
@@ -72,8 +73,14 @@ class ServerLine:
             return turn(inputs, w, policy, at)
         line = self._kept_line(at)
         if line is None:
-            line, _ = lay_out(inputs, at + timedelta(days=TURN_DAYS))
-            self._laid = (at, line)
+            line, placed = lay_out(inputs, at + timedelta(days=TURN_DAYS))
+            # a request placed at `at` (its turn has come) would be placed later at a later time: kept
+            # only while none is
+            self._laid = None if any(q.start == at for q in placed) else (at, line)
+        else:   # the facts of a team the line had no request of when it was laid out
+            for key in ("spent", "snapshots", "calibrations", "interruption_rates"):
+                for k, v in inputs[key].items():
+                    line.inputs[key].setdefault(k, v)
         return place(line, Placed(w, policy), at, at + timedelta(days=TURN_DAYS), hold=False), line
 
     def decided(self, request: Request, decision: Decision, policy: Policy | None, at: datetime,
