@@ -12,32 +12,12 @@ from lib.gate.terms import utcnow
 from lib.ledger.deciding import check_request
 from lib.ledger.finishing import finish_run
 from lib.slurm.live import LiveGate
-from tests.fixtures_ledger import demo_request, teams_ledger
-
-TEAMS = """
-[defaults]
-max_gpu_mem_gb = 80
-max_runtime_hours = 48
-pilot_required_above_gpu_hours = 100000
-
-[teams.quad]
-reserved_gpus = 16
-max_gpus_per_job = 16
-monthly_budget_gpu_hours = 1000000
-
-[[snapshots]]
-snapshot = "quad-data-v1"
-"""
+from tests.fixtures_ledger import teams_ledger
+from tests.test_queue_no_jumping import TEAMS, req as request
 
 arrive = st.tuples(st.just("submit"), st.sampled_from([4, 8, 16]), st.sampled_from([1.0, 3.0, 39.0]))
 end = st.tuples(st.just("finish"), st.integers(0, 30), st.just(0.0))
 steps = st.lists(st.one_of(arrive, arrive, end), min_size=3, max_size=14)
-
-
-def request(run_id: str, gpus: int, hours: float) -> dict:
-    return demo_request(run_id=run_id, team="quad", gpus=gpus, data_snapshot="quad-data-v1", capacity="stable",
-                        estimated_gpu_hours=gpus * hours, budget_gpu_hours=gpus * hours * 2,
-                        max_runtime_hours=min(48, hours * 1.2))
 
 
 def shape(d: dict) -> tuple:
