@@ -37,6 +37,11 @@ if expired:
                          "wait again.")
 else:
     st.caption("No request has waited past its team's queue age.")
+ui.table(data["line_starts"], "line_starts", "dl_res_line_starts",
+         empty="The line started no request in the period: none had to wait, or none matches these filters.",
+         caption="Started from the line in the period: each request the gate admitted at its turn after waiting, "
+                 "with the start its last deferral planned beside its admit and its run's start (late hours: "
+                 "admitted after the planned start; negative: earlier). The dates, team and kind filters apply.")
 
 st.subheader(f"Capacity calendar: the next {queue_and_calendar.CALENDAR_DAYS} days")
 st.caption("Free = what the gate would admit a request of the team with, for experiments and for scheduled "

@@ -201,3 +201,30 @@ def test_the_gate_server_keeps_the_same_line(jumped_line, tmp_path):
             ("defer",), ("admit",)]
     finally:
         server.stop()
+
+
+def test_reservations_show_the_start_the_line_planned_beside_the_admit_and_the_run(jumped_line, monkeypatch,
+                                                                                   fresh_caches):
+    """C waited first in the line: its deferral named its planned start (B's end). B ends early, C is
+    admitted at its turn: the Reservations page lists it with the planned start, the admit (before it,
+    so negative late hours), and its run's start once the run starts."""
+    from lib.dashboard import reservation_queries
+    from lib.dashboard.filters import Filters
+    from tests.fixtures_app import open_app
+    path, now, start = jumped_line
+    (planned,) = query(path, "SELECT decision_json->>'planned_start' FROM decisions WHERE run_id = 'C'")[0]
+    assert planned == planned_iso(start)
+    assert run_cli("finish", "B", "--actual-gpu-hours", "10", "--stop-reason", "completed", db=path).returncode == 0
+    out = run_cli("queue", "admit", db=path)
+    assert [r["run_id"] for r in json.loads(out.stdout)["admitted"]] == ["C"], out.stderr
+    day = utcnow().date()
+    rows = reservation_queries.reservations(Filters(day - timedelta(days=1), day), path)["line_starts"]
+    (row,) = rows.to_dict("records")
+    assert row["run_id"] == "C" and row["gpus"] == 16 and row["planned_start"] == datetime.fromisoformat(planned)
+    assert row["admitted_at"] < row["planned_start"] and row["late_hours"] < -4
+    assert row["waiting_since"] == now.replace(microsecond=0) or abs(row["waiting_since"] - now) < timedelta(seconds=1)
+    monkeypatch.setenv("GATE_DB", str(path))
+    monkeypatch.setenv("GATE_DEMO", "0")
+    at = open_app("reservations")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Started from the line" in c.value for c in at.caption)

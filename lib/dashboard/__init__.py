@@ -18,6 +18,7 @@ No Streamlit here: the pages call these and render what they return.
 - `reservation_queries`: the Reservations page's read model.
 - `reservation_figures`: the charts of Overview and Reservations.
 - `queue_and_calendar`: the queue, the capacity calendar and the pools, from the one forward plan.
+- `line_starts`: the requests the gate's line started, their planned start beside their admit and start.
 - `forecasts`: the forecast over the ledger (lib.ledger.forecast) shaped into the Forecast page's tables
   and the month's budget outlook; it reads nothing itself.
 - `forecast_figures`: the Forecast charts.

@@ -144,6 +144,8 @@ COLUMN_SPECS: dict[str, ColumnSpec] = {
     "restart_h": _spec("Restart time (h)", "number", 3), "lifetime_h": _spec("Lifetime (h)", "number", 2),
     "median_gpus": _spec("Median GPUs", "number", 0), "reserved_gpus": _spec("Reserved GPUs (daily average)", "number"),
     "waited_hours": _spec("Waited (h)", "number"),
+    "late_hours": _spec("Admitted after the planned start (h)", "number",
+                        help="Admit time less the start its last deferral planned; negative: earlier."),
     "unended_past_limit": _spec("Runs with no end past their limit", "integer",
                                 help="Still holding accelerators a grace past their time limit: check the job."),
     # shares and ratios

@@ -13,6 +13,7 @@ from lib.dashboard.budget_queries import budget_of_month, shared_budget
 from lib.dashboard.filters import Filters
 from lib.dashboard.labels import REQUESTED_LABEL
 from lib.dashboard.forecasts import budget_outlook
+from lib.dashboard.line_starts import line_starts
 from lib.dashboard.queue_and_calendar import forward_view
 from lib.dashboard.reading import read_frame, period_params, reader
 from lib.dashboard.run_sql import ROW_LIMIT
@@ -99,10 +100,11 @@ def reservations(f: Filters, db=None, now: dt.datetime | None = None) -> dict:
                  WHERE d.state = 'defer' AND d.decided_at >= $start AND d.decided_at < $end AND {twhere}""",
                         {**tp, "start": p["start"], "end": p["end"]})
         view = forward_view(con, f, now)
+        started = line_starts(con, f)
     calendar = view["calendar"]
     outlook = budget_outlook(f, db, now, view["holdings"])
     budget = shared_budget(budget, f, now)   # the authority's numbers, when the cluster names one
     return {"over_time": over_time, "quotas": quotas, **budget, **outlook, "current": current, "upcoming": upcoming,
-            "overrun_by_team": overrun_by_team, "overruns": overruns, "blocked": blocked.iloc[0].to_dict(),
+            "overrun_by_team": overrun_by_team, "overruns": overruns, "line_starts": started, "blocked": blocked.iloc[0].to_dict(),
             **{k: v for k, v in view.items() if k != "holdings"},
             "over_committed_teams": sorted(set(calendar.loc[calendar["over_committed_gpus"] > 0, "team"]))}

@@ -165,27 +165,28 @@ def planned_iso(t: datetime | None) -> str | None:
     return None if t is None else ceil_to(t, timedelta(seconds=1)).isoformat(timespec="seconds")
 
 
-def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFacts, request: Request,
+def heard_in_line(inputs_of: Callable[[bool], PlanInputs | None], facts: DecisionFacts, request: Request,
                   decision: Decision, policy: Policy | None, now: datetime, *, turn_of: Callable = turn) -> Decision:
     """The decision once the gate's line is heard (lib.planning.plan.turn): an admit whose turn has not
     come (a request served before it would start later) becomes a deferral with the reason `queue`;
     a deferral that waiting cures names its planned start in the line (`planned_start`, ISO seconds
-    rounded up, and its fixes) and its `queue_place` among its team's waiting requests. Anything
-    else, and every decision while nobody waits ahead of it, is returned as it is.
-    `inputs_of()`: the plan's inputs at `now` (None: nobody waits), asked only for an admit or a
-    deferral that waiting cures; `facts`: what `decision` was decided over (a deferral is decided
-    again over them, naming its planned start); `turn_of`: lib.planning.plan.turn.turn, or a caller's
-    own that gives its answers (the gate server's reuses the line it laid out)."""
+    rounded up) and its `queue_place` among its team's waiting requests (with requests ahead of it,
+    its fixes name that start too). Anything else, and an admit while nobody waits ahead of it, is
+    returned as it is. `inputs_of(needed)`: the plan's inputs at `now`; None when not `needed` and
+    nobody waits (asked only for an admit, not needed, or a deferral that waiting cures, needed);
+    `facts`: what `decision` was decided over (a deferral is decided again over them, naming its
+    planned start); `turn_of`: lib.planning.plan.turn.turn, or a caller's own that gives its answers
+    (the gate server's reuses the line it laid out)."""
     codes = {r["code"] for r in decision["reasons"]}
     waits = decision["state"] == "defer" and cured_by_waiting(codes)
     if policy is None or decision.get("replayed") or not (decision["state"] == "admit" or waits):
         return decision
-    inputs = inputs_of()
+    inputs = inputs_of(waits)
     if inputs is None:
         return decision
     w = as_waiting(inputs["waiting"], request, policy, now)
     before = ahead_of(inputs, w)
-    if not before:
+    if not before and not waits:
         return decision
     q, _ = turn_of(inputs, w, policy, now)
     ahead = sum(1 for x in before if x["team"] == w["team"])
@@ -195,15 +196,17 @@ def heard_in_line(inputs_of: Callable[[], PlanInputs | None], facts: DecisionFac
             return decision
         return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None,
                 **line}
+    if not before:   # first in the line: its own fixes already say when it fits
+        return {**decision, **line}
     redecided, _ = decide_with(request, now, NamingStart(facts, q.start))
     return {**redecided, **line}
 
 
 def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:
-    """`heard_in_line` with the line as the ledger `con` holds it: with nobody deferred within the
-    queue's window this costs one read."""
-    def inputs_of() -> PlanInputs | None:
-        if not anyone_waiting(con, now):
+    """`heard_in_line` with the line as the ledger `con` holds it: an admit while nobody has been
+    deferred within the queue's window costs one read."""
+    def inputs_of(needed: bool) -> PlanInputs | None:
+        if not needed and not anyone_waiting(con, now):
             return None
         return read_plan_inputs(con, now, also=(request["team"], request["kind"]))[0]
     return heard_in_line(inputs_of, LedgerFacts(con), request, decision, policy, now)

@@ -278,7 +278,7 @@ class LiveGate(LiveWindows):
                 return None, None
             if self.shared is None:   # the line as the in-process deciders hear it, from memory
                 decision, policy = decide_with(request, now, self)
-                decision = heard_in_line(lambda: self.line.inputs(self, request, now), self, request,
+                decision = heard_in_line(lambda needed: self.line.inputs(self, request, now, needed), self, request,
                                          decision, policy, now, turn_of=self.line.turn)
             else:  # the authority's hold is written first (see lib.authority.serving)
                 decision = self.shared.decide(request, now, self, write=write)

@@ -8,8 +8,8 @@ use), and kept current as the server decides: a deferral that waiting cures join
 decision (a run ID already waiting keeps its place), an admit leaves it. A decision whose answer never
 went out is undone here too (`settled`). `inputs` builds the plan's inputs at a time from the server's
 own facts (its held reservations, each team's month spend, snapshots, calibration and interruption
-rate, its pools and windows), the ledger's reads' equals; None while nobody but the request itself
-waits, which costs one pass over the waiting requests.
+rate, its pools and windows), the ledger's reads' equals; for an admit, None while nobody but the
+request itself waits, which costs one pass over the waiting requests.
 
 `turn` answers lib.planning.plan.turn.turn for a newcomer (a run ID not waiting, not scheduled
 retraining: it is served after everyone waiting) from the line laid out once: laying out N waiting
@@ -123,11 +123,11 @@ class ServerLine:
         else:
             self.waiting[run_id] = before
 
-    def inputs(self, gate: ServedFacts, request: Request, now: datetime) -> PlanInputs | None:
-        """The plan's inputs at `now` from the server's facts, or None when no request but `request`'s
-        own run ID waits (then the line has nothing to say)."""
+    def inputs(self, gate: ServedFacts, request: Request, now: datetime, needed: bool = True) -> PlanInputs | None:
+        """The plan's inputs at `now` from the server's facts; None when not `needed` and no request
+        but `request`'s own run ID waits (then the line has nothing to say to an admit)."""
         waiting = [w for _, w in sorted(self.waiting.items()) if w["expires_at"] > now]
-        if not any(w["run_id"] != request.get("run_id") for w in waiting):
+        if not needed and not any(w["run_id"] != request.get("run_id") for w in waiting):
             return None
         pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in gate.policies and w["kind"] in KINDS}
         if request.get("team") in gate.policies and request.get("kind") in KINDS:
