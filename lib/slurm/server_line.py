@@ -126,10 +126,10 @@ class ServerLine:
     def inputs(self, gate: ServedFacts, request: Request, now: datetime, needed: bool = True) -> PlanInputs | None:
         """The plan's inputs at `now` from the server's facts; None when not `needed` and no request
         but `request`'s own run ID waits (then the line has nothing to say to an admit)."""
-        waiting = [w for _, w in sorted(self.waiting.items()) if w["expires_at"] > now]
+        waiting = [w for w in self.waiting.values() if w["expires_at"] > now]   # the line sorts them itself
         if not needed and not any(w["run_id"] != request.get("run_id") for w in waiting):
             return None
-        pairs = {(w["team"], w["kind"]) for w in waiting if w["team"] in gate.policies and w["kind"] in KINDS}
+        pairs = {(t, k) for t, k in {(w["team"], w["kind"]) for w in waiting} if t in gate.policies and k in KINDS}
         if request.get("team") in gate.policies and request.get("kind") in KINDS:
             pairs.add((request["team"], request["kind"]))
         facts = {pair: gate.team_facts(*pair, now) for pair in sorted(pairs)}

@@ -21,7 +21,7 @@ from lib.gate.reasons import reason
 from lib.gate.request import normalized
 from lib.gate.terms import minute_up
 from lib.planning.plan.data import PlanInputs, WaitingRequest
-from lib.planning.plan.forward import Placed, lay_out, place, serve_key, waiting_in_order
+from lib.planning.plan.forward import Placed, lay_out, place, serve_key
 from lib.planning.plan.line import Line
 
 TURN_DAYS = 14    # how far ahead a request's place is looked for (the plan's default horizon)
@@ -42,9 +42,10 @@ def as_waiting(waiting: list[WaitingRequest], request: dict, policy: Policy, at:
 
 
 def ahead_of(inputs: PlanInputs, w: WaitingRequest) -> list[WaitingRequest]:
-    """The requests waiting at as_of that the gate serves before `w` (its own run ID aside)."""
+    """The requests waiting at as_of that the gate serves before `w` (its own run ID aside), in the
+    inputs' order (its callers count them: no sort per decision)."""
     key = serve_key(w)
-    return [x for x in waiting_in_order(inputs) if serve_key(x) < key and x["run_id"] != w["run_id"]]
+    return [x for x in inputs["waiting"] if x["run_id"] != w["run_id"] and serve_key(x) < key]
 
 
 def turn(inputs: PlanInputs, w: WaitingRequest, policy: Policy, at: datetime,
