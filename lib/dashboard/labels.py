@@ -158,6 +158,7 @@ COLUMN_SPECS: dict[str, ColumnSpec] = {
     "day": _spec("Day (UTC)", "date"), "week": _spec("Week of (UTC)", "date"),
     "reserved_from": _spec("Reserved from (UTC)", "datetime"), "reserved_until": _spec("Reserved until (UTC)", "datetime"),
     "expected_end": _spec("Expected end (UTC)", "datetime"), "hold_status": _spec("Holding"),
+    "admitted_at": _spec("Admitted (UTC)", "datetime"),
     "started_at": _spec("Started (UTC)", "datetime"), "ended_at": _spec("Ended (UTC)", "datetime"),
     "decided_at": _spec("Decided (UTC)", "datetime"), "first_deferred_at": _spec("First deferred (UTC)", "datetime"),
     "adapted_since": _spec("Bound adapted since (UTC)", "datetime", help=GLOSSARY["adapted bound"]),
