@@ -189,17 +189,22 @@ def heard_in_line(inputs_of: Callable[[bool], PlanInputs | None], facts: Decisio
     if not before and not waits:
         return decision
     q, _ = turn_of(inputs, w, policy, now)
-    ahead = sum(1 for x in before if x["team"] == w["team"])
+    if decision["state"] == "defer" and before:   # first in the line, its own fixes say when it fits
+        decision, _ = decide_with(request, now, NamingStart(facts, q.start))
+    return placed_in_line(decision, q, sum(1 for x in before if x["team"] == w["team"]), now)
+
+
+def placed_in_line(decision: Decision, q, ahead: int, at: datetime) -> Decision:
+    """`decision` at `at` given its place in the line (`q`: lib.planning.plan.forward.Placed; `ahead`:
+    its team's requests served before it): an admit the line does not place at `at` becomes a `queue`
+    deferral, and that and a deferral that waiting cures name `planned_start` and `queue_place`;
+    anything else is returned as it is."""
     line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
     if decision["state"] == "admit":
-        if q.start == now:
-            return decision
-        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None,
-                **line}
-    if not before:   # first in the line: its own fixes already say when it fits
-        return {**decision, **line}
-    redecided, _ = decide_with(request, now, NamingStart(facts, q.start))
-    return {**redecided, **line}
+        return decision if q.start == at else {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)],
+                                               "reserved_gpu_hours": None, **line}
+    waits = decision["state"] == "defer" and cured_by_waiting(r["code"] for r in decision["reasons"])
+    return {**decision, **line} if waits else decision
 
 
 def in_line(con, request: Request, decision: Decision, policy: Policy | None, now: datetime) -> Decision:

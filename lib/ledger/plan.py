@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from lib.gate.capacity import cured_by_waiting
 from lib.gate.contracts import Decision, Request, State
 from lib.gate.terms import KINDS, InputError, naive_utc, utcnow
 from lib.ledger.connection import open_ledger
-from lib.ledger.deciding import LedgerFacts, decide_with, planned_iso
+from lib.ledger.deciding import LedgerFacts, decide_with, placed_in_line
 from lib.ledger.plan_inputs import first_run_at, read_plan_inputs
 from lib.planning.plan.data import MAX_PLAN_DAYS as MAX_DAYS, Plan, PlanHolding
 from lib.planning.plan.forward import forward_plan, plan_holdings
 from lib.planning.plan.line import Line
-from lib.planning.plan.turn import ahead_of, as_waiting, queue_reason, turn
+from lib.planning.plan.turn import ahead_of, as_waiting, turn
 
 # ------------------------------------------------------------------------------ the plan over the ledger
 
@@ -84,12 +83,7 @@ def check_request_at(request: Request, *, at, db=None, now=None, timeout_s: floa
         w = as_waiting(inputs["waiting"], request, policy, at)
         q, line = turn(inputs, w, policy, at)
         decision, _ = decide_with(request, at, PlannedFacts(con, line, q.start))
-    ahead = sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"])
-    line = {"planned_start": planned_iso(q.start), "queue_place": ahead + 1}
-    if decision["state"] == "admit" and q.start != at:
-        return {**decision, "state": "defer", "reasons": [queue_reason(q, ahead)], "reserved_gpu_hours": None, **line}
-    waits = decision["state"] == "defer" and cured_by_waiting({r["code"] for r in decision["reasons"]})
-    return {**decision, **line} if waits else decision
+    return placed_in_line(decision, q, sum(1 for x in ahead_of(inputs, w) if x["team"] == w["team"]), at)
 
 
 def planned_holdings(con, as_of: datetime, until: datetime) -> list[PlanHolding]:
